@@ -1,0 +1,26 @@
+#!/usr/bin/env bash
+# Installs the Debian 12 packages admitd needs to build, test and run its demo.
+# Skips apt entirely when everything is already there (and CI is not set).
+set -euo pipefail
+
+pkgs=(meson ninja-build pkg-config cmake gcc libc6-dev
+      libevent-dev libnng-dev libyaml-dev libjansson-dev libcmocka-dev
+      python3 curl nng-utils)
+
+missing=()
+for p in "${pkgs[@]}"; do
+    dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if [ "${#missing[@]}" -eq 0 ] && [ -z "${CI:-}" ]; then
+    exit 0
+fi
+
+sudo=""
+if [ "$(id -u)" -ne 0 ]; then
+    command -v sudo >/dev/null || { echo "install-deps: need root or sudo for apt-get" >&2; exit 1; }
+    sudo="sudo"
+fi
+echo "install-deps: installing ${missing[*]:-${pkgs[*]}}" >&2
+export DEBIAN_FRONTEND=noninteractive
+$sudo apt-get update -q
+$sudo apt-get install -y -q --no-install-recommends "${pkgs[@]}"

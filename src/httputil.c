@@ -1,0 +1,94 @@
+/* httputil: header rules, reason phrases and error bodies. */
+#include "httputil.h"
+
+#include <jansson.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+
+struct phrase {
+    int status;
+    const char *text;
+};
+
+static const struct phrase phrases[] = {
+    {200, "OK"},
+    {201, "Created"},
+    {202, "Accepted"},
+    {204, "No Content"},
+    {206, "Partial Content"},
+    {301, "Moved Permanently"},
+    {302, "Found"},
+    {304, "Not Modified"},
+    {400, "Bad Request"},
+    {401, "Unauthorized"},
+    {403, "Forbidden"},
+    {404, "Not Found"},
+    {405, "Method Not Allowed"},
+    {408, "Request Timeout"},
+    {409, "Conflict"},
+    {413, "Content Too Large"},
+    {415, "Unsupported Media Type"},
+    {422, "Unprocessable Content"},
+    {429, "Too Many Requests"},
+    {431, "Request Header Fields Too Large"},
+    {499, "Client Closed Request"},
+    {500, "Internal Server Error"},
+    {501, "Not Implemented"},
+    {502, "Bad Gateway"},
+    {503, "Service Unavailable"},
+    {504, "Gateway Timeout"},
+    {529, "Site is overloaded"},
+};
+
+const char *httpu_reason(int status)
+{
+    for (size_t i = 0; i < sizeof phrases / sizeof phrases[0]; i++)
+        if (phrases[i].status == status)
+            return phrases[i].text;
+    return "Unknown";
+}
+
+int httpu_is_hop_by_hop(const char *name)
+{
+    static const char *const hop[] = {
+        "connection", "keep-alive", "proxy-connection",   "transfer-encoding",  "te",
+        "trailer",    "upgrade",    "proxy-authenticate", "proxy-authorization"};
+
+    for (size_t i = 0; i < sizeof hop / sizeof hop[0]; i++)
+        if (strcasecmp(name, hop[i]) == 0)
+            return 1;
+    return 0;
+}
+
+int httpu_connection_lists(const char *v, const char *name)
+{
+    size_t nl = strlen(name);
+
+    while (v != NULL && *v) {
+        while (*v == ' ' || *v == '\t' || *v == ',')
+            v++;
+        const char *end = v + strcspn(v, ",");
+        const char *t = end;
+        while (t > v && (t[-1] == ' ' || t[-1] == '\t'))
+            t--;
+        if ((size_t) (t - v) == nl && strncasecmp(v, name, nl) == 0)
+            return 1;
+        v = end;
+    }
+    return 0;
+}
+
+void httpu_error_json(struct buf *out, int status, const char *type, const char *message)
+{
+    json_t *err = json_pack("{s:{s:s, s:s, s:n, s:i}}", "error", "message", message, "type", type,
+                            "param", "code", status);
+    char *s = err ? json_dumps(err, JSON_COMPACT) : NULL;
+
+    if (s != NULL)
+        buf_puts(out, s);
+    else
+        buf_puts(out, "{\"error\":{\"message\":\"internal error\"}}");
+    free(s);
+    json_decref(err);
+}

@@ -1,0 +1,22 @@
+/* httputil: pure HTTP helpers shared by the proxy and the tools.
+ *
+ * Nothing here touches a socket: header classification, reason phrases and the
+ * OpenAI-shaped error body, so each can be unit-tested on its own. */
+#ifndef ADMIT_HTTPUTIL_H
+#define ADMIT_HTTPUTIL_H
+
+#include "buf.h"
+
+/* The message every overload answer carries (Dynamo's wording, matched by routers). */
+#define HTTPU_OVERLOAD_MESSAGE "Server overloaded: worker at capacity"
+
+/** the reason phrase for a status ("Site is overloaded" for 529, "Unknown" if none) */
+const char *httpu_reason(int status);
+/** true for headers a proxy must not forward (RFC 9110 7.6.1), case-insensitive */
+int httpu_is_hop_by_hop(const char *name);
+/** true when name is listed in a Connection header value ("close, X-Foo") */
+int httpu_connection_lists(const char *connection_value, const char *name);
+/** writes {"error":{"message":..,"type":..,"param":null,"code":status}} into out */
+void httpu_error_json(struct buf *out, int status, const char *type, const char *message);
+
+#endif

@@ -1,0 +1,74 @@
+/* log: level-filtered stderr lines with a UTC timestamp. */
+#include "log.h"
+
+#include <stdarg.h>
+#include <stdio.h>
+#include <string.h>
+#include <strings.h>
+#include <sys/time.h>
+#include <time.h>
+
+static const char *log_ident = "admitd";
+static enum log_level log_max = LOG_INFO;
+static const char *const log_names[] = {"error", "warn", "info", "debug"};
+
+void log_set_ident(const char *ident)
+{
+    log_ident = ident;
+}
+
+void log_set_level(enum log_level level)
+{
+    log_max = level;
+}
+
+int log_level_parse(const char *s, enum log_level *out)
+{
+    for (int i = 0; i <= LOG_DEBUG; i++) {
+        if (strcasecmp(s, log_names[i]) == 0) {
+            *out = (enum log_level) i;
+            return 0;
+        }
+    }
+    if (strcasecmp(s, "warning") == 0) {
+        *out = LOG_WARN;
+        return 0;
+    }
+    return -1;
+}
+
+const char *log_level_name(enum log_level level)
+{
+    return (level >= LOG_ERROR && level <= LOG_DEBUG) ? log_names[level] : "?";
+}
+
+int log_enabled(enum log_level level)
+{
+    return level <= log_max;
+}
+
+void log_msg(enum log_level level, const char *fmt, ...)
+{
+    char line[2048];
+    struct timeval tv;
+    struct tm tm;
+    size_t n;
+    va_list ap;
+
+    if (!log_enabled(level))
+        return;
+    gettimeofday(&tv, NULL);
+    gmtime_r(&tv.tv_sec, &tm);
+    n = strftime(line, sizeof line, "%Y-%m-%dT%H:%M:%S", &tm);
+    n += (size_t) snprintf(line + n, sizeof line - n, ".%03ldZ %s %s: ", (long) tv.tv_usec / 1000,
+                           log_ident, log_names[level]);
+    va_start(ap, fmt);
+    if (n < sizeof line)
+        vsnprintf(line + n, sizeof line - n, fmt, ap);
+    va_end(ap);
+    /* One fputs of a whole line keeps lines from interleaving with a sibling process. */
+    n = strnlen(line, sizeof line - 2);
+    line[n] = '\n';
+    line[n + 1] = '\0';
+    fputs(line, stderr);
+}

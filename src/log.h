@@ -1,0 +1,33 @@
+/* log: one line per event on stderr, filtered by level.
+ *
+ * Lines look like `2026-11-29T17:20:01.123Z admitd warn: message`. Logging is synchronous
+ * and unbuffered on purpose: stderr is what systemd and Kubernetes collect, and a daemon
+ * that dies should not take its last words with it. */
+#ifndef ADMIT_LOG_H
+#define ADMIT_LOG_H
+
+enum log_level { LOG_ERROR = 0, LOG_WARN, LOG_INFO, LOG_DEBUG };
+
+/** sets the program name printed on each line (the pointer is kept) */
+void log_set_ident(const char *ident);
+/** sets the most verbose level printed */
+void log_set_level(enum log_level level);
+/** parses "error", "warn", "info" or "debug"; returns 0 or -1 */
+int log_level_parse(const char *s, enum log_level *out);
+/** the name of a level ("info") */
+const char *log_level_name(enum log_level level);
+/** true when a message at this level would be printed */
+int log_enabled(enum log_level level);
+/** prints one line at the given level */
+void log_msg(enum log_level level, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
+#define log_error(...) log_msg(LOG_ERROR, __VA_ARGS__)
+#define log_warn(...)  log_msg(LOG_WARN, __VA_ARGS__)
+#define log_info(...)  log_msg(LOG_INFO, __VA_ARGS__)
+#define log_debug(...)                                                                             \
+    do {                                                                                           \
+        if (log_enabled(LOG_DEBUG))                                                                \
+            log_msg(LOG_DEBUG, __VA_ARGS__);                                                       \
+    } while (0)
+
+#endif

@@ -1,0 +1,94 @@
+/* metrics: rendering of the Dynamo-compatible and admitd_* families. */
+#include "metrics.h"
+
+#include <string.h>
+
+/* From 100 us (a direct admission) to minutes (a long queue behind long streams). */
+static const double queue_wait_bounds[] = {0.0001, 0.0005, 0.001, 0.005, 0.01, 0.05, 0.1, 0.25,
+                                           0.5,    1,      2.5,   5,     10,   30,   60,  300};
+
+static const char *const outcome_names[OUT__COUNT] = {
+    "ok", "rejected", "cancelled", "unavailable", "timeout", "upstream_error", "bad_request"};
+static const char *const stage_names[STAGE__COUNT] = {"queued", "waiting", "streaming"};
+static const char *const uerr_names[UERR__COUNT] = {"connect", "timeout", "broken", "invalid"};
+
+void metrics_init(struct metrics *m)
+{
+    memset(m, 0, sizeof *m);
+    prom_hist_init(&m->queue_wait, queue_wait_bounds,
+                   sizeof queue_wait_bounds / sizeof queue_wait_bounds[0]);
+}
+
+const char *metrics_outcome_name(enum outcome o)
+{
+    return (o >= 0 && o < OUT__COUNT) ? outcome_names[o] : "unknown";
+}
+
+/* One labelled counter family from an array of values and their label names. */
+static void labelled(struct buf *out, const char *name, const char *type, const char *help,
+                     const char *key, const char *const *names, const uint64_t *vals, size_t n)
+{
+    prom_family(out, name, type, help);
+    for (size_t i = 0; i < n; i++) {
+        struct buf l;
+
+        buf_init(&l);
+        prom_label(&l, key, names[i]);
+        prom_sample(out, name, l.data, (double) vals[i]);
+        buf_free(&l);
+    }
+}
+
+static void gauge(struct buf *out, const char *name, const char *help, double v)
+{
+    prom_family(out, name, "gauge", help);
+    prom_sample(out, name, NULL, v);
+}
+
+void metrics_render(const struct metrics_view *v, struct buf *out)
+{
+    const struct metrics *m = v->m;
+    const struct gate_stats *g = v->gate;
+    struct buf l;
+
+    prom_family(out, "dynamo_rejection_request_total", "counter",
+                "Requests rejected because the worker is at capacity (engine request limit and "
+                "request queue both full)");
+    prom_sample(out, "dynamo_rejection_request_total", NULL, (double) m->outcomes[OUT_REJECTED]);
+    gauge(out, "dynamo_engine_request",
+          "Current number of requests being handled by the engine (--engine-request-limit)",
+          g ? g->slots_used : m->inflight_nocap);
+    gauge(out, "dynamo_request_queue",
+          "Current number of requests waiting for an engine slot, the dispatcher-held one "
+          "included (DYN_DYNAMO_REQUEST_QUEUE_LIMIT)",
+          g ? g->queued : 0);
+
+    gauge(out, "admitd_engine_request_limit", "Configured engine slots N (0 when there is no cap)",
+          g ? g->limit : 0);
+    gauge(out, "admitd_request_queue_limit", "Configured queue limit Q (0 when there is no cap)",
+          g ? g->queue_limit : 0);
+    gauge(out, "admitd_request_queue_held",
+          "Requests held by the dispatcher for the next free slot (0 or 1)", g ? g->held : 0);
+    labelled(out, "admitd_requests_total", "counter",
+             "Finished requests by outcome (each request is counted once)", "outcome",
+             outcome_names, m->outcomes, OUT__COUNT);
+    labelled(out, "admitd_client_cancellations_total", "counter",
+             "Clients that disconnected before their response was complete, by stage", "stage",
+             stage_names, m->cancelled, STAGE__COUNT);
+    labelled(out, "admitd_upstream_errors_total", "counter", "Failures talking to the engine",
+             "kind", uerr_names, m->upstream_errors, UERR__COUNT);
+    prom_hist_write(out, "admitd_queue_wait_seconds",
+                    "Time from arrival to an engine slot, for admitted requests", &m->queue_wait);
+    prom_family(out, "admitd_bypass_requests_total", "counter",
+                "Requests passed to the engine without taking a slot (GET, HEAD, OPTIONS)");
+    prom_sample(out, "admitd_bypass_requests_total", NULL, (double) m->requests_bypass);
+    gauge(out, "admitd_bypass_requests_in_flight",
+          "Requests passing to the engine without a slot, in flight now", m->inflight_bypass);
+    gauge(out, "admitd_engine_ready", "1 when the last engine health probe succeeded",
+          m->engine_ready ? 1 : 0);
+    prom_family(out, "admitd_build_info", "gauge", "Build information");
+    buf_init(&l);
+    prom_label(&l, "version", v->version);
+    prom_sample(out, "admitd_build_info", l.data, 1);
+    buf_free(&l);
+}

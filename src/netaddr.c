@@ -1,0 +1,166 @@
+/* netaddr: address parsing and socket helpers. */
+#include "netaddr.h"
+
+#include <arpa/inet.h>
+#include <event2/http.h>
+#include <errno.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <sys/socket.h>
+
+/* Parses a decimal port in [min, 65535] from exactly the bytes [s, end). */
+static int port_parse(const char *s, const char *end, int min, int *out)
+{
+    long v = 0;
+
+    if (s == end)
+        return -1;
+    for (const char *p = s; p < end; p++) {
+        if (*p < '0' || *p > '9')
+            return -1;
+        v = v * 10 + (*p - '0');
+        if (v > 65535)
+            return -1;
+    }
+    if (v < min)
+        return -1;
+    *out = (int) v;
+    return 0;
+}
+
+/* Splits "host:port" / "[v6]:port" at the port colon. Returns the colon or NULL. */
+static const char *split_host(const char *s, const char *end, const char **hs, const char **he)
+{
+    if (s < end && *s == '[') {
+        const char *rb = memchr(s, ']', (size_t) (end - s));
+        if (rb == NULL)
+            return NULL;
+        *hs = s + 1;
+        *he = rb;
+        return (rb + 1 < end && rb[1] == ':') ? rb + 1 : (rb + 1 == end ? rb + 1 : NULL);
+    }
+    const char *colon = NULL;
+    for (const char *p = s; p < end; p++)
+        if (*p == ':')
+            colon = p;
+    *hs = s;
+    *he = colon ? colon : end;
+    return colon ? colon : end;
+}
+
+int hostport_parse(const char *s, struct hostport *out, char *err, size_t errlen)
+{
+    const char *end = s + strlen(s), *hs, *he, *colon;
+    size_t hl;
+
+    colon = split_host(s, end, &hs, &he);
+    if (colon == NULL || colon == end || *colon != ':') {
+        snprintf(err, errlen, "'%s' is not HOST:PORT", s);
+        return -1;
+    }
+    hl = (size_t) (he - hs);
+    if (hl >= sizeof out->host) {
+        snprintf(err, errlen, "host in '%s' is too long", s);
+        return -1;
+    }
+    if (port_parse(colon + 1, end, 0, &out->port) != 0) {
+        snprintf(err, errlen, "port in '%s' must be a number from 0 to 65535", s);
+        return -1;
+    }
+    if (hl == 0 || (hl == 1 && *hs == '*'))
+        strcpy(out->host, "0.0.0.0");
+    else {
+        memcpy(out->host, hs, hl);
+        out->host[hl] = '\0';
+    }
+    return 0;
+}
+
+int http_url_parse(const char *s, struct http_url *out, char *err, size_t errlen)
+{
+    const char *p, *end, *hs, *he, *colon;
+    size_t hl;
+
+    if (strncasecmp(s, "http://", 7) != 0) {
+        snprintf(err, errlen, "'%s' must start with http:// (TLS to the engine is not supported)",
+                 s);
+        return -1;
+    }
+    p = s + 7;
+    end = p + strcspn(p, "/?#");
+    if (*end != '\0' && strcmp(end, "/") != 0) {
+        snprintf(err, errlen, "'%s' must not have a path: requests keep their own path", s);
+        return -1;
+    }
+    if (memchr(p, '@', (size_t) (end - p)) != NULL) {
+        snprintf(err, errlen, "'%s' must not carry user information", s);
+        return -1;
+    }
+    colon = split_host(p, end, &hs, &he);
+    hl = (size_t) (he - hs);
+    if (colon == NULL || hl == 0 || hl >= sizeof out->host) {
+        snprintf(err, errlen, "'%s' has no valid host", s);
+        return -1;
+    }
+    memcpy(out->host, hs, hl);
+    out->host[hl] = '\0';
+    out->port = 80;
+    if (colon < end && port_parse(colon + 1, end, 1, &out->port) != 0) {
+        snprintf(err, errlen, "port in '%s' must be a number from 1 to 65535", s);
+        return -1;
+    }
+    if (memchr(out->host, ':', hl) != NULL)
+        snprintf(out->hostport, sizeof out->hostport, "[%s]:%d", out->host, out->port);
+    else
+        snprintf(out->hostport, sizeof out->hostport, "%s:%d", out->host, out->port);
+    return 0;
+}
+
+int net_set_nodelay(int fd)
+{
+    int one = 1;
+
+    return setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+}
+
+int net_local_name(int fd, char *out, size_t outlen)
+{
+    struct sockaddr_storage ss;
+    socklen_t sl = sizeof ss;
+    char host[INET6_ADDRSTRLEN];
+
+    if (getsockname(fd, (struct sockaddr *) &ss, &sl) != 0)
+        return -1;
+    if (ss.ss_family == AF_INET) {
+        struct sockaddr_in *sin = (struct sockaddr_in *) &ss;
+        inet_ntop(AF_INET, &sin->sin_addr, host, sizeof host);
+        snprintf(out, outlen, "%s:%d", host, ntohs(sin->sin_port));
+    } else if (ss.ss_family == AF_INET6) {
+        struct sockaddr_in6 *sin6 = (struct sockaddr_in6 *) &ss;
+        inet_ntop(AF_INET6, &sin6->sin6_addr, host, sizeof host);
+        snprintf(out, outlen, "[%s]:%d", host, ntohs(sin6->sin6_port));
+    } else {
+        errno = EAFNOSUPPORT;
+        return -1;
+    }
+    return 0;
+}
+
+int net_evhttp_bind(struct evhttp *http, const struct hostport *hp, char *bound, size_t boundlen,
+                    char *err, size_t errlen)
+{
+    struct evhttp_bound_socket *bs;
+
+    bs = evhttp_bind_socket_with_handle(http, hp->host, (unsigned short) hp->port);
+    if (bs == NULL) {
+        snprintf(err, errlen, "cannot listen on %s:%d: %s", hp->host, hp->port, strerror(errno));
+        return -1;
+    }
+    if (net_local_name(evhttp_bound_socket_get_fd(bs), bound, boundlen) != 0)
+        snprintf(bound, boundlen, "%s:%d", hp->host, hp->port);
+    return 0;
+}

@@ -1,0 +1,38 @@
+/* netaddr: parsing of listen addresses and upstream URLs, plus small socket helpers.
+ *
+ * Parsing is pure so the CLI and config code can reject a bad address before anything is
+ * bound, with a message that names what was wrong. */
+#ifndef ADMIT_NETADDR_H
+#define ADMIT_NETADDR_H
+
+#include <stddef.h>
+
+struct evhttp;
+
+/* Longest host we accept; DNS names are at most 253 bytes. */
+#define NETADDR_HOST_MAX 256
+
+struct hostport {
+    char host[NETADDR_HOST_MAX]; /* without IPv6 brackets */
+    int port;                    /* 0..65535 (0 = pick a free port) */
+};
+
+struct http_url {
+    char host[NETADDR_HOST_MAX];         /* without IPv6 brackets */
+    int port;                            /* 1..65535; 80 when the URL has none */
+    char hostport[NETADDR_HOST_MAX + 8]; /* the Host header value, e.g. "127.0.0.1:8000" */
+};
+
+/** parses "HOST:PORT", "[V6]:PORT" or ":PORT" (host 0.0.0.0); returns 0 or -1 with err set */
+int hostport_parse(const char *s, struct hostport *out, char *err, size_t errlen);
+/** parses "http://HOST[:PORT][/]"; returns 0 or -1 with err set (https and paths refused) */
+int http_url_parse(const char *s, struct http_url *out, char *err, size_t errlen);
+/** sets TCP_NODELAY on a socket; returns 0 or -1 */
+int net_set_nodelay(int fd);
+/** writes the local "host:port" of a bound socket into out; returns 0 or -1 */
+int net_local_name(int fd, char *out, size_t outlen);
+/** binds an evhttp server to hp; writes the bound "host:port" (real port if 0 was asked) */
+int net_evhttp_bind(struct evhttp *http, const struct hostport *hp, char *bound, size_t boundlen,
+                    char *err, size_t errlen);
+
+#endif

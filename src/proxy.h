@@ -1,0 +1,30 @@
+/* proxy: the client-facing HTTP server that admits, queues, rejects and forwards.
+ *
+ * This is the I/O glue around the gate: it owns each exchange (one client request and, once
+ * admitted, one engine request), streams the engine's reply back chunk by chunk with
+ * backpressure, and releases the slot on every exit. See README "How a request flows". */
+#ifndef ADMIT_PROXY_H
+#define ADMIT_PROXY_H
+
+#include "admit/gate.h"
+#include "config.h"
+#include "metrics.h"
+
+#include <stddef.h>
+
+struct event_base;
+struct proxy;
+
+/** creates the proxy (gate, upstream pool, server) on base; does not bind yet */
+struct proxy *proxy_new(struct event_base *base, const struct cfg *cfg, struct metrics *m);
+/** binds the client listener; writes the bound "host:port" into bound; 0 or -1 with err */
+int proxy_bind(struct proxy *px, const struct hostport *hp, char *bound, size_t boundlen, char *err,
+               size_t errlen);
+/** current gate occupancy; returns NULL when there is no cap (N unset) */
+const struct gate_stats *proxy_gate_stats(struct proxy *px, struct gate_stats *st);
+/** number of exchanges alive (queued, in a slot, or passing through) */
+unsigned proxy_active(const struct proxy *px);
+/** aborts every exchange and frees everything */
+void proxy_free(struct proxy *px);
+
+#endif

@@ -1,0 +1,334 @@
+"""Integration test harness: real processes on ports chosen at run time.
+
+Every process is started in its own session and killed (with its group) when the test
+ends, passes or fails, including on an uncaught exception or a signal. Daemons are stopped
+with SIGTERM and must exit 0: under ASan that also proves nothing leaked.
+
+Tests print TAP ("ok N - name" / "not ok N - name") so meson shows each check.
+"""
+
+import atexit
+import http.client
+import json
+import os
+import re
+import signal
+import socket
+import struct
+import subprocess
+import sys
+import threading
+import time
+import traceback
+
+ADMITD = os.environ.get("ADMITD", "build/admitd")
+MOCK = os.environ.get("MOCK_ENGINE", "build/admit-mock-engine")
+
+_procs = []
+
+
+class Proc:
+    """A child process whose stderr is collected by a thread."""
+
+    def __init__(self, argv, env=None, ready=None, name=None):
+        self.name = name or os.path.basename(argv[0])
+        self.argv = argv
+        full_env = dict(os.environ)
+        full_env.update(env or {})
+        self.p = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                                  stderr=subprocess.PIPE, env=full_env, start_new_session=True)
+        self.lines = []
+        self._cv = threading.Condition()
+        self._t = threading.Thread(target=self._read, daemon=True)
+        self._t.start()
+        self._out = threading.Thread(target=self._drain_stdout, daemon=True)
+        self._out.start()
+        _procs.append(self)
+        self.match = None
+        if ready is not None:
+            self.match = self.wait_line(ready, 30)
+
+    def _read(self):
+        for raw in self.p.stderr:
+            line = raw.decode("utf-8", "replace").rstrip("\n")
+            if os.environ.get("HARNESS_VERBOSE"):
+                sys.stderr.write("[%s] %s\n" % (self.name, line))
+            with self._cv:
+                self.lines.append(line)
+                self._cv.notify_all()
+        with self._cv:
+            self._cv.notify_all()
+
+    def _drain_stdout(self):
+        self.stdout = self.p.stdout.read()
+
+    def wait_line(self, pattern, timeout):
+        rx = re.compile(pattern)
+        deadline = time.time() + timeout
+        seen = 0
+        with self._cv:
+            while True:
+                for line in self.lines[seen:]:
+                    m = rx.search(line)
+                    if m:
+                        return m
+                seen = len(self.lines)
+                if self.p.poll() is not None and not self._t.is_alive():
+                    raise AssertionError("%s exited (rc %s) before printing /%s/:\n%s" % (
+                        self.name, self.p.returncode, pattern, "\n".join(self.lines[-30:])))
+                left = deadline - time.time()
+                if left <= 0:
+                    raise AssertionError("%s did not print /%s/ in %ss:\n%s" % (
+                        self.name, pattern, timeout, "\n".join(self.lines[-30:])))
+                self._cv.wait(min(left, 0.2))
+
+    def stop(self, sig=signal.SIGTERM, timeout=20):
+        """Signals the process and returns its exit code (killing it after timeout)."""
+        if self.p.poll() is None:
+            self.p.send_signal(sig)
+            try:
+                self.p.wait(timeout)
+            except subprocess.TimeoutExpired:
+                os.killpg(self.p.pid, signal.SIGKILL)
+                self.p.wait()
+                raise AssertionError("%s did not exit within %ss of signal %d" %
+                                     (self.name, timeout, sig))
+        self._t.join(5)
+        if self in _procs:
+            _procs.remove(self)
+        return self.p.returncode
+
+    def stop_clean(self):
+        rc = self.stop()
+        if rc != 0:
+            raise AssertionError("%s exited %d; last lines:\n%s" %
+                                 (self.name, rc, "\n".join(self.lines[-40:])))
+
+    def kill(self):
+        if self.p.poll() is None:
+            os.killpg(self.p.pid, signal.SIGKILL)
+            self.p.wait()
+        if self in _procs:
+            _procs.remove(self)
+
+
+def _cleanup():
+    for pr in list(_procs):
+        try:
+            os.killpg(pr.p.pid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass
+
+
+atexit.register(_cleanup)
+signal.signal(signal.SIGTERM, lambda *a: sys.exit(1))
+
+
+def hostport(s):
+    host, port = s.rsplit(":", 1)
+    return host.strip("[]"), int(port)
+
+
+class Mock:
+    """admit-mock-engine on a free loopback port."""
+
+    def __init__(self, *args):
+        self.proc = Proc([MOCK, "--listen", "127.0.0.1:0"] + list(args),
+                         ready=r"listening on (\S+)", name="mock")
+        self.addr = hostport(self.proc.match.group(1))
+        self.url = "http://%s:%d" % self.addr
+
+    def metrics(self):
+        return scrape(self.addr)
+
+    def stop(self):
+        self.proc.stop_clean()
+
+
+class Admitd:
+    """admitd on free loopback ports in front of an upstream URL."""
+
+    def __init__(self, upstream, *args, env=None):
+        argv = [ADMITD, "--listen", "127.0.0.1:0", "--metrics-listen", "127.0.0.1:0",
+                "--upstream", upstream] + list(args)
+        self.proc = Proc(argv, env=env, ready=r"ready listen=(\S+) metrics=(\S+)", name="admitd")
+        self.addr = hostport(self.proc.match.group(1))
+        self.maddr = hostport(self.proc.match.group(2))
+
+    def metrics(self):
+        return scrape(self.maddr)
+
+    def stop(self):
+        self.proc.stop_clean()
+
+
+def scrape(addr):
+    """Returns {sample-with-labels: value} from a /metrics endpoint."""
+    status, _, body = request(addr, "GET", "/metrics")
+    assert status == 200, status
+    out = {}
+    for line in body.decode().splitlines():
+        if not line or line.startswith("#"):
+            continue
+        name, _, value = line.rpartition(" ")
+        out[name] = float(value)
+    return out
+
+
+def request(addr, method, path, body=None, headers=None, timeout=30):
+    """One HTTP request on a new connection: (status, headers dict, body bytes)."""
+    c = http.client.HTTPConnection(addr[0], addr[1], timeout=timeout)
+    try:
+        h = dict(headers or {})
+        if isinstance(body, (dict, list)):
+            body = json.dumps(body).encode()
+            h.setdefault("Content-Type", "application/json")
+        c.request(method, path, body=body, headers=h)
+        r = c.getresponse()
+        data = r.read()
+        return r.status, {k.lower(): v for k, v in r.getheaders()}, data
+    finally:
+        c.close()
+
+
+def chat_body(max_tokens=8, stream=True, content="hello there"):
+    return {"model": "mock-model", "stream": stream, "max_tokens": max_tokens,
+            "messages": [{"role": "user", "content": content}]}
+
+
+def raw_request_bytes(addr, path, body, extra=""):
+    data = json.dumps(body).encode()
+    return (("POST %s HTTP/1.1\r\nHost: %s:%d\r\nContent-Type: application/json\r\n"
+             "Content-Length: %d\r\n%s\r\n") % (path, addr[0], addr[1], len(data), extra)
+            ).encode() + data
+
+
+class RawClient:
+    """A client on a raw socket, for streaming reads, timing and abrupt hang-ups."""
+
+    def __init__(self, addr, timeout=30):
+        self.addr = addr
+        self.s = socket.create_connection(addr, timeout=timeout)
+        self.s.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        self.buf = b""
+
+    def send(self, data):
+        self.s.sendall(data)
+
+    def post(self, path, body, extra=""):
+        self.send(raw_request_bytes(self.addr, path, body, extra))
+
+    def _fill(self):
+        chunk = self.s.recv(65536)
+        if not chunk:
+            raise EOFError("connection closed")
+        self.buf += chunk
+
+    def read_head(self):
+        """Reads the status line and headers: (status, {lowercase name: value})."""
+        while b"\r\n\r\n" not in self.buf:
+            self._fill()
+        head, self.buf = self.buf.split(b"\r\n\r\n", 1)
+        lines = head.decode("latin-1").split("\r\n")
+        status = int(lines[0].split()[1])
+        hdrs = {}
+        for ln in lines[1:]:
+            k, _, v = ln.partition(":")
+            hdrs[k.strip().lower()] = v.strip()
+        return status, hdrs
+
+    def read_body(self, hdrs, on_data=None):
+        """Reads a Content-Length or chunked body; calls on_data(bytes, time) per piece.
+        Returns (body, complete) where complete is False if the stream was cut."""
+        body = b""
+        if "content-length" in hdrs:
+            n = int(hdrs["content-length"])
+            try:
+                while len(self.buf) < n:
+                    self._fill()
+            except (EOFError, ConnectionError):
+                return self.buf, False
+            body, self.buf = self.buf[:n], self.buf[n:]
+            if on_data:
+                on_data(body, time.monotonic())
+            return body, True
+        if hdrs.get("transfer-encoding", "").lower() != "chunked":
+            try:
+                while True:
+                    self._fill()
+            except (EOFError, ConnectionError):
+                return self.buf, True
+        try:
+            while True:
+                while b"\r\n" not in self.buf:
+                    self._fill()
+                line, rest = self.buf.split(b"\r\n", 1)
+                size = int(line.split(b";")[0], 16)
+                while len(rest) < size + 2:
+                    self._fill()
+                    line, rest = self.buf.split(b"\r\n", 1)
+                piece = rest[:size]
+                self.buf = rest[size + 2:]
+                if size == 0:
+                    return body, True
+                body += piece
+                if on_data:
+                    on_data(piece, time.monotonic())
+        except (EOFError, ConnectionError):
+            return body, False
+
+    def response(self, on_data=None):
+        status, hdrs = self.read_head()
+        body, complete = self.read_body(hdrs, on_data)
+        return status, hdrs, body, complete
+
+    def reset(self):
+        """Hangs up with an RST (SO_LINGER 0)."""
+        self.s.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+        self.s.close()
+
+    def close(self):
+        self.s.close()
+
+
+def wait_for(pred, timeout=10, what="condition"):
+    """Polls pred() until true; raises with what on timeout. Not a timing assertion: the
+    timeout only bounds a hung test."""
+    deadline = time.time() + timeout
+    last = None
+    while time.time() < deadline:
+        last = pred()
+        if last:
+            return last
+        time.sleep(0.02)
+    raise AssertionError("timed out waiting for %s (last: %r)" % (what, last))
+
+
+def error_message(body):
+    return json.loads(body)["error"]["message"]
+
+
+class Tap:
+    """Runs named checks and prints TAP; exits 1 if any failed."""
+
+    def __init__(self):
+        self.n = 0
+        self.failed = 0
+
+    def run(self, name, fn, *args):
+        self.n += 1
+        try:
+            fn(*args)
+            print("ok %d - %s" % (self.n, name), flush=True)
+        except Exception:  # noqa: BLE001 - every failure is reported, then the run goes on
+            self.failed += 1
+            print("not ok %d - %s" % (self.n, name), flush=True)
+            for line in traceback.format_exc().splitlines():
+                print("# " + line, flush=True)
+        finally:
+            for pr in list(_procs):
+                pr.kill()
+
+    def done(self):
+        print("1..%d" % self.n, flush=True)
+        sys.exit(1 if self.failed else 0)

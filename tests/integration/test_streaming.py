@@ -1,0 +1,131 @@
+"""Streaming end to end: SSE unbuffered, cancellation reaches the engine, broken streams."""
+
+import json
+import time
+
+from harness import (Admitd, Mock, RawClient, Tap, chat_body, request, wait_for)
+
+
+def test_sse_events_arrive_as_generated():
+    gap_ms, tokens = 100, 10
+    mock = Mock("--token-interval-ms", str(gap_ms), "--speedup-ratio", "0")
+    ad = Admitd(mock.url, "--engine-request-limit", "2")
+    c = RawClient(ad.addr)
+    c.post("/v1/chat/completions", chat_body(max_tokens=tokens))
+    arrivals = []
+    status, hdrs, body, complete = c.response(
+        on_data=lambda piece, t: arrivals.extend([t] * piece.count(b"data: ")))
+    assert status == 200 and complete
+    assert hdrs["content-type"].startswith("text/event-stream")
+    events = [e for e in body.split(b"\n\n") if e.startswith(b"data: ")]
+    assert events[-1] == b"data: [DONE]", events[-1]
+    # One chunk per token, each arriving on its own: a buffering proxy would deliver them
+    # together at the end. The spread is compared with the engine's own pacing, so a slow
+    # machine makes it larger, never smaller.
+    assert len(arrivals) >= tokens, arrivals
+    spread = arrivals[tokens - 1] - arrivals[0]
+    assert spread >= (tokens - 2) * gap_ms / 1000.0 * 0.8, spread
+    distinct = len({round(t, 3) for t in arrivals[:tokens]})
+    assert distinct >= tokens - 1, arrivals
+    ad.stop()
+    mock.stop()
+
+
+def test_non_streaming_and_completions():
+    mock = Mock("--speedup-ratio", "0")
+    ad = Admitd(mock.url, "--engine-request-limit", "2")
+    status, hdrs, body = request(ad.addr, "POST", "/v1/chat/completions",
+                                 chat_body(max_tokens=5, stream=False))
+    assert status == 200, body
+    obj = json.loads(body)
+    assert obj["usage"]["completion_tokens"] == 5, obj
+    assert obj["choices"][0]["message"]["content"], obj
+    status, _, body = request(ad.addr, "POST", "/v1/completions?x=1",
+                              {"model": "m", "prompt": "hi", "max_tokens": 3})
+    assert status == 200 and json.loads(body)["usage"]["completion_tokens"] == 3, body
+    # The engine's own 4xx passes through untouched.
+    status, _, body = request(ad.addr, "POST", "/v1/chat/completions", b"{not json",
+                              headers={"Content-Type": "application/json"})
+    assert status == 400, status
+    status, _, _ = request(ad.addr, "GET", "/no/such/path")
+    assert status == 404
+    ad.stop()
+    mock.stop()
+
+
+def test_client_leaving_mid_stream_cancels_the_engine():
+    mock = Mock("--token-interval-ms", "30")
+    ad = Admitd(mock.url, "--engine-request-limit", "1", "--request-queue-limit", "2")
+    a = RawClient(ad.addr)
+    a.post("/v1/chat/completions", chat_body(max_tokens=1000))
+    status, hdrs = a.read_head()
+    assert status == 200
+    b = RawClient(ad.addr)
+    b.post("/v1/chat/completions", chat_body(max_tokens=3))
+    wait_for(lambda: ad.metrics()["dynamo_request_queue"] == 1, what="b queued")
+    a.reset()
+    # The engine sees the cancel and stops; the slot goes to b at once.
+    wait_for(lambda: mock.metrics()["admit_mock_requests_cancelled_total"] == 1,
+             what="engine saw the cancel")
+    status, _, body, complete = b.response()
+    assert status == 200 and complete
+    m = wait_for(lambda: (lambda x: x if x["dynamo_engine_request"] == 0 else None)(
+        ad.metrics()), what="slot released")
+    assert m['admitd_client_cancellations_total{stage="streaming"}'] == 1, m
+    assert mock.metrics()["admit_mock_requests_in_flight"] == 0
+    ad.stop()
+    mock.stop()
+
+
+def test_client_leaving_before_first_byte_cancels_the_engine():
+    mock = Mock("--token-interval-ms", "30")
+    ad = Admitd(mock.url, "--engine-request-limit", "1")
+    a = RawClient(ad.addr)
+    a.post("/v1/chat/completions", chat_body(max_tokens=1000, stream=False))
+    wait_for(lambda: mock.metrics()["admit_mock_requests_in_flight"] == 1, what="engine busy")
+    a.close()
+    wait_for(lambda: mock.metrics()["admit_mock_requests_cancelled_total"] == 1,
+             what="engine saw the cancel")
+    m = wait_for(lambda: (lambda x: x if x["dynamo_engine_request"] == 0 else None)(
+        ad.metrics()), what="slot released")
+    assert m['admitd_client_cancellations_total{stage="waiting"}'] == 1, m
+    ad.stop()
+    mock.stop()
+
+
+def test_engine_dying_mid_stream_is_an_error_not_a_clean_end():
+    mock = Mock("--token-interval-ms", "50")
+    ad = Admitd(mock.url, "--engine-request-limit", "1")
+    c = RawClient(ad.addr)
+    c.post("/v1/chat/completions", chat_body(max_tokens=1000))
+    seen = []
+    status, hdrs = c.read_head()
+    assert status == 200
+
+    def on_data(piece, t):
+        seen.append(piece)
+        if len(seen) == 3:
+            mock.proc.kill()
+
+    body, complete = c.read_body(hdrs, on_data)
+    assert not complete, "the stream ended cleanly although the engine died"
+    assert b"event: error" in body and b"Bad gateway" in body, body[-300:]
+    assert b"[DONE]" not in body
+    m = wait_for(lambda: (lambda x: x if x["dynamo_engine_request"] == 0 else None)(
+        ad.metrics()), what="slot released")
+    assert m['admitd_requests_total{outcome="upstream_error"}'] == 1, m
+    assert m['admitd_upstream_errors_total{kind="broken"}'] == 1, m
+    ad.stop()
+
+
+if __name__ == "__main__":
+    tap = Tap()
+    tap.run("SSE events arrive as the engine emits them", test_sse_events_arrive_as_generated)
+    tap.run("non-streaming chat and completions pass through", test_non_streaming_and_completions)
+    tap.run("a client leaving mid-stream cancels the engine and frees the slot",
+            test_client_leaving_mid_stream_cancels_the_engine)
+    tap.run("a client leaving before the first byte cancels the engine",
+            test_client_leaving_before_first_byte_cancels_the_engine)
+    tap.run("an engine dying mid-stream gives the client an error, not a clean end",
+            test_engine_dying_mid_stream_is_an_error_not_a_clean_end)
+    tap.done()
