@@ -50,7 +50,7 @@ static const struct opt opts[] = {
     {"upstream-keepalive", "ADMITD_UPSTREAM_KEEPALIVE", K_UINT, OFF(upstream_keepalive), 0, 100000,
      "64", "idle keep-alive connections to the engine kept for reuse"},
     {"stream-buffer-bytes", "ADMITD_STREAM_BUFFER_BYTES", K_UINT, OFF(stream_buffer_bytes), 4096,
-     1073741824, "1048576", "unsent reply bytes per client above which the engine is not read"},
+     1073741824, "262144", "unsent reply bytes per client above which the engine is not read"},
     {"health-path", "ADMITD_HEALTH_PATH", K_PATH, OFF(health_path), 0, 0, "/health",
      "engine path probed for /ready"},
     {"health-interval-ms", "ADMITD_HEALTH_INTERVAL_MS", K_UINT, OFF(health_interval_ms), 10,

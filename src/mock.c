@@ -448,6 +448,9 @@ static void render_metrics(const struct mock_engine *e, struct buf *out)
     global_family(out, "admit_mock_requests_in_flight", "gauge",
                   "Generation requests running or waiting, over all ranks",
                   (double) e->running_total + waiting);
+    global_family(out, "admit_mock_connections_total", "counter",
+                  "Client connections accepted (shows whether a proxy reuses them)",
+                  (double) e->connections_total);
     global_family(out, "admit_mock_max_num_batched_tokens", "gauge",
                   "Configured --max-num-batched-tokens", e->o.max_num_batched_tokens);
 }
@@ -501,6 +504,18 @@ static void mock_on_request(struct evhttp_request *req, void *arg)
 
 /* ---- lifecycle ---- */
 
+/* evhttp asks for a bufferevent once per accepted connection: the one place to count them. */
+static struct bufferevent *mock_on_connection(struct event_base *base, void *arg)
+{
+    struct mock_engine *e = arg;
+    struct bufferevent *bev = bufferevent_socket_new(base, -1, BEV_OPT_CLOSE_ON_FREE);
+
+    if (bev == NULL)
+        fatal("bufferevent_socket_new failed");
+    e->connections_total++;
+    return bev;
+}
+
 struct mock_engine *mock_engine_new(struct event_base *base, const struct mock_opts *o)
 {
     struct mock_engine *e = xcalloc(1, sizeof *e);
@@ -536,6 +551,7 @@ struct mock_engine *mock_engine_new(struct event_base *base, const struct mock_o
     evhttp_set_default_content_type(e->http, NULL);
     evhttp_set_max_body_size(e->http, MOCK_MAX_BODY_BYTES);
     evhttp_set_gencb(e->http, mock_on_request, e);
+    evhttp_set_bevcb(e->http, mock_on_connection, e);
     return e;
 }
 

@@ -43,6 +43,7 @@ struct mock_engine {
     unsigned running_peak;    /* highest running_total ever */
     uint64_t requests_total;  /* generation requests received, valid or not */
     uint64_t cancelled_total; /* clients that left before the end */
+    uint64_t connections_total; /* client connections accepted */
     uint64_t next_id;
     long long started; /* Unix time of creation, the "created" of the served model */
 };

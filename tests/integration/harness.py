@@ -158,6 +158,21 @@ class Admitd:
     def metrics(self):
         return scrape(self.maddr)
 
+    def wait_idle(self):
+        """Waits until no request holds a slot; returns the metrics seen then."""
+        return wait_for(lambda: (lambda m: m if m["dynamo_engine_request"] == 0 else None)(
+            self.metrics()), what="dynamo_engine_request back to 0")
+
+    def fill(self, count, queued, max_tokens=40):
+        """Opens count long streaming requests and waits until queued of them wait in the
+        queue. Returns the clients (close them to let go)."""
+        holders = [RawClient(self.addr) for _ in range(count)]
+        for h in holders:
+            h.post("/v1/chat/completions", chat_body(max_tokens=max_tokens))
+        wait_for(lambda: self.metrics()["dynamo_request_queue"] == queued,
+                 what="%d requests queued" % queued)
+        return holders
+
     def stop(self):
         self.proc.stop_clean()
 

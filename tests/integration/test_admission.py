@@ -69,8 +69,7 @@ def test_burst_gets_exactly_n_plus_q():
     engine = mock.metrics()
     assert engine["admit_mock_requests_running_peak"] == n, engine
     assert engine["admit_mock_requests_total"] == n + q, engine
-    m = wait_for(lambda: (lambda x: x if x["dynamo_engine_request"] == 0 else None)(
-        ad.metrics()), what="engine gauge back to 0")
+    m = ad.wait_idle()
     assert m["dynamo_rejection_request_total"] == len(rejected), m
     assert m["dynamo_request_queue"] == 0, m
     assert m['admitd_requests_total{outcome="ok"}'] == n + q, m
@@ -84,10 +83,7 @@ def test_burst_gets_exactly_n_plus_q():
 def test_rejection_keeps_connection_usable():
     mock = Mock("--token-interval-ms", "50")
     ad = Admitd(mock.url, "--engine-request-limit", "1", "--request-queue-limit", "2")
-    holders = [RawClient(ad.addr) for _ in range(3)]
-    for h in holders:
-        h.post("/v1/chat/completions", chat_body(max_tokens=40))
-    wait_for(lambda: ad.metrics()["dynamo_request_queue"] == 2, what="queue full")
+    holders = ad.fill(3, queued=2, max_tokens=40)
     c = RawClient(ad.addr)
     c.post("/v1/chat/completions", chat_body())
     status, hdrs, body, complete = c.response()
@@ -149,10 +145,7 @@ def test_overload_status_code_env():
     for env, want in (("503", 503), ("99", 529), ("abc", 529), ("", 529), ("429", 429)):
         ad = Admitd(mock.url, "--engine-request-limit", "1", "--request-queue-limit", "2",
                     env={"DYN_HTTP_OVERLOAD_STATUS_CODE": env})
-        holders = [RawClient(ad.addr) for _ in range(3)]
-        for h in holders:
-            h.post("/v1/chat/completions", chat_body(max_tokens=20))
-        wait_for(lambda: ad.metrics()["dynamo_request_queue"] == 2, what="queue full")
+        holders = ad.fill(3, queued=2, max_tokens=20)
         status, hdrs, body = request(ad.addr, "POST", "/v1/chat/completions", chat_body())
         assert status == want, (env, status)
         assert error_message(body) == OVERLOAD_MSG
@@ -165,10 +158,7 @@ def test_overload_status_code_env():
 def test_get_passes_through_a_full_gate():
     mock = Mock("--token-interval-ms", "50")
     ad = Admitd(mock.url, "--engine-request-limit", "1", "--request-queue-limit", "2")
-    holders = [RawClient(ad.addr) for _ in range(3)]
-    for h in holders:
-        h.post("/v1/chat/completions", chat_body(max_tokens=40))
-    wait_for(lambda: ad.metrics()["dynamo_request_queue"] == 2, what="queue full")
+    holders = ad.fill(3, queued=2, max_tokens=40)
     for path in ("/v1/models", "/health"):
         status, _, _ = request(ad.addr, "GET", path)
         assert status == 200, (path, status)

@@ -50,8 +50,7 @@ def test_engine_killed_with_queue_then_back():
     results = [c.response() for c in clients]
     assert results[0][0] == 200 and not results[0][3], results[0][:2]
     assert [r[0] for r in results[1:]] == [503, 503], [r[0] for r in results]
-    m = wait_for(lambda: (lambda x: x if x["dynamo_engine_request"] == 0 else None)(
-        ad.metrics()), what="slots free")
+    m = ad.wait_idle()
     assert m["dynamo_request_queue"] == 0, m
     wait_for(lambda: request(ad.maddr, "GET", "/ready")[0] == 503, what="not ready")
     ad.stop()

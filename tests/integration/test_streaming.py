@@ -53,6 +53,23 @@ def test_non_streaming_and_completions():
     mock.stop()
 
 
+def test_engine_connections_are_reused():
+    mock = Mock("--speedup-ratio", "0")
+    ad = Admitd(mock.url, "--engine-request-limit", "2", "--health-interval-ms", "60000")
+    for i in range(40):
+        stream = i % 2 == 0
+        status, _, body = request(ad.addr, "POST", "/v1/chat/completions",
+                                  chat_body(max_tokens=3, stream=stream))
+        assert status == 200, body
+    # 40 requests one after another: one engine connection serves them all (keep-alive);
+    # the readiness probe and this scrape have one each. Without reuse it would be 42.
+    engine = mock.metrics()
+    assert engine["admit_mock_requests_total"] == 40, engine
+    assert engine["admit_mock_connections_total"] <= 3, engine
+    ad.stop()
+    mock.stop()
+
+
 def test_client_leaving_mid_stream_cancels_the_engine():
     mock = Mock("--token-interval-ms", "30")
     ad = Admitd(mock.url, "--engine-request-limit", "1", "--request-queue-limit", "2")
@@ -69,8 +86,7 @@ def test_client_leaving_mid_stream_cancels_the_engine():
              what="engine saw the cancel")
     status, _, body, complete = b.response()
     assert status == 200 and complete
-    m = wait_for(lambda: (lambda x: x if x["dynamo_engine_request"] == 0 else None)(
-        ad.metrics()), what="slot released")
+    m = ad.wait_idle()
     assert m['admitd_client_cancellations_total{stage="streaming"}'] == 1, m
     assert mock.metrics()["admit_mock_requests_in_flight"] == 0
     ad.stop()
@@ -86,8 +102,7 @@ def test_client_leaving_before_first_byte_cancels_the_engine():
     a.close()
     wait_for(lambda: mock.metrics()["admit_mock_requests_cancelled_total"] == 1,
              what="engine saw the cancel")
-    m = wait_for(lambda: (lambda x: x if x["dynamo_engine_request"] == 0 else None)(
-        ad.metrics()), what="slot released")
+    m = ad.wait_idle()
     assert m['admitd_client_cancellations_total{stage="waiting"}'] == 1, m
     ad.stop()
     mock.stop()
@@ -111,8 +126,7 @@ def test_engine_dying_mid_stream_is_an_error_not_a_clean_end():
     assert not complete, "the stream ended cleanly although the engine died"
     assert b"event: error" in body and b"Bad gateway" in body, body[-300:]
     assert b"[DONE]" not in body
-    m = wait_for(lambda: (lambda x: x if x["dynamo_engine_request"] == 0 else None)(
-        ad.metrics()), what="slot released")
+    m = ad.wait_idle()
     assert m['admitd_requests_total{outcome="upstream_error"}'] == 1, m
     assert m['admitd_upstream_errors_total{kind="broken"}'] == 1, m
     ad.stop()
@@ -122,6 +136,7 @@ if __name__ == "__main__":
     tap = Tap()
     tap.run("SSE events arrive as the engine emits them", test_sse_events_arrive_as_generated)
     tap.run("non-streaming chat and completions pass through", test_non_streaming_and_completions)
+    tap.run("engine connections are kept alive and reused", test_engine_connections_are_reused)
     tap.run("a client leaving mid-stream cancels the engine and frees the slot",
             test_client_leaving_mid_stream_cancels_the_engine)
     tap.run("a client leaving before the first byte cancels the engine",
