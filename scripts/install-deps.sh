@@ -5,7 +5,7 @@ set -euo pipefail
 
 pkgs=(meson ninja-build pkg-config cmake gcc libc6-dev
       libevent-dev libnng-dev libyaml-dev libjansson-dev libcmocka-dev
-      python3 curl nng-utils)
+      python3 curl nng-utils clang-format)
 
 missing=()
 for p in "${pkgs[@]}"; do

@@ -314,8 +314,7 @@ static int gen_parse(const struct mock_engine *e, const json_t *body, enum mock_
     return 0;
 }
 
-static void handle_generation(struct mock_engine *e, struct evhttp_request *req,
-                              enum mock_api api)
+static void handle_generation(struct mock_engine *e, struct evhttp_request *req, enum mock_api api)
 {
     struct evbuffer *in = evhttp_request_get_input_buffer(req);
     size_t len = evbuffer_get_length(in);
@@ -434,8 +433,8 @@ static void render_metrics(const struct mock_engine *e, struct buf *out)
         waiting += e->ranks[i].nwaiting;
     }
     buf_free(&l);
-    rank_family(out, e, "vllm:prompt_tokens_total", "counter", "Number of prefill tokens processed.",
-                RS_PROMPT);
+    rank_family(out, e, "vllm:prompt_tokens_total", "counter",
+                "Number of prefill tokens processed.", RS_PROMPT);
     rank_family(out, e, "vllm:generation_tokens_total", "counter",
                 "Number of generation tokens processed.", RS_GENERATION);
     global_family(out, "admit_mock_requests_running_peak", "gauge",
@@ -497,7 +496,10 @@ static void mock_on_request(struct evhttp_request *req, void *arg)
         handle_metrics(e, req);
     } else {
         snprintf(msg, sizeof msg, "no route for %s %.100s",
-                 cmd == EVHTTP_REQ_POST ? "POST" : cmd == EVHTTP_REQ_HEAD ? "HEAD" : "GET", path);
+                 cmd == EVHTTP_REQ_POST   ? "POST"
+                 : cmd == EVHTTP_REQ_HEAD ? "HEAD"
+                                          : "GET",
+                 path);
         reply_error(req, 404, "not_found_error", msg);
     }
 }

@@ -11,9 +11,9 @@
 #define PREFILL_C 16.50142
 
 /* Dynamo mocker's decode fit: one step as a function of KV cache fill, in ms. */
-#define DECODE_A (-25.74)
-#define DECODE_B 54.01
-#define DECODE_C 5.74
+#define DECODE_A      (-25.74)
+#define DECODE_B      54.01
+#define DECODE_C      5.74
 #define DECODE_MIN_MS 1.0
 
 double mock_prefill_ms(unsigned prompt_tokens, double speedup)
@@ -78,7 +78,8 @@ static unsigned content_tokens(const json_t *content)
         return string_tokens(content);
     if (!json_is_array(content))
         return 0;
-    json_array_foreach (content, i, part) {
+    json_array_foreach(content, i, part)
+    {
         const json_t *type = json_object_get(part, "type");
         const json_t *text = json_object_get(part, "text");
 
@@ -100,7 +101,8 @@ static unsigned chat_tokens(const json_t *body)
 
     if (!json_is_array(messages))
         return 0;
-    json_array_foreach (messages, i, msg) {
+    json_array_foreach(messages, i, msg)
+    {
         if (!json_is_object(msg))
             continue;
         n = sat_add(n, MOCK_CHAT_MESSAGE_OVERHEAD);
@@ -123,7 +125,8 @@ static unsigned prompt_item_tokens(const json_t *item)
         return 1;
     if (!json_is_array(item))
         return 0;
-    json_array_foreach (item, i, id) {
+    json_array_foreach(item, i, id)
+    {
         if (json_is_integer(id))
             n = sat_add(n, 1);
     }
@@ -141,8 +144,7 @@ static unsigned completion_tokens(const json_t *body)
         return string_tokens(prompt);
     if (!json_is_array(prompt))
         return 0;
-    json_array_foreach (prompt, i, item)
-        n = sat_add(n, prompt_item_tokens(item));
+    json_array_foreach(prompt, i, item) n = sat_add(n, prompt_item_tokens(item));
     return n;
 }
 

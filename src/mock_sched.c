@@ -119,7 +119,8 @@ static double mreq_step_ms(const struct mreq *m)
 static void sse_head(const struct mreq *m, struct evbuffer *b)
 {
     evbuffer_add_printf(b, "data: {\"id\":\"%s\",\"object\":\"%s\",\"created\":%lld,\"model\":%s,",
-                        m->id, m->api == MOCK_API_CHAT ? "chat.completion.chunk" : "text_completion",
+                        m->id,
+                        m->api == MOCK_API_CHAT ? "chat.completion.chunk" : "text_completion",
                         m->created, m->model_json);
 }
 
@@ -146,8 +147,8 @@ static void mreq_emit_token(struct mreq *m)
 {
     struct mock_rank *r = m->rank;
     unsigned tok = m->generated++;
-    unsigned ctx = m->prompt_tokens > UINT_MAX - m->generated ? UINT_MAX
-                                                              : m->prompt_tokens + m->generated;
+    unsigned ctx =
+        m->prompt_tokens > UINT_MAX - m->generated ? UINT_MAX : m->prompt_tokens + m->generated;
     unsigned blocks = mock_blocks_for(ctx, m->e->o.block_size);
     struct evbuffer *b = m->e->scratch;
 
@@ -208,9 +209,9 @@ static void mreq_reply_full(struct mreq *m)
     for (unsigned i = 0; i < m->generated; i++)
         buf_printf(&text, "tok%u ", i);
     if (m->api == MOCK_API_CHAT)
-        choice = json_pack("{s:i, s:{s:s, s:s%}, s:n, s:s}", "index", 0, "message", "role",
-                           "assistant", "content", text.data, text.len, "logprobs",
-                           "finish_reason", "length");
+        choice =
+            json_pack("{s:i, s:{s:s, s:s%}, s:n, s:s}", "index", 0, "message", "role", "assistant",
+                      "content", text.data, text.len, "logprobs", "finish_reason", "length");
     else
         choice = json_pack("{s:i, s:s%, s:n, s:s}", "index", 0, "text", text.data, text.len,
                            "logprobs", "finish_reason", "length");
@@ -231,8 +232,7 @@ static void mreq_finish(struct mreq *m)
     struct mock_engine *e = m->e;
     struct mock_rank *r = m->rank;
 
-    log_debug("%s: done, %u prompt + %u generated tokens", m->id, m->prompt_tokens,
-              m->generated);
+    log_debug("%s: done, %u prompt + %u generated tokens", m->id, m->prompt_tokens, m->generated);
     /* From here the reply belongs to evhttp. The connection is keep-alive, so its close
      * callback must not outlive this request with a dangling argument. */
     cwatch_free(m->watch);

@@ -36,13 +36,13 @@ struct mock_engine {
     struct event_base *base;
     struct evhttp *http;
     struct mock_opts o;
-    struct mock_rank *ranks; /* o.data_parallel_size of them */
-    unsigned next_rank;      /* round robin cursor */
-    struct evbuffer *scratch; /* one SSE event at a time, handed to evhttp */
-    unsigned running_total;   /* over all ranks */
-    unsigned running_peak;    /* highest running_total ever */
-    uint64_t requests_total;  /* generation requests received, valid or not */
-    uint64_t cancelled_total; /* clients that left before the end */
+    struct mock_rank *ranks;    /* o.data_parallel_size of them */
+    unsigned next_rank;         /* round robin cursor */
+    struct evbuffer *scratch;   /* one SSE event at a time, handed to evhttp */
+    unsigned running_total;     /* over all ranks */
+    unsigned running_peak;      /* highest running_total ever */
+    uint64_t requests_total;    /* generation requests received, valid or not */
+    uint64_t cancelled_total;   /* clients that left before the end */
     uint64_t connections_total; /* client connections accepted */
     uint64_t next_id;
     long long started; /* Unix time of creation, the "created" of the served model */
@@ -54,8 +54,8 @@ struct mock_gen {
     int stream;
     int include_usage;
     unsigned prompt_tokens;
-    unsigned max_tokens;     /* 1..MOCK_MAX_TOKENS_CAP */
-    const char *model;       /* echoed back; the engine copies it */
+    unsigned max_tokens; /* 1..MOCK_MAX_TOKENS_CAP */
+    const char *model;   /* echoed back; the engine copies it */
 };
 
 /** answers req with status code and the JSON value j (which it releases); no body for HEAD */

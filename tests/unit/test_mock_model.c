@@ -76,14 +76,13 @@ static void test_prompt_tokens_shapes(void **state)
 {
     (void) state;
     /* Chat: 4 per message plus ceil(bytes/4) of its text. */
-    assert_int_equal(count("{\"messages\":[{\"role\":\"user\",\"content\":\"12345678\"}]}",
-                           MOCK_API_CHAT),
-                     4 + 2);
     assert_int_equal(
-        count("{\"messages\":[{\"content\":[{\"type\":\"text\",\"text\":\"abcd\"},"
-              "{\"type\":\"image_url\",\"text\":\"ignored\"},{\"text\":\"xy\"}]}]}",
-              MOCK_API_CHAT),
-        4 + 1 + 1);
+        count("{\"messages\":[{\"role\":\"user\",\"content\":\"12345678\"}]}", MOCK_API_CHAT),
+        4 + 2);
+    assert_int_equal(count("{\"messages\":[{\"content\":[{\"type\":\"text\",\"text\":\"abcd\"},"
+                           "{\"type\":\"image_url\",\"text\":\"ignored\"},{\"text\":\"xy\"}]}]}",
+                           MOCK_API_CHAT),
+                     4 + 1 + 1);
     /* Completions: text, token ids (exact), lists of token ids. */
     assert_int_equal(count("{\"prompt\":\"abcdefgh\"}", MOCK_API_COMPLETIONS), 2);
     assert_int_equal(count("{\"prompt\":[1,2,3,4,5]}", MOCK_API_COMPLETIONS), 5);
