@@ -48,9 +48,9 @@ def one(addr, i, max_tokens, go, out):
     out[i] = res
 
 
-def scrape(maddr):
+def scrape(maddr, path="/metrics"):
     c = http.client.HTTPConnection(*maddr, timeout=10)
-    c.request("GET", "/metrics")
+    c.request("GET", path)
     text = c.getresponse().read().decode()
     c.close()
     return text
@@ -78,14 +78,18 @@ def main():
                for i in range(a.count)]
     for t in threads:
         t.start()
-    peak = {"engine": 0.0, "queue": 0.0}
+    peak = {"engine": 0.0, "queue": 0.0, "load": None}
     done = threading.Event()
 
     def sampler():
         while not done.is_set():
             text = scrape(maddr)
-            peak["engine"] = max(peak["engine"], value(text, "dynamo_engine_request"))
-            peak["queue"] = max(peak["queue"], value(text, "dynamo_request_queue"))
+            engine = value(text, "dynamo_engine_request")
+            queue = value(text, "dynamo_request_queue")
+            if engine + queue > peak["engine"] + peak["queue"] or peak["load"] is None:
+                peak["load"] = scrape(maddr, "/load")
+            peak["engine"] = max(peak["engine"], engine)
+            peak["queue"] = max(peak["queue"], queue)
             time.sleep(0.02)
 
     s = threading.Thread(target=sampler)
@@ -121,6 +125,12 @@ def main():
         admitted, queued, rejected, other))
     print("peak seen in /metrics: dynamo_engine_request %d, dynamo_request_queue %d\n" % (
         peak["engine"], peak["queue"]))
+    if peak["load"]:
+        ranks = json.loads(peak["load"])["ranks"]
+        print("load message at the peak (what routers receive on the publisher):")
+        for r in ranks:
+            print("  kv_metrics " + json.dumps(r, separators=(",", ":")))
+        print()
     text = scrape(maddr)
     for line in text.splitlines():
         if line.startswith(("dynamo_", "admitd_requests_total", "admitd_engine_request_limit",

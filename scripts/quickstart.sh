@@ -26,7 +26,7 @@ else
     engine=(--mock-engine)
 fi
 build-release/admitd "${engine[@]}" --engine-request-limit "$N" --request-queue-limit "$Q" \
-    --listen 127.0.0.1:0 --metrics-listen 127.0.0.1:0 2>"$log" &
+    --listen 127.0.0.1:0 --metrics-listen 127.0.0.1:0 --publish tcp://127.0.0.1:0 2>"$log" &
 pid=$!
 trap 'kill "$pid" 2>/dev/null; wait "$pid" 2>/dev/null; rm -f "$log"' EXIT
 

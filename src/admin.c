@@ -1,7 +1,7 @@
-/* admin: /metrics in Prometheus text format, liveness and readiness. */
+/* admin: /metrics in Prometheus text format, /load as JSON, liveness and readiness. */
 #include "admin.h"
 #include "httputil.h"
-#include "proxy.h"
+#include "prom.h"
 #include "xmalloc.h"
 
 #include <event2/buffer.h>
@@ -12,10 +12,8 @@
 
 struct admin {
     struct evhttp *http;
-    struct proxy *px;
-    struct metrics *m;
-    const char *version;
-    struct buf scratch; /* reused across scrapes */
+    struct admin_hooks hooks;
+    struct buf scratch; /* reused across requests */
 };
 
 static void reply(struct evhttp_request *req, int status, const char *ctype, const char *body,
@@ -31,45 +29,45 @@ static void reply(struct evhttp_request *req, int status, const char *ctype, con
     evbuffer_free(b);
 }
 
+static int is_path(const char *uri, const char *path)
+{
+    size_t n = strlen(path);
+
+    return strncmp(uri, path, n) == 0 && (uri[n] == '\0' || uri[n] == '?');
+}
+
 static void on_admin_request(struct evhttp_request *req, void *arg)
 {
     struct admin *a = arg;
     const char *uri = evhttp_request_get_uri(req);
-    size_t plen = strcspn(uri, "?");
 
-    if (plen == 8 && strncmp(uri, "/metrics", 8) == 0) {
-        struct gate_stats st;
-        struct metrics_view v = {a->m, proxy_gate_stats(a->px, &st), a->version};
-
-        buf_reset(&a->scratch);
-        metrics_render(&v, &a->scratch);
+    buf_reset(&a->scratch);
+    if (is_path(uri, "/metrics")) {
+        a->hooks.metrics(a->hooks.arg, &a->scratch);
         reply(req, 200, PROM_CONTENT_TYPE, a->scratch.data, a->scratch.len);
-    } else if (plen == 7 && strncmp(uri, "/health", 7) == 0) {
+    } else if (is_path(uri, "/load")) {
+        a->hooks.load(a->hooks.arg, &a->scratch);
+        reply(req, 200, "application/json", a->scratch.data, a->scratch.len);
+    } else if (is_path(uri, "/health")) {
         reply(req, 200, "application/json", "{\"status\":\"ok\"}\n", 16);
-    } else if (plen == 6 && strncmp(uri, "/ready", 6) == 0) {
-        if (a->m->engine_ready)
+    } else if (is_path(uri, "/ready")) {
+        if (a->hooks.ready(a->hooks.arg))
             reply(req, 200, "application/json", "{\"status\":\"ready\"}\n", 19);
         else
             reply(req, 503, "application/json",
                   "{\"status\":\"not ready\",\"reason\":\"engine not answering\"}\n", 55);
     } else {
-        struct buf b;
-
-        buf_init(&b);
-        httpu_error_json(&b, 404, "not_found_error", "Not found: try /metrics, /health or /ready");
-        reply(req, 404, "application/json", b.data, b.len);
-        buf_free(&b);
+        httpu_error_json(&a->scratch, 404, "not_found_error",
+                         "Not found: try /metrics, /load, /health or /ready");
+        reply(req, 404, "application/json", a->scratch.data, a->scratch.len);
     }
 }
 
-struct admin *admin_new(struct event_base *base, struct proxy *px, struct metrics *m,
-                        const char *version)
+struct admin *admin_new(struct event_base *base, const struct admin_hooks *hooks)
 {
     struct admin *a = xcalloc(1, sizeof *a);
 
-    a->px = px;
-    a->m = m;
-    a->version = version;
+    a->hooks = *hooks;
     buf_init(&a->scratch);
     a->http = evhttp_new(base);
     if (a->http == NULL)

@@ -1,22 +1,28 @@
-/* admin: the metrics listener (/metrics, /health, /ready).
+/* admin: the metrics listener (/metrics, /load, /health, /ready).
  *
  * Kept apart from the client listener so that scrapes and probes never queue behind client
- * traffic and can be firewalled separately. Read-only. */
+ * traffic and can be firewalled separately. Read-only. What each page shows comes from
+ * hooks, so this module knows HTTP and nothing of the proxy. */
 #ifndef ADMIT_ADMIN_H
 #define ADMIT_ADMIN_H
 
-#include "metrics.h"
+#include "buf.h"
 #include "netaddr.h"
 
 #include <stddef.h>
 
 struct event_base;
-struct proxy;
 struct admin;
 
-/** creates the listener's server; px supplies live gate occupancy */
-struct admin *admin_new(struct event_base *base, struct proxy *px, struct metrics *m,
-                        const char *version);
+struct admin_hooks {
+    void (*metrics)(void *arg, struct buf *out); /* Prometheus text */
+    void (*load)(void *arg, struct buf *out);    /* the load snapshot as JSON */
+    int (*ready)(void *arg);                     /* 1 when the engine answers */
+    void *arg;
+};
+
+/** creates the listener's server */
+struct admin *admin_new(struct event_base *base, const struct admin_hooks *hooks);
 /** binds it; writes the bound "host:port" into bound; 0 or -1 with err */
 int admin_bind(struct admin *a, const struct hostport *hp, char *bound, size_t boundlen, char *err,
                size_t errlen);

@@ -9,7 +9,19 @@
 #include <string.h>
 #include <strings.h>
 
-enum opt_kind { K_UINT, K_HOSTPORT, K_URL, K_STATUS, K_LOGLEVEL, K_PATH, K_BOOL };
+enum opt_kind {
+    K_UINT,
+    K_HOSTPORT,
+    K_URL,
+    K_STATUS,
+    K_LOGLEVEL,
+    K_PATH,
+    K_BOOL,
+    K_PUBURL,
+    K_ID,
+    K_URLPATH,
+    K_RATIO
+};
 
 struct opt {
     const char *flag; /* long flag without dashes */
@@ -59,6 +71,25 @@ static const struct opt opts[] = {
      "error, warn, info or debug"},
     {"mock-engine", "ADMITD_MOCK_ENGINE", K_BOOL, OFF(mock_engine), 0, 0, "0",
      "start the built-in mock engine on a free loopback port and use it as the upstream"},
+    {"publish", "ADMITD_PUBLISH", K_PUBURL, OFF(publish), 0, 0, "tcp://0.0.0.0:5557",
+     "nng PUB URL load messages are published on (tcp://HOST:PORT, ipc:///PATH, or none)"},
+    {"worker-id", "ADMITD_WORKER_ID", K_ID, OFF(worker_id), 0, 0, NULL,
+     "worker id in load messages (default: hostname:port of --listen)"},
+    {"heartbeat-ms", "ADMITD_HEARTBEAT_MS", K_UINT, OFF(heartbeat_ms), 10, 3600000, "1000",
+     "republish the load this often even when nothing changed"},
+    {"engine-metrics-url", "ADMITD_ENGINE_METRICS_URL", K_URLPATH, OFF(engine_metrics), 0, 0, NULL,
+     "the engine's Prometheus metrics (default: the upstream + /metrics)"},
+    {"engine-metrics-interval-ms", "ADMITD_ENGINE_METRICS_INTERVAL_MS", K_UINT,
+     OFF(engine_metrics_interval_ms), 10, 3600000, "100", "how often the engine is scraped"},
+    {"block-size", "ADMITD_BLOCK_SIZE", K_UINT, OFF(block_size), 1, 1048576, "16",
+     "KV block size in tokens, when the engine does not report it"},
+    {"max-num-batched-tokens", "ADMITD_MAX_NUM_BATCHED_TOKENS", K_UINT, OFF(max_num_batched_tokens),
+     0, 1000000000, "0",
+     "the engine's per-step token budget, when it does not report it (0 = unknown)"},
+    {"data-parallel-size", "ADMITD_DATA_PARALLEL_SIZE", K_UINT, OFF(data_parallel_size), 0, 64, "0",
+     "data-parallel ranks (0 = as many as the engine reports, else 1)"},
+    {"chars-per-token", "ADMITD_CHARS_PER_TOKEN", K_RATIO, OFF(chars_per_token), 0, 0, "4",
+     "bytes of prompt text per token, for requests that do not send token ids"},
 };
 
 #define NOPTS            (sizeof opts / sizeof opts[0])
@@ -172,6 +203,51 @@ static int apply(struct cfg *c, const struct opt *o, const char *raw, const char
         }
         strcpy(field, raw);
         return 0;
+    case K_PUBURL:
+        if (strcmp(raw, "none") == 0 || raw[0] == '\0') {
+            field[0] = '\0';
+            return 0;
+        }
+        if ((strncmp(raw, "tcp://", 6) != 0 && strncmp(raw, "ipc://", 6) != 0) ||
+            strlen(raw) >= sizeof c->publish || strlen(raw) < 7 || strpbrk(raw, " \r\n")) {
+            snprintf(err, errlen, "%s: '%s' must be tcp://HOST:PORT, ipc:///PATH or none", src,
+                     raw);
+            return -1;
+        }
+        strcpy(field, raw);
+        return 0;
+    case K_ID:
+        for (const char *p = raw; *p; p++)
+            if ((unsigned char) *p < 0x21 || (unsigned char) *p > 0x7e || *p == '"' || *p == '\\') {
+                snprintf(err, errlen,
+                         "%s: '%s' must be printable ASCII without spaces, quotes or backslashes",
+                         src, raw);
+                return -1;
+            }
+        if (raw[0] == '\0' || strlen(raw) >= sizeof c->worker_id) {
+            snprintf(err, errlen, "%s: must be 1 to %zu characters", src, sizeof c->worker_id - 1);
+            return -1;
+        }
+        strcpy(field, raw);
+        return 0;
+    case K_URLPATH:
+        if (http_url_parse_path(raw, &c->engine_metrics, c->engine_metrics_path,
+                                sizeof c->engine_metrics_path, sub, sizeof sub) != 0) {
+            snprintf(err, errlen, "%s: %s", src, sub);
+            return -1;
+        }
+        c->engine_metrics_set = 1;
+        return 0;
+    case K_RATIO: {
+        char *end;
+        double d = strtod(raw, &end);
+        if (end == raw || *end != '\0' || !(d >= 0.5 && d <= 1000)) {
+            snprintf(err, errlen, "%s: '%s' must be a number from 0.5 to 1000", src, raw);
+            return -1;
+        }
+        *(double *) (void *) field = d;
+        return 0;
+    }
     case K_BOOL:
         if (parse_bool(raw, (int *) (void *) field) != 0) {
             snprintf(err, errlen, "%s: '%s' must be true or false", src, raw);
@@ -240,6 +316,10 @@ enum cfg_result cfg_parse(struct cfg *c, int argc, char **argv, cfg_env_fn env, 
             continue;
         if (raw[i] != NULL && apply(c, &opts[i], raw[i], src[i], err, errlen) != 0)
             return CFG_ERROR;
+    }
+    if (!c->engine_metrics_set) {
+        c->engine_metrics = c->upstream;
+        strcpy(c->engine_metrics_path, "/metrics");
     }
     return CFG_RUN;
 }

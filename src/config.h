@@ -36,6 +36,18 @@ struct cfg {
     unsigned health_interval_ms;    /* how often it is probed */
     enum log_level log_level;
     int mock_engine; /* run the built-in mock engine as the upstream */
+    /* Load publishing (see include/admit/load.h). */
+    char publish[256];              /* nng PUB URL to listen on; "" = do not publish */
+    char worker_id[128];            /* "" = host:port of the client listener */
+    unsigned heartbeat_ms;          /* republish unchanged load this often */
+    struct http_url engine_metrics; /* where the engine's /metrics is */
+    char engine_metrics_path[256];  /* its path */
+    int engine_metrics_set;         /* given explicitly (else: upstream + /metrics) */
+    unsigned engine_metrics_interval_ms;
+    unsigned block_size;             /* KV block size when the engine does not report it */
+    unsigned max_num_batched_tokens; /* when the engine does not report it; 0 = unknown */
+    unsigned data_parallel_size;     /* ranks; 0 = as the engine reports, else 1 */
+    double chars_per_token;          /* prompt text estimate when no token ids are sent */
 };
 
 /* What cfg_parse asks the caller to do. */

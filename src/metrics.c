@@ -1,6 +1,7 @@
 /* metrics: rendering of the Dynamo-compatible and admitd_* families. */
 #include "metrics.h"
 
+#include <stdio.h>
 #include <string.h>
 
 /* From 100 us (a direct admission) to minutes (a long queue behind long streams). */
@@ -45,6 +46,31 @@ static void gauge(struct buf *out, const char *name, const char *help, double v)
     prom_sample(out, name, NULL, v);
 }
 
+/* The booked load per data-parallel rank, as published in load messages. */
+static void booked(struct buf *out, const struct book *b)
+{
+    static const char *const names[] = {"admitd_active_prefill_tokens",
+                                        "admitd_active_decode_blocks"};
+    static const char *const helps[] = {
+        "Prompt tokens of admitted requests before their first output byte, per rank",
+        "KV blocks of admitted requests' prompts and output so far, per rank"};
+
+    for (int f = 0; f < 2; f++) {
+        prom_family(out, names[f], "gauge", helps[f]);
+        for (unsigned r = 0; r < book_ranks(b); r++) {
+            const struct book_rank *k = book_rank(b, r);
+            char rank[16];
+            struct buf l;
+
+            snprintf(rank, sizeof rank, "%u", r);
+            buf_init(&l);
+            prom_label(&l, "dp_rank", rank);
+            prom_sample(out, names[f], l.data, (double) (f ? k->decode_blocks : k->prefill_tokens));
+            buf_free(&l);
+        }
+    }
+}
+
 void metrics_render(const struct metrics_view *v, struct buf *out)
 {
     const struct metrics *m = v->m;
@@ -86,6 +112,16 @@ void metrics_render(const struct metrics_view *v, struct buf *out)
           "Requests passing to the engine without a slot, in flight now", m->inflight_bypass);
     gauge(out, "admitd_engine_ready", "1 when the last engine health probe succeeded",
           m->engine_ready ? 1 : 0);
+    {
+        static const char *const results[] = {"ok", "failed"};
+        const uint64_t scrapes[] = {m->scrapes_ok, m->scrapes_failed};
+        labelled(out, "admitd_engine_scrapes_total", "counter",
+                 "Scrapes of the engine's /metrics by result", "result", results, scrapes, 2);
+    }
+    prom_family(out, "admitd_load_messages_total", "counter", "Load messages published");
+    prom_sample(out, "admitd_load_messages_total", NULL, (double) m->load_messages);
+    if (v->book != NULL)
+        booked(out, v->book);
     prom_family(out, "admitd_build_info", "gauge", "Build information");
     buf_init(&l);
     prom_label(&l, "version", v->version);

@@ -6,6 +6,7 @@
 #define ADMIT_METRICS_H
 
 #include "admit/gate.h"
+#include "book.h"
 #include "buf.h"
 #include "prom.h"
 
@@ -48,6 +49,9 @@ struct metrics {
     unsigned inflight_bypass;    /* of those, in flight now */
     unsigned inflight_nocap;     /* gated requests in flight when there is no cap (N unset) */
     int engine_ready;            /* the last health probe succeeded */
+    uint64_t scrapes_ok;         /* engine /metrics scrapes that parsed */
+    uint64_t scrapes_failed;     /* ... that failed (no answer, not 200, nothing recognised) */
+    uint64_t load_messages;      /* load messages published */
     struct prom_hist queue_wait; /* seconds from arrival to slot, for admitted requests */
 };
 
@@ -55,6 +59,7 @@ struct metrics {
 struct metrics_view {
     const struct metrics *m;
     const struct gate_stats *gate; /* NULL when there is no cap */
+    const struct book *book;       /* booked load per rank; NULL to leave it out */
     const char *version;
 };
 

@@ -55,15 +55,19 @@ int main(int argc, char **argv)
     sigint = evsignal_new(base, SIGINT, on_signal, base);
     if (sigterm == NULL || sigint == NULL || evsignal_add(sigterm, NULL) != 0 ||
         evsignal_add(sigint, NULL) != 0) {
-        fprintf(stderr, "admit-mock-engine: cannot install signal handlers\n");
-        return 1;
+        fprintf(stderr, "admit-mock-engine: cannot install the signal handlers\n");
+        rc = 1;
+    } else {
+        log_info("listening on %s", bound);
+        event_base_dispatch(base);
+        rc = 0;
     }
-    log_info("listening on %s", bound);
-    event_base_dispatch(base);
-    event_free(sigterm);
-    event_free(sigint);
+    if (sigterm != NULL)
+        event_free(sigterm);
+    if (sigint != NULL)
+        event_free(sigint);
     mock_engine_free(e);
     event_base_free(base);
     libevent_global_shutdown();
-    return 0;
+    return rc;
 }

@@ -46,7 +46,8 @@ struct mreq {
     struct cwatch *watch;            /* hang-up watch while no reply has started */
     struct event *timer;             /* prefill, then each decode step */
     enum mreq_state state;
-    int paused; /* the client has too much unsent: wait for the flush callback */
+    uint64_t due_us; /* CLOCK_MONOTONIC deadline of the pending timer */
+    int paused;      /* the client has too much unsent: wait for the flush callback */
     enum mock_api api;
     int stream;
     int include_usage;
@@ -90,18 +91,33 @@ static void mreq_free(struct mreq *m)
     free(m);
 }
 
-static void mreq_arm(struct mreq *m, double ms)
+static uint64_t mono_us(void)
 {
+    struct timespec ts;
+
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t) ts.tv_sec * 1000000 + (uint64_t) ts.tv_nsec / 1000;
+}
+
+/* Arms the timer ms after the previous deadline, or after now when restart is set. Counting
+ * from the deadline keeps timer latency (epoll rounds up to whole ms) from adding up over
+ * thousands of tokens; a deadline already past fires at once but builds no further debt. */
+static void mreq_arm(struct mreq *m, double ms, int restart)
+{
+    uint64_t now = mono_us(), due, delay;
     struct timeval tv;
 
     if (!(ms > 0))
         ms = 0;
     if (ms > MREQ_MAX_DELAY_MS)
         ms = MREQ_MAX_DELAY_MS;
-    tv.tv_sec = (time_t) (ms / 1000);
-    tv.tv_usec = (suseconds_t) ((ms - (double) tv.tv_sec * 1000) * 1000);
-    if (tv.tv_usec >= 1000000)
-        tv.tv_usec = 999999;
+    due = (restart ? now : m->due_us) + (uint64_t) (ms * 1000);
+    if (due < now)
+        due = now;
+    m->due_us = due;
+    delay = due - now;
+    tv.tv_sec = (time_t) (delay / 1000000);
+    tv.tv_usec = (suseconds_t) (delay % 1000000);
     evtimer_add(m->timer, &tv);
 }
 
@@ -259,7 +275,7 @@ static void mreq_decode(struct mreq *m)
     if (m->generated == m->max_tokens)
         mreq_finish(m);
     else if (!m->paused)
-        mreq_arm(m, ms);
+        mreq_arm(m, ms, 0);
 }
 
 static void mreq_on_timer(evutil_socket_t fd, short what, void *arg)
@@ -271,7 +287,7 @@ static void mreq_on_timer(evutil_socket_t fd, short what, void *arg)
     if (m->state == MR_PREFILL) {
         m->rank->prompt_tokens_total += m->prompt_tokens;
         m->state = MR_DECODE;
-        mreq_arm(m, mreq_step_ms(m));
+        mreq_arm(m, mreq_step_ms(m), 0);
         return;
     }
     mreq_decode(m);
@@ -286,7 +302,7 @@ static void mreq_on_flushed(struct evhttp_connection *evcon, void *arg)
     if (!m->paused)
         return;
     m->paused = 0;
-    mreq_arm(m, mreq_step_ms(m));
+    mreq_arm(m, mreq_step_ms(m), 1);
 }
 
 /* The connection is going down (the client left mid-stream, or the server frees it). */
@@ -349,7 +365,7 @@ static void mreq_start(struct mreq *m)
         evhttp_add_header(h, "Cache-Control", "no-cache");
         evhttp_send_reply_start(m->req, 200, "OK");
     }
-    mreq_arm(m, mock_prefill_ms(m->prompt_tokens, e->o.speedup_ratio));
+    mreq_arm(m, mock_prefill_ms(m->prompt_tokens, e->o.speedup_ratio), 1);
 }
 
 static void rank_pump(struct mock_engine *e, struct mock_rank *r)

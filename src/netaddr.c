@@ -120,6 +120,31 @@ int http_url_parse(const char *s, struct http_url *out, char *err, size_t errlen
     return 0;
 }
 
+int http_url_parse_path(const char *s, struct http_url *out, char *path, size_t pathlen, char *err,
+                        size_t errlen)
+{
+    char base[NETADDR_HOST_MAX + 32];
+    const char *p = strncasecmp(s, "http://", 7) == 0 ? s + 7 : s;
+    size_t hl = strcspn(p, "/?#");
+
+    if ((size_t) (p - s) + hl >= sizeof base) {
+        snprintf(err, errlen, "'%s' has no valid host", s);
+        return -1;
+    }
+    memcpy(base, s, (size_t) (p - s) + hl);
+    base[(size_t) (p - s) + hl] = '\0';
+    if (http_url_parse(base, out, err, errlen) != 0)
+        return -1;
+    if (p[hl] == '\0')
+        snprintf(path, pathlen, "/");
+    else if (p[hl] != '/' || strlen(p + hl) >= pathlen || strpbrk(p + hl, " \r\n#")) {
+        snprintf(err, errlen, "'%s' has an invalid path", s);
+        return -1;
+    } else
+        snprintf(path, pathlen, "%s", p + hl);
+    return 0;
+}
+
 int net_set_nodelay(int fd)
 {
     int one = 1;

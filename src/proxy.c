@@ -15,9 +15,12 @@
  * client, so a cwatch does; once the reply has started, evhttp itself does and fires the
  * connection's close callback. */
 #include "proxy.h"
+#include "book.h"
 #include "cwatch.h"
 #include "httputil.h"
 #include "log.h"
+#include "sse.h"
+#include "tokcount.h"
 #include "upstream.h"
 #include "xmalloc.h"
 
@@ -67,7 +70,10 @@ struct exch {
     enum outcome broken_outcome;
     int has_uerr;
     double queue_wait_s; /* arrival to slot, for gated requests */
-    int paused;          /* engine reads stopped: the client is behind */
+    struct book_req bk;  /* booked load while in a slot (gated and no-cap requests) */
+    struct sse_counter sse_count;
+    int got_body; /* the engine sent a first body byte */
+    int paused;   /* engine reads stopped: the client is behind */
     int sse;
     int refs;
     int finished;
@@ -88,6 +94,9 @@ struct proxy {
     struct timeval client_tv;
     char *overload_body; /* rendered once: the rejection path is hot under overload */
     size_t overload_len;
+    struct book *book;
+    void (*on_change)(void *arg); /* load changed: gate, queue or book */
+    void *on_change_arg;
 };
 
 static void on_dispatch(struct gate_ticket *t, void *arg);
@@ -99,6 +108,12 @@ static void exch_unhold(struct exch *x)
 {
     if (--x->refs == 0 && x->finished)
         free(x);
+}
+
+static void changed(struct proxy *px)
+{
+    if (px->on_change != NULL)
+        px->on_change(px->on_change_arg);
 }
 
 static void release_upstream(struct exch *x)
@@ -136,6 +151,7 @@ static void exch_finish(struct exch *x, enum outcome o)
     TAILQ_REMOVE(&px->live, x, link);
     px->nlive--;
     x->refs++;
+    book_release(px->book, &x->bk);
     switch (x->kind) {
     case XK_BYPASS:
         px->m->inflight_bypass--;
@@ -147,6 +163,8 @@ static void exch_finish(struct exch *x, enum outcome o)
         gate_leave(px->gate, &x->ticket); /* may start the next waiter right here */
         break;
     }
+    if (x->kind != XK_BYPASS)
+        changed(px);
     exch_unhold(x);
 }
 
@@ -299,8 +317,12 @@ static void upstream_failed(struct exch *x, enum upstream_error e)
         /* Nothing sent yet: a clean error answer, and the connection stays usable. */
         switch (e) {
         case UERR_CONNECT:
-            snprintf(msg, sizeof msg, "Server unavailable: engine at %s is unreachable",
-                     upstream_hostport(px->up));
+        case UERR_BROKEN:
+            /* Refused, or accepted and closed before a byte of answer (an engine dying or
+             * restarting): either way it is not serving, and the request may go elsewhere. */
+            snprintf(
+                msg, sizeof msg, "Server unavailable: engine at %s %s", upstream_hostport(px->up),
+                e == UERR_CONNECT ? "is unreachable" : "closed the connection before answering");
             send_error(x, 503, "unavailable_error", msg, (int) px->cfg->retry_after_s,
                        "engine-unavailable");
             exch_finish(x, OUT_UNAVAILABLE);
@@ -311,9 +333,9 @@ static void upstream_failed(struct exch *x, enum upstream_error e)
             send_error(x, 504, "timeout_error", msg, 0, "engine-timeout");
             exch_finish(x, OUT_TIMEOUT);
             return;
+        case UERR_INVALID:
         default:
-            send_error(x, 502, "upstream_error",
-                       "Bad gateway: engine closed the connection without a valid response", 0,
+            send_error(x, 502, "upstream_error", "Bad gateway: engine sent an invalid response", 0,
                        "engine-error");
             exch_finish(x, OUT_UPSTREAM_ERROR);
             return;
@@ -417,11 +439,39 @@ static int on_up_headers(struct evhttp_request *ureq, void *arg)
     return 0;
 }
 
+/* Books the first output byte and the tokens of the SSE events in this chunk. */
+static void book_chunk(struct exch *x, struct evbuffer *in)
+{
+    struct evbuffer_iovec vec[8];
+    unsigned tokens = 0;
+    int n;
+
+    if (!x->got_body) {
+        x->got_body = 1;
+        book_first_byte(x->px->book, &x->bk);
+    }
+    if (x->sse) {
+        n = evbuffer_peek(in, -1, NULL, vec, 8);
+        if (n > 8) {
+            /* Rare: a chunk spread over many buffers. Make it one, then count. */
+            vec[0].iov_base = evbuffer_pullup(in, -1);
+            vec[0].iov_len = evbuffer_get_length(in);
+            n = 1;
+        }
+        for (int i = 0; i < n; i++)
+            tokens += sse_feed(&x->sse_count, vec[i].iov_base, vec[i].iov_len);
+        book_output(x->px->book, &x->bk, tokens);
+    }
+    changed(x->px);
+}
+
 static void on_up_chunk(struct evhttp_request *ureq, void *arg)
 {
     struct exch *x = arg;
     struct bufferevent *cbev = evhttp_connection_get_bufferevent(x->cevcon);
 
+    if (x->kind != XK_BYPASS)
+        book_chunk(x, evhttp_request_get_input_buffer(ureq));
     evhttp_send_reply_chunk_with_cb(x->creq, evhttp_request_get_input_buffer(ureq),
                                     on_client_flushed, x);
     /* Backpressure: a slow client must not make admitd buffer the whole reply. */
@@ -461,6 +511,16 @@ static void start_upstream(struct exch *x)
     x->state = X_UPSTREAM;
     if (x->watch == NULL)
         x->watch = cwatch_new(px->base, client_fd(x->cevcon), on_client_gone, x);
+    if (x->kind != XK_BYPASS) {
+        struct tokcount tc;
+        size_t blen = evbuffer_get_length(body);
+
+        tokcount_body(blen ? (const char *) evbuffer_pullup(body, -1) : "", blen,
+                      px->cfg->chars_per_token, &tc);
+        book_admit(px->book, &x->bk, tc.tokens);
+        sse_init(&x->sse_count);
+        changed(px);
+    }
     ureq = evhttp_request_new(on_up_done, x);
     if (ureq == NULL)
         fatal("evhttp_request_new failed");
@@ -549,6 +609,7 @@ static void on_request(struct evhttp_request *creq, void *arg)
     case GATE_QUEUED:
         x->state = X_QUEUED;
         x->watch = cwatch_new(px->base, client_fd(x->cevcon), on_client_gone, x);
+        changed(px);
         break;
     case GATE_REJECTED:
         reject_overload(x);
@@ -571,6 +632,7 @@ struct proxy *proxy_new(struct event_base *base, const struct cfg *cfg, struct m
     px->client_tv.tv_usec = (cfg->client_timeout_ms % 1000) * 1000;
     if (cfg->engine_request_limit > 0)
         px->gate = gate_new(cfg->engine_request_limit, cfg->request_queue_limit, on_dispatch, px);
+    px->book = book_new(cfg->data_parallel_size ? cfg->data_parallel_size : 1, cfg->block_size);
     px->up = upstream_new(base, &cfg->upstream, cfg->upstream_timeout_ms, cfg->upstream_keepalive,
                           UPSTREAM_IDLE_MS);
     buf_init(&b);
@@ -609,6 +671,17 @@ const struct gate_stats *proxy_gate_stats(struct proxy *px, struct gate_stats *s
     return st;
 }
 
+void proxy_set_change_cb(struct proxy *px, void (*cb)(void *arg), void *arg)
+{
+    px->on_change = cb;
+    px->on_change_arg = arg;
+}
+
+struct book *proxy_book(struct proxy *px)
+{
+    return px->book;
+}
+
 unsigned proxy_active(const struct proxy *px)
 {
     return px->nlive;
@@ -634,6 +707,7 @@ void proxy_free(struct proxy *px)
     evhttp_free(px->http);
     upstream_free(px->up);
     gate_free(px->gate);
+    book_free(px->book);
     free(px->overload_body);
     free(px);
 }

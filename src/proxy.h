@@ -13,6 +13,7 @@
 #include <stddef.h>
 
 struct event_base;
+struct book;
 struct proxy;
 
 /** creates the proxy (gate, upstream pool, server) on base; does not bind yet */
@@ -22,6 +23,10 @@ int proxy_bind(struct proxy *px, const struct hostport *hp, char *bound, size_t 
                size_t errlen);
 /** current gate occupancy; returns NULL when there is no cap (N unset) */
 const struct gate_stats *proxy_gate_stats(struct proxy *px, struct gate_stats *st);
+/** calls cb whenever the load changes (gate occupancy, queue, booked tokens) */
+void proxy_set_change_cb(struct proxy *px, void (*cb)(void *arg), void *arg);
+/** the book of admitted load (the caller may reconfigure ranks and block size) */
+struct book *proxy_book(struct proxy *px);
 /** number of exchanges alive (queued, in a slot, or passing through) */
 unsigned proxy_active(const struct proxy *px);
 /** aborts every exchange and frees everything */

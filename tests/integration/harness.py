@@ -151,9 +151,13 @@ class Admitd:
     def __init__(self, upstream, *args, env=None):
         argv = [ADMITD, "--listen", "127.0.0.1:0", "--metrics-listen", "127.0.0.1:0",
                 "--upstream", upstream] + list(args)
-        self.proc = Proc(argv, env=env, ready=r"ready listen=(\S+) metrics=(\S+)", name="admitd")
+        if not any(a.startswith("--publish") for a in args):
+            argv += ["--publish", "tcp://127.0.0.1:0"]
+        self.proc = Proc(argv, env=env, ready=r"ready listen=(\S+) metrics=(\S+) publish=(\S+)",
+                         name="admitd")
         self.addr = hostport(self.proc.match.group(1))
         self.maddr = hostport(self.proc.match.group(2))
+        self.publish = self.proc.match.group(3)
 
     def metrics(self):
         return scrape(self.maddr)

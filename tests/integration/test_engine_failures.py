@@ -41,15 +41,15 @@ def test_engine_killed_with_queue_then_back():
     ad = Admitd(mock.url, "--engine-request-limit", "1", "--request-queue-limit", "2",
                 "--health-interval-ms", "50")
     wait_for(lambda: request(ad.maddr, "GET", "/ready")[0] == 200, what="ready")
-    clients = [RawClient(ad.addr) for _ in range(3)]
-    for c in clients:
-        c.post("/v1/chat/completions", chat_body(max_tokens=500))
-    wait_for(lambda: ad.metrics()["dynamo_request_queue"] == 2, what="queue full")
+    clients = ad.fill(3, queued=2, max_tokens=500)
+    status, hdrs = clients[0].read_head()
+    assert status == 200
     mock.proc.kill()
     # The one in the slot sees a broken stream; the queued ones get 503 as they reach a slot.
-    results = [c.response() for c in clients]
-    assert results[0][0] == 200 and not results[0][3], results[0][:2]
-    assert [r[0] for r in results[1:]] == [503, 503], [r[0] for r in results]
+    body, complete = clients[0].read_body(hdrs)
+    assert not complete and b"event: error" in body, body[-200:]
+    results = [c.response() for c in clients[1:]]
+    assert [r[0] for r in results] == [503, 503], [r[0] for r in results]
     m = ad.wait_idle()
     assert m["dynamo_request_queue"] == 0, m
     wait_for(lambda: request(ad.maddr, "GET", "/ready")[0] == 503, what="not ready")

@@ -62,10 +62,11 @@ def test_engine_connections_are_reused():
                                   chat_body(max_tokens=3, stream=stream))
         assert status == 200, body
     # 40 requests one after another: one engine connection serves them all (keep-alive);
-    # the readiness probe and this scrape have one each. Without reuse it would be 42.
+    # admitd's readiness probe, its metrics scraper and this test's scrape have one each.
+    # Without reuse it would be 43.
     engine = mock.metrics()
     assert engine["admit_mock_requests_total"] == 40, engine
-    assert engine["admit_mock_connections_total"] <= 3, engine
+    assert engine["admit_mock_connections_total"] <= 4, engine
     ad.stop()
     mock.stop()
 

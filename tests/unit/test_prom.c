@@ -78,7 +78,7 @@ static void test_metrics_render_dynamo_names(void **state)
     struct metrics m;
     struct gate_stats st = {
         .slots_used = 3, .queued = 5, .held = 1, .channel = 4, .limit = 3, .queue_limit = 16};
-    struct metrics_view v = {&m, &st, "9.9.9"};
+    struct metrics_view v = {&m, &st, NULL, "9.9.9"};
     struct buf b;
 
     (void) state;

@@ -1,0 +1,181 @@
+/* admit-top: subscribes to one or more admitd publishers and shows their load live.
+ *
+ *   admit-top tcp://gpu1:5557 tcp://gpu2:5557        a table, redrawn every second
+ *   admit-top --json tcp://gpu1:5557                  one JSON line per message
+ */
+#include "admit/load.h"
+#include "buf.h"
+#include "top.h"
+
+#include <errno.h>
+#include <getopt.h>
+#include <nng/nng.h>
+#include <nng/protocol/pubsub0/sub.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/time.h>
+#include <unistd.h>
+
+static volatile sig_atomic_t stop;
+
+static void on_signal(int sig)
+{
+    (void) sig;
+    stop = 1;
+}
+
+static int64_t now_ms(void)
+{
+    struct timeval tv;
+
+    gettimeofday(&tv, NULL);
+    return (int64_t) tv.tv_sec * 1000 + tv.tv_usec / 1000;
+}
+
+static void usage(FILE *out)
+{
+    fprintf(out,
+            "usage: admit-top [--json] [--count=N] [--refresh-ms=MS] [--missed-heartbeats=K]\n"
+            "                 [--iterations=N] URL...\n\n"
+            "Subscribes to admitd load publishers (their --publish URL, e.g. tcp://host:5557)\n"
+            "and shows each worker's and rank's load: slots used/N, queued/Q, KV blocks used\n"
+            "/total, booked decode blocks and prefill tokens, and the age of the last message.\n"
+            "A row is STALE after K missed heartbeats (default 3).\n\n"
+            "  --json              print every valid message as one JSON line instead\n"
+            "  --count=N           exit after N messages (with --json)\n"
+            "  --refresh-ms=MS     table refresh interval (default 1000)\n"
+            "  --iterations=N      exit after N table refreshes\n"
+            "  --missed-heartbeats=K  staleness threshold (default 3)\n");
+}
+
+static int parse_count(const char *s, long *out)
+{
+    char *end;
+    long v;
+
+    errno = 0;
+    v = strtol(s, &end, 10);
+    if (errno || end == s || *end || v < 0)
+        return -1;
+    *out = v;
+    return 0;
+}
+
+int main(int argc, char **argv)
+{
+    static const struct option longopts[] = {{"json", no_argument, NULL, 'j'},
+                                             {"count", required_argument, NULL, 'c'},
+                                             {"refresh-ms", required_argument, NULL, 'r'},
+                                             {"iterations", required_argument, NULL, 'i'},
+                                             {"missed-heartbeats", required_argument, NULL, 'm'},
+                                             {"help", no_argument, NULL, 'h'},
+                                             {"version", no_argument, NULL, 'V'},
+                                             {NULL, 0, NULL, 0}};
+    long count = 0, refresh = 1000, iterations = 0, missed = 3, got = 0, drawn = 0;
+    int json = 0, ch, rv, bad = 0;
+    nng_socket sock;
+    struct admit_loadtab *tab;
+    int64_t next_draw;
+
+    while ((ch = getopt_long(argc, argv, "", longopts, NULL)) != -1) {
+        long *dst = ch == 'c' ? &count : ch == 'r' ? &refresh : ch == 'i' ? &iterations : &missed;
+        switch (ch) {
+        case 'j':
+            json = 1;
+            break;
+        case 'c':
+        case 'r':
+        case 'i':
+        case 'm':
+            if (parse_count(optarg, dst) != 0 || (ch == 'r' && *dst < 10)) {
+                fprintf(stderr, "admit-top: error: '%s' is not a valid number for --%s\n", optarg,
+                        longopts[ch == 'c'   ? 1
+                                 : ch == 'r' ? 2
+                                 : ch == 'i' ? 3
+                                             : 4]
+                            .name);
+                return 2;
+            }
+            break;
+        case 'h':
+            usage(stdout);
+            return 0;
+        case 'V':
+            printf("admit-top %s\n", ADMIT_VERSION);
+            return 0;
+        default:
+            usage(stderr);
+            return 2;
+        }
+    }
+    if (optind >= argc) {
+        fprintf(stderr, "admit-top: error: name at least one publisher URL\n");
+        usage(stderr);
+        return 2;
+    }
+    if ((rv = nng_sub0_open(&sock)) != 0 ||
+        (rv = nng_socket_set(sock, NNG_OPT_SUB_SUBSCRIBE, ADMIT_LOAD_TOPIC " ",
+                             sizeof ADMIT_LOAD_TOPIC)) != 0 ||
+        (rv = nng_socket_set_ms(sock, NNG_OPT_RECVTIMEO, 100)) != 0) {
+        fprintf(stderr, "admit-top: error: cannot open a subscriber: %s\n", nng_strerror(rv));
+        return 1;
+    }
+    for (int i = optind; i < argc; i++) {
+        /* Non-blocking dial: a publisher that is not up yet is retried in the background. */
+        if ((rv = nng_dial(sock, argv[i], NULL, NNG_FLAG_NONBLOCK)) != 0) {
+            fprintf(stderr, "admit-top: error: cannot dial %s: %s\n", argv[i], nng_strerror(rv));
+            nng_close(sock);
+            return 2;
+        }
+    }
+    signal(SIGINT, on_signal);
+    signal(SIGTERM, on_signal);
+    tab = admit_loadtab_new((unsigned) missed);
+    next_draw = now_ms() + refresh;
+    while (!stop) {
+        char *msg = NULL;
+        size_t len = 0;
+        struct admit_load m;
+        char err[256];
+
+        rv = nng_recv(sock, &msg, &len, NNG_FLAG_ALLOC);
+        if (rv == 0) {
+            if (admit_load_decode(msg, len, &m, err, sizeof err) != 0) {
+                if (bad++ < 10)
+                    fprintf(stderr, "admit-top: dropped an invalid message: %s\n", err);
+            } else if (json) {
+                char out[ADMIT_LOAD_MSG_MAX];
+                if (admit_load_to_json(&m, out, sizeof out) > 0)
+                    printf("%s\n", out);
+                fflush(stdout);
+                if (count > 0 && ++got >= count)
+                    stop = 1;
+            } else {
+                admit_loadtab_update(tab, &m, now_ms());
+            }
+            nng_free(msg, len);
+        } else if (rv != NNG_ETIMEDOUT) {
+            fprintf(stderr, "admit-top: receive failed: %s\n", nng_strerror(rv));
+            break;
+        }
+        if (!json && now_ms() >= next_draw) {
+            struct buf b;
+
+            buf_init(&b);
+            top_render(tab, now_ms(), &b);
+            /* Clear the screen only on a terminal, so output can be piped and read. */
+            fputs(isatty(1) ? "\033[H\033[2J" : "\n", stdout);
+            fputs(b.data, stdout);
+            fflush(stdout);
+            buf_free(&b);
+            next_draw += refresh;
+            if (iterations > 0 && ++drawn >= iterations)
+                stop = 1;
+        }
+    }
+    admit_loadtab_free(tab);
+    nng_close(sock);
+    return 0;
+}

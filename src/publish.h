@@ -1,0 +1,41 @@
+/* publish: sends load messages over nng pub/sub. The only module that includes nng.
+ *
+ * A message goes out for each rank whose load changed (changes within about a millisecond
+ * are coalesced into one message) and for every rank on each heartbeat, so subscribers can
+ * tell a quiet worker from a dead one. Publishing never blocks the event loop: nng's PUB
+ * socket drops the oldest queued message for a slow subscriber, which is harmless because
+ * each message is a full snapshot. */
+#ifndef ADMIT_PUBLISH_H
+#define ADMIT_PUBLISH_H
+
+#include "admit/load.h"
+
+#include <stddef.h>
+#include <stdint.h>
+
+struct event_base;
+struct publisher;
+
+/* Most ranks one publisher sends for. */
+#define PUB_MAX_RANKS 64
+
+/** fills msgs[0..*n), each started with admit_load_init, with the current load and state (the
+ *  publisher sets worker_id, dp_rank, seq, ts_ms and heartbeat_ms); *n <= PUB_MAX_RANKS */
+typedef void (*pub_fill_fn)(void *arg, struct admit_load *msgs, unsigned *n);
+
+/** listens on url; bound gets the URL with the real port; NULL with err on failure */
+struct publisher *pub_new(struct event_base *base, const char *url, const char *worker_id,
+                          unsigned heartbeat_ms, pub_fill_fn fill, void *arg, char *bound,
+                          size_t boundlen, char *err, size_t errlen);
+/** something changed: publish the ranks that differ within about a millisecond */
+void pub_changed(struct publisher *p);
+/** publishes every rank now (used when the state changes, e.g. to draining) */
+void pub_now(struct publisher *p);
+/** the sequence number of the last message sent (0 before the first) */
+int64_t pub_seq(const struct publisher *p);
+/** messages sent so far */
+uint64_t pub_sent(const struct publisher *p);
+/** closes the socket and frees; NULL is a no-op */
+void pub_free(struct publisher *p);
+
+#endif

@@ -1,0 +1,248 @@
+/* worker: wiring of one admitd, and the engine state its load messages are built from. */
+#include "worker.h"
+#include "admin.h"
+#include "book.h"
+#include "engine_metrics.h"
+#include "loadsrc.h"
+#include "log.h"
+#include "metrics.h"
+#include "mock.h"
+#include "poller.h"
+#include "proxy.h"
+#include "publish.h"
+#include "xmalloc.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/time.h>
+#include <unistd.h>
+
+struct worker {
+    struct cfg *cfg;
+    struct metrics m;
+    struct proxy *px;
+    struct admin *adm;
+    struct poller *ready, *scrape;
+    struct publisher *pub;
+    struct mock_engine *mock;
+    struct engine_snapshot engine; /* the last scrape that parsed */
+    int engine_ok;                 /* ... and the latest scrape was that one */
+    enum admit_load_state state;
+    char listen_at[NETADDR_HOST_MAX + 8];
+    char metrics_at[NETADDR_HOST_MAX + 8];
+    char publish_at[300];
+};
+
+/* ---- engine pollers ------------------------------------------------------------------- */
+
+static void on_ready_poll(void *arg, int status, const char *body, size_t len)
+{
+    struct worker *w = arg;
+    int ready = status >= 200 && status < 300;
+
+    (void) body;
+    (void) len;
+    if (ready != w->m.engine_ready)
+        log_info("engine at %s is %s", w->cfg->upstream.hostport, ready ? "ready" : "not ready");
+    w->m.engine_ready = ready;
+}
+
+static void on_scrape(void *arg, int status, const char *body, size_t len)
+{
+    struct worker *w = arg;
+    struct engine_snapshot snap;
+    int ok = status == 200 && engine_metrics_parse(body, len, &snap) == 0;
+
+    if (ok != w->engine_ok)
+        log_info("engine metrics at %s%s: %s", w->cfg->engine_metrics.hostport,
+                 w->cfg->engine_metrics_path,
+                 ok ? "scraped" : "not available, engine load fields are null");
+    w->engine_ok = ok;
+    if (ok) {
+        unsigned ranks = w->cfg->data_parallel_size ? w->cfg->data_parallel_size : snap.nranks;
+        int64_t bs = snap.nranks > 0 ? snap.ranks[0].block_size : ENGINE_UNKNOWN;
+
+        w->engine = snap;
+        w->m.scrapes_ok++;
+        book_configure(proxy_book(w->px), ranks ? ranks : 1,
+                       bs > 0 && bs <= 1048576 ? (unsigned) bs : w->cfg->block_size);
+    } else {
+        w->m.scrapes_failed++;
+    }
+    pub_changed(w->pub);
+}
+
+/* ---- load ----------------------------------------------------------------------------- */
+
+static void fill_load(void *arg, struct admit_load *msgs, unsigned *n)
+{
+    struct worker *w = arg;
+    struct gate_stats st;
+    struct loadsrc_in in = {
+        .gate = proxy_gate_stats(w->px, &st),
+        .inflight_nocap = w->m.inflight_nocap,
+        .book = proxy_book(w->px),
+        .engine = w->engine_ok ? &w->engine : NULL,
+        .fallback_max_batched_tokens = w->cfg->max_num_batched_tokens,
+        .state = w->state,
+    };
+
+    loadsrc_fill(&in, msgs, PUB_MAX_RANKS, n);
+}
+
+static void on_load_change(void *arg)
+{
+    struct worker *w = arg;
+
+    pub_changed(w->pub);
+}
+
+/* ---- metrics listener hooks ------------------------------------------------------------- */
+
+static void render_metrics(void *arg, struct buf *out)
+{
+    struct worker *w = arg;
+    struct gate_stats st;
+    struct metrics_view v = {&w->m, proxy_gate_stats(w->px, &st), proxy_book(w->px), ADMIT_VERSION};
+
+    w->m.load_messages = pub_sent(w->pub);
+    metrics_render(&v, out);
+}
+
+static void render_load(void *arg, struct buf *out)
+{
+    struct worker *w = arg;
+    struct admit_load msgs[PUB_MAX_RANKS];
+    unsigned n = 0;
+    struct timeval tv;
+    char json[ADMIT_LOAD_MSG_MAX];
+
+    fill_load(w, msgs, &n);
+    gettimeofday(&tv, NULL);
+    buf_printf(out, "{\"worker_id\":\"%s\",\"publish\":", w->cfg->worker_id);
+    if (w->pub != NULL)
+        buf_printf(out, "\"%s\"", w->publish_at);
+    else
+        buf_puts(out, "null");
+    buf_puts(out, ",\"ranks\":[");
+    for (unsigned i = 0; i < n; i++) {
+        snprintf(msgs[i].worker_id, sizeof msgs[i].worker_id, "%s", w->cfg->worker_id);
+        msgs[i].dp_rank = i;
+        msgs[i].seq = pub_seq(w->pub); /* the last one published: this is no new message */
+        msgs[i].ts_ms = (int64_t) tv.tv_sec * 1000 + tv.tv_usec / 1000;
+        msgs[i].heartbeat_ms = w->cfg->heartbeat_ms;
+        if (admit_load_to_json(&msgs[i], json, sizeof json) > 0)
+            buf_printf(out, "%s%s", i ? "," : "", json);
+    }
+    buf_puts(out, "]}\n");
+}
+
+static int is_ready(void *arg)
+{
+    return ((struct worker *) arg)->m.engine_ready;
+}
+
+/* ---- setup ---------------------------------------------------------------------------- */
+
+/* Starts the built-in mock engine on a free loopback port and points the upstream (and, if
+ * not given, the metrics URL) at it. */
+static int start_mock(struct worker *w, struct event_base *base, char *err, size_t errlen)
+{
+    struct cfg *c = w->cfg;
+    struct mock_opts o;
+    char bound[NETADDR_HOST_MAX + 8], url[NETADDR_HOST_MAX + 16];
+
+    mock_opts_defaults(&o);
+    w->mock = mock_engine_new(base, &o);
+    if (mock_engine_bind(w->mock, "127.0.0.1", 0, bound, sizeof bound, err, errlen) != 0)
+        return -1;
+    snprintf(url, sizeof url, "http://%s", bound);
+    if (http_url_parse(url, &c->upstream, err, errlen) != 0)
+        return -1;
+    if (!c->engine_metrics_set)
+        c->engine_metrics = c->upstream;
+    log_info("built-in mock engine listening on %s", bound);
+    return 0;
+}
+
+/* hostname:port of the client listener, unless --worker-id was given. */
+static void derive_worker_id(struct worker *w)
+{
+    char host[100] = "localhost";
+    const char *port = strrchr(w->listen_at, ':');
+
+    if (w->cfg->worker_id[0] != '\0')
+        return;
+    if (gethostname(host, sizeof host - 1) != 0 || host[0] == '\0')
+        strcpy(host, "localhost");
+    host[sizeof host - 1] = '\0';
+    snprintf(w->cfg->worker_id, sizeof w->cfg->worker_id, "%s%s", host, port ? port : "");
+}
+
+struct worker *worker_start(struct event_base *base, struct cfg *cfg, char *err, size_t errlen)
+{
+    struct worker *w = xcalloc(1, sizeof *w);
+    struct admin_hooks hooks = {render_metrics, render_load, is_ready, w};
+    unsigned scrape_timeout = cfg->engine_metrics_interval_ms * 3;
+
+    w->cfg = cfg;
+    w->state = ADMIT_LOAD_SERVING;
+    metrics_init(&w->m);
+    if (cfg->mock_engine && start_mock(w, base, err, errlen) != 0)
+        goto fail;
+    w->px = proxy_new(base, cfg, &w->m);
+    w->adm = admin_new(base, &hooks);
+    if (proxy_bind(w->px, &cfg->listen, w->listen_at, sizeof w->listen_at, err, errlen) != 0 ||
+        admin_bind(w->adm, &cfg->metrics_listen, w->metrics_at, sizeof w->metrics_at, err,
+                   errlen) != 0)
+        goto fail;
+    derive_worker_id(w);
+    if (cfg->publish[0] != '\0') {
+        w->pub = pub_new(base, cfg->publish, cfg->worker_id, cfg->heartbeat_ms, fill_load, w,
+                         w->publish_at, sizeof w->publish_at, err, errlen);
+        if (w->pub == NULL)
+            goto fail;
+    }
+    proxy_set_change_cb(w->px, on_load_change, w);
+    w->ready = poller_new(base, &cfg->upstream, cfg->health_path, cfg->health_interval_ms,
+                          cfg->health_interval_ms < 1000 ? 1000 : cfg->health_interval_ms,
+                          on_ready_poll, w);
+    w->scrape = poller_new(base, &cfg->engine_metrics, cfg->engine_metrics_path,
+                           cfg->engine_metrics_interval_ms,
+                           scrape_timeout < 1000 ? 1000 : scrape_timeout, on_scrape, w);
+    return w;
+fail:
+    worker_free(w);
+    return NULL;
+}
+
+void worker_describe(const struct worker *w, char *out, size_t outlen)
+{
+    const struct cfg *c = w->cfg;
+    char limits[96];
+
+    if (c->engine_request_limit > 0)
+        snprintf(limits, sizeof limits, "engine-request-limit=%u request-queue-limit=%u",
+                 c->engine_request_limit, c->request_queue_limit);
+    else
+        snprintf(limits, sizeof limits, "engine-request-limit=none (no cap)");
+    snprintf(out, outlen, "ready listen=%s metrics=%s publish=%s upstream=%s worker-id=%s %s",
+             w->listen_at, w->metrics_at, w->pub ? w->publish_at : "none", c->upstream.hostport,
+             c->worker_id, limits);
+}
+
+void worker_free(struct worker *w)
+{
+    if (w == NULL)
+        return;
+    poller_free(w->ready);
+    poller_free(w->scrape);
+    if (w->px != NULL)
+        proxy_set_change_cb(w->px, NULL, NULL);
+    admin_free(w->adm);
+    proxy_free(w->px);
+    pub_free(w->pub);
+    mock_engine_free(w->mock);
+    free(w);
+}

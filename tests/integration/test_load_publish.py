@@ -1,0 +1,245 @@
+"""Load publishing end to end: admitd's nng publisher, read by admit-top, nngcat and /load."""
+
+import json
+import os
+import socket
+import subprocess
+import threading
+import time
+
+from harness import (ADMITD, Admitd, Mock, Proc, RawClient, Tap, chat_body, request, scrape,
+                     wait_for)
+
+TOP = os.environ.get("ADMIT_TOP", "build/admit-top")
+
+
+class Subscriber:
+    """admit-top --json on a publisher URL; collects (arrival time, message)."""
+
+    def __init__(self, url):
+        self.p = subprocess.Popen([TOP, "--json", url], stdout=subprocess.PIPE,
+                                  stderr=subprocess.PIPE, start_new_session=True)
+        self.msgs = []
+        self.lock = threading.Lock()
+        self.t = threading.Thread(target=self._read, daemon=True)
+        self.t.start()
+
+    def _read(self):
+        for line in self.p.stdout:
+            m = json.loads(line)
+            with self.lock:
+                self.msgs.append((time.monotonic(), m))
+
+    def snapshot(self):
+        with self.lock:
+            return list(self.msgs)
+
+    def wait(self, pred, what, timeout=15):
+        """The first message (after any seen so far) for which pred holds."""
+        start = len(self.snapshot())
+
+        def find():
+            for t, m in self.snapshot()[start:]:
+                if pred(m):
+                    return (t, m)
+            return None
+
+        return wait_for(find, timeout, what)
+
+    def latest(self, rank=0):
+        for _, m in reversed(self.snapshot()):
+            if m["dp_rank"] == rank:
+                return m
+        return None
+
+    def close(self):
+        self.p.terminate()
+        self.p.wait(10)
+
+
+def check_seq(sub):
+    seqs = [m["seq"] for _, m in sub.snapshot()]
+    assert seqs == sorted(seqs) and len(set(seqs)) == len(seqs), seqs
+
+
+def test_messages_follow_the_gate():
+    mock = Mock("--token-interval-ms", "50")
+    ad = Admitd(mock.url, "--engine-request-limit", "2", "--request-queue-limit", "2",
+                "--heartbeat-ms", "60000")
+    sub = Subscriber(ad.publish)
+    time.sleep(0.3)  # let the subscription connect before the change
+    t0 = time.monotonic()
+    holders = ad.fill(4, queued=2, max_tokens=200)
+    t, m = sub.wait(lambda m: m["engine_requests"] == 2 and m["queued_requests"] == 2,
+                    "a message showing 2 in slots and 2 queued")
+    # Heartbeats are a minute apart, so this message was sent because the load changed.
+    print("# change to message: %.1f ms (includes the requests' own arrival)" %
+          ((t - t0) * 1000))
+    metrics = ad.metrics()
+    assert metrics["dynamo_engine_request"] == m["engine_requests"], (metrics, m)
+    assert metrics["dynamo_request_queue"] == m["queued_requests"], (metrics, m)
+    assert m["engine_request_limit"] == 2 and m["request_queue_limit"] == 2, m
+    assert m["v"] == 1 and m["state"] == "serving" and m["heartbeat_ms"] == 60000, m
+    assert m["active_decode_blocks"] > 0, m
+    for h in holders:
+        h.close()
+    sub.wait(lambda m: m["engine_requests"] == 0 and m["queued_requests"] == 0 and
+             m["active_decode_blocks"] == 0 and m["active_prefill_tokens"] == 0,
+             "a message showing the worker idle again")
+    check_seq(sub)
+    sub.close()
+    ad.stop()
+    mock.stop()
+
+
+def test_kv_blocks_follow_the_engine():
+    # Slow tokens keep the engine's KV usage still long enough to compare it.
+    mock = Mock("--token-interval-ms", "2000", "--num-gpu-blocks", "1000")
+    ad = Admitd(mock.url, "--engine-request-limit", "4", "--heartbeat-ms", "100",
+                "--engine-metrics-interval-ms", "50")
+    sub = Subscriber(ad.publish)
+    clients = []
+    for _ in range(2):
+        c = RawClient(ad.addr)
+        c.post("/v1/chat/completions", chat_body(max_tokens=100, content="word " * 800))
+        clients.append(c)
+    sub.wait(lambda m: (m["kv_used_blocks"] or 0) > 0, "KV blocks in use")
+
+    def agrees():
+        em = mock.metrics()
+        usage = em['vllm:kv_cache_usage_perc{engine="0",model_name="mock-model"}']
+        want = round(usage * 1000)
+        time.sleep(0.3)  # a scrape interval and a heartbeat later
+        m = sub.latest()
+        return want > 0 and m["kv_used_blocks"] == want and m["kv_total_blocks"] == 1000
+
+    wait_for(agrees, 15, "kv_used_blocks equal to the engine's usage x blocks")
+    m = sub.latest()
+    # admitd's own booking of the same two requests is of the same size.
+    assert m["active_decode_blocks"] >= m["kv_used_blocks"] // 2, m
+    for c in clients:
+        c.close()
+    sub.wait(lambda m: m["kv_used_blocks"] == 0, "KV back to 0")
+    sub.close()
+    ad.stop()
+    mock.stop()
+
+
+def test_prefill_tokens_booked_until_first_byte():
+    # Prefill of 500 tokens at 1/100 speed takes about 2.4 s: long enough to see it booked.
+    mock = Mock("--speedup-ratio", "0.01", "--max-num-seqs", "8")
+    ad = Admitd(mock.url, "--engine-request-limit", "2", "--heartbeat-ms", "100")
+    sub = Subscriber(ad.publish)
+    c = RawClient(ad.addr)
+    c.post("/v1/completions", {"model": "m", "prompt": list(range(1, 501)), "max_tokens": 1,
+                               "stream": True})
+    sub.wait(lambda m: m["active_prefill_tokens"] == 500, "500 exact prefill tokens booked")
+    status, _, body, complete = c.response()
+    assert status == 200 and complete
+    sub.wait(lambda m: m["active_prefill_tokens"] == 0 and m["engine_requests"] == 0,
+             "prefill released")
+    c.close()
+    sub.close()
+    ad.stop()
+    mock.stop()
+
+
+def test_heartbeats_when_idle():
+    mock = Mock("--speedup-ratio", "0")
+    ad = Admitd(mock.url, "--engine-request-limit", "2", "--heartbeat-ms", "100")
+    sub = Subscriber(ad.publish)
+    wait_for(lambda: len(sub.snapshot()) >= 6, 15, "six heartbeats")
+    msgs = [m for _, m in sub.snapshot()]
+    check_seq(sub)
+    strip = [{k: v for k, v in m.items() if k not in ("seq", "ts_ms")} for m in msgs[-4:]]
+    assert all(s == strip[0] for s in strip), strip
+    assert all(m["ts_ms"] > 1600000000000 for m in msgs), msgs[0]
+    sub.close()
+    ad.stop()
+    mock.stop()
+
+
+def test_engine_killed_turns_engine_fields_null():
+    mock = Mock("--speedup-ratio", "0")
+    ad = Admitd(mock.url, "--engine-request-limit", "2", "--heartbeat-ms", "100",
+                "--engine-metrics-interval-ms", "50")
+    sub = Subscriber(ad.publish)
+    sub.wait(lambda m: m["kv_total_blocks"] == 16384, "engine fields known")
+    mock.proc.kill()
+    m = sub.wait(lambda m: m["kv_total_blocks"] is None, "engine fields null")[1]
+    assert m["kv_used_blocks"] is None and m["max_num_batched_tokens"] is None, m
+    # Admission data stays known, and the proxy goes on serving.
+    assert m["engine_request_limit"] == 2 and m["engine_requests"] == 0, m
+    status, _, _ = request(ad.addr, "POST", "/v1/chat/completions", chat_body())
+    assert status == 503
+    load = json.loads(request(ad.maddr, "GET", "/load")[2])
+    assert load["ranks"][0]["kv_total_blocks"] is None, load
+    assert ad.metrics()['admitd_engine_scrapes_total{result="failed"}'] > 0
+    sub.close()
+    ad.stop()
+
+
+def test_nngcat_and_admit_top_read_it():
+    mock = Mock("--speedup-ratio", "0", "--data-parallel-size", "2")
+    ad = Admitd(mock.url, "--engine-request-limit", "3", "--heartbeat-ms", "100",
+                "--worker-id", "gpu-test-1")
+    p = subprocess.run(["nngcat", "--sub", "--dial=" + ad.publish, "--subscribe=kv_metrics",
+                        "--quoted", "--count=4"], capture_output=True, timeout=30)
+    assert p.returncode == 0, p.stderr
+    lines = p.stdout.decode().strip().splitlines()
+    assert len(lines) == 4, lines
+    ranks = set()
+    for line in lines:
+        text = json.loads(line)  # --quoted prints a JSON string literal per message
+        assert text.startswith("kv_metrics {"), text
+        msg = json.loads(text[len("kv_metrics "):])
+        assert msg["v"] == 1 and msg["worker_id"] == "gpu-test-1", msg
+        ranks.add(msg["dp_rank"])
+    assert ranks == {0, 1}, ranks
+    p = subprocess.run([TOP, "--iterations=2", "--refresh-ms=300", ad.publish],
+                       capture_output=True, timeout=30)
+    out = p.stdout.decode()
+    assert p.returncode == 0, p.stderr
+    assert "WORKER" in out and "gpu-test-1" in out and "0/3" in out, out
+    load = json.loads(request(ad.maddr, "GET", "/load")[2])
+    assert load["worker_id"] == "gpu-test-1" and len(load["ranks"]) == 2, load
+    assert load["publish"] == ad.publish, load
+    ad.stop()
+    mock.stop()
+
+
+def test_publish_errors():
+    p = subprocess.run([ADMITD, "--publish=udp://x:1"], capture_output=True, timeout=30)
+    assert p.returncode == 2 and b"--publish" in p.stderr, p.stderr
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    s.listen(1)
+    port = s.getsockname()[1]
+    try:
+        p = subprocess.run([ADMITD, "--listen=127.0.0.1:0", "--metrics-listen=127.0.0.1:0",
+                            "--publish=tcp://127.0.0.1:%d" % port], capture_output=True,
+                           timeout=30)
+        assert p.returncode == 1 and b"cannot publish" in p.stderr, p.stderr
+    finally:
+        s.close()
+    # --publish none: no publisher, /load still answers.
+    mock = Mock("--speedup-ratio", "0")
+    ad = Admitd(mock.url, "--publish", "none")
+    assert ad.publish == "none"
+    assert json.loads(request(ad.maddr, "GET", "/load")[2])["publish"] is None
+    ad.stop()
+    mock.stop()
+
+
+if __name__ == "__main__":
+    tap = Tap()
+    tap.run("messages follow the gate and match /metrics", test_messages_follow_the_gate)
+    tap.run("kv_used_blocks follows the engine's KV usage", test_kv_blocks_follow_the_engine)
+    tap.run("prompt tokens are booked until the first byte",
+            test_prefill_tokens_booked_until_first_byte)
+    tap.run("heartbeats arrive when idle", test_heartbeats_when_idle)
+    tap.run("a killed engine turns the engine fields null, the proxy goes on",
+            test_engine_killed_turns_engine_fields_null)
+    tap.run("nngcat and admit-top read the messages", test_nngcat_and_admit_top_read_it)
+    tap.run("publisher errors and --publish none", test_publish_errors)
+    tap.done()
