@@ -18,11 +18,18 @@ struct admin_hooks {
     void (*metrics)(void *arg, struct buf *out); /* Prometheus text */
     void (*load)(void *arg, struct buf *out);    /* the load snapshot as JSON */
     int (*ready)(void *arg);                     /* 1 when the engine answers */
+    /* GET (body NULL) or an authorised POST of /admission: writes JSON, returns the status;
+     * who is the peer's address, for the log */
+    int (*admission)(void *arg, const char *body, size_t len, const char *who, struct buf *out);
     void *arg;
 };
 
-/** creates the listener's server */
-struct admin *admin_new(struct event_base *base, const struct admin_hooks *hooks);
+/* Largest body a POST to the admin listener may carry. */
+#define ADMIN_MAX_BODY 4096
+
+/** creates the listener's server; token "" means mutations only from loopback peers */
+struct admin *admin_new(struct event_base *base, const struct admin_hooks *hooks,
+                        const char *token);
 /** binds it; writes the bound "host:port" into bound; 0 or -1 with err */
 int admin_bind(struct admin *a, const struct hostport *hp, char *bound, size_t boundlen, char *err,
                size_t errlen);

@@ -13,17 +13,22 @@ static const char *env_lookup(const char *name)
     return getenv(name);
 }
 
+static struct event_base *base;
+
+/* The first SIGTERM/SIGINT drains gracefully; a second one exits at once. */
 static void on_signal(evutil_socket_t sig, short what, void *arg)
 {
     (void) what;
-    log_info("%s received, shutting down", sig == SIGINT ? "SIGINT" : "SIGTERM");
-    event_base_loopbreak(arg);
+    log_info("%s received", sig == SIGINT ? "SIGINT" : "SIGTERM");
+    if (worker_drain(arg) != 0) {
+        log_info("second signal: exiting now");
+        event_base_loopbreak(base);
+    }
 }
 
 int main(int argc, char **argv)
 {
     static struct cfg cfg;
-    struct event_base *base;
     struct worker *w;
     struct event *sigterm, *sigint;
     char err[512], line[1024];
@@ -44,6 +49,7 @@ int main(int argc, char **argv)
         break;
     }
     log_set_level(cfg.log_level);
+    log_set_json(cfg.log_json);
 
     base = event_base_new();
     if (base == NULL) {
@@ -56,8 +62,8 @@ int main(int argc, char **argv)
         event_base_free(base);
         return 1;
     }
-    sigterm = evsignal_new(base, SIGTERM, on_signal, base);
-    sigint = evsignal_new(base, SIGINT, on_signal, base);
+    sigterm = evsignal_new(base, SIGTERM, on_signal, w);
+    sigint = evsignal_new(base, SIGINT, on_signal, w);
     evsignal_add(sigterm, NULL);
     evsignal_add(sigint, NULL);
     worker_describe(w, line, sizeof line);

@@ -20,7 +20,10 @@ enum opt_kind {
     K_PUBURL,
     K_ID,
     K_URLPATH,
-    K_RATIO
+    K_RATIO,
+    K_RETRY,
+    K_TOKEN,
+    K_LOGFMT
 };
 
 struct opt {
@@ -49,8 +52,8 @@ static const struct opt opts[] = {
      "0.0.0.0:9091", "listener for /metrics, /health and /ready"},
     {"overload-status-code", "DYN_HTTP_OVERLOAD_STATUS_CODE", K_STATUS, OFF(overload_status), 0, 0,
      "529", "status of overload answers (200-999; anything else means 529)"},
-    {"retry-after", "ADMITD_RETRY_AFTER", K_UINT, OFF(retry_after_s), 1, 86400, "1",
-     "Retry-After seconds on overload answers"},
+    {"retry-after", "ADMITD_RETRY_AFTER", K_RETRY, OFF(retry_after_s), 1, 3600, "auto",
+     "Retry-After seconds on overload answers, or auto (from the slot release rate)"},
     {"upstream-timeout-ms", "ADMITD_UPSTREAM_TIMEOUT_MS", K_UINT, OFF(upstream_timeout_ms), 1,
      86400000, "600000", "engine silent this long (connect, first byte or between bytes): 504"},
     {"client-timeout-ms", "ADMITD_CLIENT_TIMEOUT_MS", K_UINT, OFF(client_timeout_ms), 1, 86400000,
@@ -90,6 +93,16 @@ static const struct opt opts[] = {
      "data-parallel ranks (0 = as many as the engine reports, else 1)"},
     {"chars-per-token", "ADMITD_CHARS_PER_TOKEN", K_RATIO, OFF(chars_per_token), 0, 0, "4",
      "bytes of prompt text per token, for requests that do not send token ids"},
+    {"queue-timeout-ms", "DYN_DYNAMO_REQUEST_QUEUE_TIMEOUT_MS", K_UINT, OFF(queue_timeout_ms), 0,
+     86400000, "30000", "a request queued longer is answered with the overload status; 0 = never"},
+    {"drain-timeout-ms", "ADMITD_DRAIN_TIMEOUT_MS", K_UINT, OFF(drain_timeout_ms), 0, 86400000,
+     "30000", "on SIGTERM, how long in-flight requests may take before they are cancelled"},
+    {"admin-token", "ADMITD_ADMIN_TOKEN", K_TOKEN, OFF(admin_token), 0, 0, NULL,
+     "bearer token for POST /admission (default: only loopback peers may change limits)"},
+    {"log-format", "ADMITD_LOG_FORMAT", K_LOGFMT, OFF(log_json), 0, 0, "text",
+     "text or json (one JSON object per line)"},
+    {"access-log", "ADMITD_ACCESS_LOG", K_BOOL, OFF(access_log), 0, 0, "0",
+     "log one line per finished request (method, path, status, outcome, timings, bytes)"},
 };
 
 #define NOPTS            (sizeof opts / sizeof opts[0])
@@ -248,6 +261,33 @@ static int apply(struct cfg *c, const struct opt *o, const char *raw, const char
         *(double *) (void *) field = d;
         return 0;
     }
+    case K_RETRY:
+        if (strcmp(raw, "auto") == 0) {
+            *(unsigned *) (void *) field = 0;
+            return 0;
+        }
+        if (parse_uint(raw, &v) != 0 || v < o->min || v > o->max) {
+            snprintf(err, errlen, "%s: '%s' must be auto or seconds from %u to %u", src, raw,
+                     o->min, o->max);
+            return -1;
+        }
+        *(unsigned *) (void *) field = (unsigned) v;
+        return 0;
+    case K_TOKEN:
+        if (strlen(raw) < 16 || strlen(raw) >= sizeof c->admin_token || strpbrk(raw, " \t\r\n")) {
+            snprintf(err, errlen, "%s: must be 16 to %zu characters without blanks", src,
+                     sizeof c->admin_token - 1);
+            return -1;
+        }
+        strcpy(field, raw);
+        return 0;
+    case K_LOGFMT:
+        if (strcmp(raw, "text") != 0 && strcmp(raw, "json") != 0) {
+            snprintf(err, errlen, "%s: '%s' must be text or json", src, raw);
+            return -1;
+        }
+        *(int *) (void *) field = strcmp(raw, "json") == 0;
+        return 0;
     case K_BOOL:
         if (parse_bool(raw, (int *) (void *) field) != 0) {
             snprintf(err, errlen, "%s: '%s' must be true or false", src, raw);

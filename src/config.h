@@ -25,7 +25,7 @@ struct cfg {
     unsigned engine_request_limit;  /* N; 0 = no cap, requests pass straight through */
     unsigned request_queue_limit;   /* Q >= 2 (meaningful only when N is set) */
     int overload_status;            /* 200..999 */
-    unsigned retry_after_s;         /* Retry-After on overload answers, >= 1 */
+    unsigned retry_after_s;         /* Retry-After on overload answers; 0 = estimate it */
     unsigned upstream_timeout_ms;   /* engine silent this long: 504 (or a broken stream) */
     unsigned client_timeout_ms;     /* client idle (headers, body, writes) this long: closed */
     unsigned max_header_bytes;      /* request headers larger than this: 400 */
@@ -48,6 +48,12 @@ struct cfg {
     unsigned max_num_batched_tokens; /* when the engine does not report it; 0 = unknown */
     unsigned data_parallel_size;     /* ranks; 0 = as the engine reports, else 1 */
     double chars_per_token;          /* prompt text estimate when no token ids are sent */
+    /* Operations. */
+    unsigned queue_timeout_ms; /* a request waiting longer leaves the queue; 0 = never */
+    unsigned drain_timeout_ms; /* on SIGTERM, wait this long for in-flight work */
+    char admin_token[128];     /* "" = mutations only from loopback peers */
+    int log_json;              /* log lines as JSON objects */
+    int access_log;            /* one line per finished request */
 };
 
 /* What cfg_parse asks the caller to do. */

@@ -9,6 +9,9 @@
 
 /* The message every overload answer carries (Dynamo's wording, matched by routers). */
 #define HTTPU_OVERLOAD_MESSAGE "Server overloaded: worker at capacity"
+/* The message of a request that waited past --queue-timeout-ms. */
+#define HTTPU_QUEUE_TIMEOUT_MESSAGE                                                                \
+    "Server overloaded: request rejected after exceeding the admission queue delay"
 
 /** the reason phrase for a status ("Site is overloaded" for 529, "Unknown" if none) */
 const char *httpu_reason(int status);

@@ -10,11 +10,36 @@
 
 static const char *log_ident = "admitd";
 static enum log_level log_max = LOG_INFO;
+static int log_json;
 static const char *const log_names[] = {"error", "warn", "info", "debug"};
 
 void log_set_ident(const char *ident)
 {
     log_ident = ident;
+}
+
+void log_set_json(int json)
+{
+    log_json = json;
+}
+
+/* Copies s into out as the inside of a JSON string; always NUL-terminates. */
+static void json_escape(char *out, size_t cap, const char *s)
+{
+    size_t n = 0;
+
+    for (; *s && n + 7 < cap; s++) {
+        unsigned char c = (unsigned char) *s;
+        if (c == '"' || c == '\\') {
+            out[n++] = '\\';
+            out[n++] = (char) c;
+        } else if (c < 0x20) {
+            n += (size_t) snprintf(out + n, cap - n, "\\u%04x", c);
+        } else {
+            out[n++] = (char) c;
+        }
+    }
+    out[n] = '\0';
 }
 
 void log_set_level(enum log_level level)
@@ -59,6 +84,18 @@ void log_msg(enum log_level level, const char *fmt, ...)
         return;
     gettimeofday(&tv, NULL);
     gmtime_r(&tv.tv_sec, &tm);
+    if (log_json) {
+        char msg[2048], esc[4096], ts[32];
+
+        va_start(ap, fmt);
+        vsnprintf(msg, sizeof msg, fmt, ap);
+        va_end(ap);
+        json_escape(esc, sizeof esc, msg);
+        strftime(ts, sizeof ts, "%Y-%m-%dT%H:%M:%S", &tm);
+        fprintf(stderr, "{\"ts\":\"%s.%03ldZ\",\"level\":\"%s\",\"prog\":\"%s\",\"msg\":\"%s\"}\n",
+                ts, (long) tv.tv_usec / 1000, log_names[level], log_ident, esc);
+        return;
+    }
     n = strftime(line, sizeof line, "%Y-%m-%dT%H:%M:%S", &tm);
     n += (size_t) snprintf(line + n, sizeof line - n, ".%03ldZ %s %s: ", (long) tv.tv_usec / 1000,
                            log_ident, log_names[level]);

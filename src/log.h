@@ -10,6 +10,8 @@ enum log_level { LOG_ERROR = 0, LOG_WARN, LOG_INFO, LOG_DEBUG };
 
 /** sets the program name printed on each line (the pointer is kept) */
 void log_set_ident(const char *ident);
+/** 1: print each line as a JSON object {"ts","level","prog","msg"}; 0: plain text */
+void log_set_json(int json);
 /** sets the most verbose level printed */
 void log_set_level(enum log_level level);
 /** parses "error", "warn", "info" or "debug"; returns 0 or -1 */

@@ -9,7 +9,8 @@ static const double queue_wait_bounds[] = {0.0001, 0.0005, 0.001, 0.005, 0.01, 0
                                            0.5,    1,      2.5,   5,     10,   30,   60,  300};
 
 static const char *const outcome_names[OUT__COUNT] = {
-    "ok", "rejected", "cancelled", "unavailable", "timeout", "upstream_error", "bad_request"};
+    "ok",          "rejected",      "cancelled", "unavailable", "timeout", "upstream_error",
+    "bad_request", "queue_timeout", "draining"};
 static const char *const stage_names[STAGE__COUNT] = {"queued", "waiting", "streaming"};
 static const char *const uerr_names[UERR__COUNT] = {"connect", "timeout", "broken", "invalid"};
 
@@ -79,8 +80,9 @@ void metrics_render(const struct metrics_view *v, struct buf *out)
 
     prom_family(out, "dynamo_rejection_request_total", "counter",
                 "Requests rejected because the worker is at capacity (engine request limit and "
-                "request queue both full)");
-    prom_sample(out, "dynamo_rejection_request_total", NULL, (double) m->outcomes[OUT_REJECTED]);
+                "request queue both full, or the queue wait ran out)");
+    prom_sample(out, "dynamo_rejection_request_total", NULL,
+                (double) (m->outcomes[OUT_REJECTED] + m->outcomes[OUT_QUEUE_TIMEOUT]));
     gauge(out, "dynamo_engine_request",
           "Current number of requests being handled by the engine (--engine-request-limit)",
           g ? g->slots_used : m->inflight_nocap);
@@ -118,6 +120,12 @@ void metrics_render(const struct metrics_view *v, struct buf *out)
         labelled(out, "admitd_engine_scrapes_total", "counter",
                  "Scrapes of the engine's /metrics by result", "result", results, scrapes, 2);
     }
+    prom_family(out, "admitd_drain_cancelled_total", "counter",
+                "Requests cancelled because --drain-timeout-ms ran out");
+    prom_sample(out, "admitd_drain_cancelled_total", NULL, (double) m->drain_cancelled);
+    prom_family(out, "admitd_limit_changes_total", "counter",
+                "Live changes of N or Q applied (POST /admission, SIGHUP)");
+    prom_sample(out, "admitd_limit_changes_total", NULL, (double) m->limit_changes);
     prom_family(out, "admitd_load_messages_total", "counter", "Load messages published");
     prom_sample(out, "admitd_load_messages_total", NULL, (double) m->load_messages);
     if (v->book != NULL)

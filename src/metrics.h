@@ -21,6 +21,8 @@ enum outcome {
     OUT_TIMEOUT,        /* engine silent too long: 504 (or a cut stream) */
     OUT_UPSTREAM_ERROR, /* engine broke the response (or sent garbage) */
     OUT_BAD_REQUEST,    /* refused by admitd itself (bad request target) */
+    OUT_QUEUE_TIMEOUT,  /* overload answer: waited longer than --queue-timeout-ms */
+    OUT_DRAINING,       /* 503: arrived while the worker was draining */
     OUT__COUNT
 };
 
@@ -52,6 +54,8 @@ struct metrics {
     uint64_t scrapes_ok;         /* engine /metrics scrapes that parsed */
     uint64_t scrapes_failed;     /* ... that failed (no answer, not 200, nothing recognised) */
     uint64_t load_messages;      /* load messages published */
+    uint64_t drain_cancelled;    /* requests cancelled when --drain-timeout-ms ran out */
+    uint64_t limit_changes;      /* POST /admission or SIGHUP changes applied */
     struct prom_hist queue_wait; /* seconds from arrival to slot, for admitted requests */
 };
 

@@ -19,6 +19,7 @@
 #include "cwatch.h"
 #include "httputil.h"
 #include "log.h"
+#include "ratewin.h"
 #include "sse.h"
 #include "tokcount.h"
 #include "upstream.h"
@@ -62,6 +63,7 @@ struct exch {
     struct evhttp_request *creq;
     struct evhttp_connection *cevcon; /* NULL once libevent is freeing it */
     struct cwatch *watch;
+    struct event *qtimer; /* queue timeout, while queued */
     struct uconn *uc;
     struct evhttp_request *ureq; /* owned by libevent; NULL once it is gone */
     enum xstate state;
@@ -72,8 +74,11 @@ struct exch {
     double queue_wait_s; /* arrival to slot, for gated requests */
     struct book_req bk;  /* booked load while in a slot (gated and no-cap requests) */
     struct sse_counter sse_count;
-    int got_body; /* the engine sent a first body byte */
-    int paused;   /* engine reads stopped: the client is behind */
+    int got_body;            /* the engine sent a first body byte */
+    int status;              /* status sent to the client (0 until one is) */
+    uint64_t bytes;          /* body bytes passed to the client */
+    struct timespec t_first; /* first body byte from the engine */
+    int paused;              /* engine reads stopped: the client is behind */
     int sse;
     int refs;
     int finished;
@@ -95,6 +100,8 @@ struct proxy {
     char *overload_body; /* rendered once: the rejection path is hot under overload */
     size_t overload_len;
     struct book *book;
+    struct ratewin releases;      /* slot releases, for the Retry-After estimate */
+    int draining;                 /* new requests get 503; the rest finish */
     void (*on_change)(void *arg); /* load changed: gate, queue or book */
     void *on_change_arg;
 };
@@ -136,6 +143,42 @@ static void cancel_upstream(struct exch *x)
     release_upstream(x);
 }
 
+static int64_t mono_ms(void)
+{
+    struct timespec now;
+
+    clock_gettime(CLOCK_MONOTONIC, &now);
+    return (int64_t) now.tv_sec * 1000 + now.tv_nsec / 1000000;
+}
+
+static double ms_between(const struct timespec *a, const struct timespec *b)
+{
+    return (double) (b->tv_sec - a->tv_sec) * 1e3 + (double) (b->tv_nsec - a->tv_nsec) / 1e6;
+}
+
+/* One line per finished request, in logfmt (key=value). */
+static void access_log(struct exch *x, enum outcome o)
+{
+    static const char *const methods[] = {"GET",     "POST",  "HEAD",    "PUT",  "DELETE",
+                                          "OPTIONS", "TRACE", "CONNECT", "PATCH"};
+    enum evhttp_cmd_type cmd = evhttp_request_get_command(x->creq);
+    const char *uri = evhttp_request_get_uri(x->creq);
+    const char *method = "?";
+    struct timespec now;
+    char ttfb[32] = "-";
+
+    for (int i = 0; i < 9; i++)
+        if (cmd == (enum evhttp_cmd_type)(1 << i))
+            method = methods[i];
+    clock_gettime(CLOCK_MONOTONIC, &now);
+    if (x->got_body)
+        snprintf(ttfb, sizeof ttfb, "%.1f", ms_between(&x->t_arrive, &x->t_first));
+    log_info("access method=%s path=%.200s status=%d outcome=%s queue_ms=%.1f ttfb_ms=%s "
+             "ms=%.1f bytes=%llu",
+             method, uri ? uri : "-", x->status, metrics_outcome_name(o), x->queue_wait_s * 1000.0,
+             ttfb, ms_between(&x->t_arrive, &now), (unsigned long long) x->bytes);
+}
+
 static void exch_finish(struct exch *x, enum outcome o)
 {
     struct proxy *px = x->px;
@@ -144,8 +187,14 @@ static void exch_finish(struct exch *x, enum outcome o)
         return;
     x->finished = 1;
     px->m->outcomes[o]++;
+    if (px->cfg->access_log && x->creq != NULL)
+        access_log(x, o);
     cwatch_free(x->watch);
     x->watch = NULL;
+    if (x->qtimer != NULL) {
+        event_free(x->qtimer);
+        x->qtimer = NULL;
+    }
     if (x->cevcon != NULL)
         evhttp_connection_set_closecb(x->cevcon, NULL, NULL);
     TAILQ_REMOVE(&px->live, x, link);
@@ -160,11 +209,12 @@ static void exch_finish(struct exch *x, enum outcome o)
         px->m->inflight_nocap--;
         break;
     case XK_GATED:
+        if (gate_ticket_state(&x->ticket) == GATE_SLOT)
+            ratewin_add(&px->releases, mono_ms());
         gate_leave(px->gate, &x->ticket); /* may start the next waiter right here */
         break;
     }
-    if (x->kind != XK_BYPASS)
-        changed(px);
+    changed(px);
     exch_unhold(x);
 }
 
@@ -195,6 +245,7 @@ static void send_body(struct exch *x, int status, const char *body, size_t len, 
     }
     if (reason != NULL)
         evhttp_add_header(h, "X-Admitd-Reason", reason);
+    x->status = status;
     evhttp_send_reply(x->creq, status, httpu_reason(status), b);
     evbuffer_free(b);
 }
@@ -210,13 +261,40 @@ static void send_error(struct exch *x, int status, const char *type, const char 
     buf_free(&b);
 }
 
+/* The configured Retry-After, or an estimate from how fast slots have been freeing up. */
+static int retry_after(struct proxy *px)
+{
+    struct gate_stats st;
+
+    if (px->cfg->retry_after_s > 0)
+        return (int) px->cfg->retry_after_s;
+    if (px->gate == NULL)
+        return RETRY_AFTER_MIN;
+    gate_get_stats(px->gate, &st);
+    return (int) retry_after_estimate(st.queued, ratewin_rate(&px->releases, mono_ms()));
+}
+
 static void reject_overload(struct exch *x)
 {
-    const struct cfg *c = x->px->cfg;
+    struct proxy *px = x->px;
 
-    send_body(x, c->overload_status, x->px->overload_body, x->px->overload_len,
-              (int) c->retry_after_s, "queue-full");
+    send_body(x, px->cfg->overload_status, px->overload_body, px->overload_len, retry_after(px),
+              "queue-full");
     exch_finish(x, OUT_REJECTED);
+}
+
+/* Waited longer than --queue-timeout-ms: leave the queue with the overload status. */
+static void on_queue_timeout(evutil_socket_t fd, short what, void *arg)
+{
+    struct exch *x = arg;
+    struct proxy *px = x->px;
+
+    (void) fd;
+    (void) what;
+    gate_leave(px->gate, &x->ticket);
+    send_error(x, px->cfg->overload_status, "overloaded_error", HTTPU_QUEUE_TIMEOUT_MESSAGE,
+               retry_after(px), "queue-timeout");
+    exch_finish(x, OUT_QUEUE_TIMEOUT);
 }
 
 /* ---- client side ---------------------------------------------------------------------- */
@@ -323,8 +401,7 @@ static void upstream_failed(struct exch *x, enum upstream_error e)
             snprintf(
                 msg, sizeof msg, "Server unavailable: engine at %s %s", upstream_hostport(px->up),
                 e == UERR_CONNECT ? "is unreachable" : "closed the connection before answering");
-            send_error(x, 503, "unavailable_error", msg, (int) px->cfg->retry_after_s,
-                       "engine-unavailable");
+            send_error(x, 503, "unavailable_error", msg, retry_after(px), "engine-unavailable");
             exch_finish(x, OUT_UNAVAILABLE);
             return;
         case UERR_TIMEOUT:
@@ -430,6 +507,7 @@ static int on_up_headers(struct evhttp_request *ureq, void *arg)
     x->watch = NULL;
     x->state = X_STREAMING;
     evhttp_request_set_on_complete_cb(x->creq, on_client_complete, x);
+    x->status = evhttp_request_get_response_code(ureq);
     evhttp_send_reply_start(x->creq, evhttp_request_get_response_code(ureq),
                             evhttp_request_get_response_code_line(ureq));
     /* evhttp now reads the client only to see a close: bound what it may buffer, and drop
@@ -470,8 +548,12 @@ static void on_up_chunk(struct evhttp_request *ureq, void *arg)
     struct exch *x = arg;
     struct bufferevent *cbev = evhttp_connection_get_bufferevent(x->cevcon);
 
+    if (!x->got_body)
+        clock_gettime(CLOCK_MONOTONIC, &x->t_first);
+    x->bytes += evbuffer_get_length(evhttp_request_get_input_buffer(ureq));
     if (x->kind != XK_BYPASS)
         book_chunk(x, evhttp_request_get_input_buffer(ureq));
+    x->got_body = 1;
     evhttp_send_reply_chunk_with_cb(x->creq, evhttp_request_get_input_buffer(ureq),
                                     on_client_flushed, x);
     /* Backpressure: a slow client must not make admitd buffer the whole reply. */
@@ -552,6 +634,10 @@ static void start_upstream(struct exch *x)
 
 static void admitted(struct exch *x)
 {
+    if (x->qtimer != NULL) {
+        event_free(x->qtimer);
+        x->qtimer = NULL;
+    }
     x->queue_wait_s = seconds_since(&x->t_arrive);
     prom_hist_observe(&x->px->m->queue_wait, x->queue_wait_s);
     start_upstream(x);
@@ -592,6 +678,13 @@ static void on_request(struct evhttp_request *creq, void *arg)
         if (!px->gate)
             px->m->inflight_nocap++;
     }
+    if (px->draining) {
+        evhttp_add_header(evhttp_request_get_output_headers(creq), "Connection", "close");
+        send_error(x, 503, "unavailable_error", "Server unavailable: worker draining",
+                   retry_after(px), "draining");
+        exch_finish(x, OUT_DRAINING);
+        return;
+    }
     if (uri == NULL || uri[0] != '/') {
         send_error(x, 400, "invalid_request_error",
                    "Bad request: the request target must be a path starting with /", 0, NULL);
@@ -609,6 +702,14 @@ static void on_request(struct evhttp_request *creq, void *arg)
     case GATE_QUEUED:
         x->state = X_QUEUED;
         x->watch = cwatch_new(px->base, client_fd(x->cevcon), on_client_gone, x);
+        if (px->cfg->queue_timeout_ms > 0) {
+            struct timeval tv = {px->cfg->queue_timeout_ms / 1000,
+                                 (px->cfg->queue_timeout_ms % 1000) * 1000};
+            x->qtimer = evtimer_new(px->base, on_queue_timeout, x);
+            if (x->qtimer == NULL)
+                fatal("evtimer_new failed");
+            evtimer_add(x->qtimer, &tv);
+        }
         changed(px);
         break;
     case GATE_REJECTED:
@@ -632,6 +733,7 @@ struct proxy *proxy_new(struct event_base *base, const struct cfg *cfg, struct m
     px->client_tv.tv_usec = (cfg->client_timeout_ms % 1000) * 1000;
     if (cfg->engine_request_limit > 0)
         px->gate = gate_new(cfg->engine_request_limit, cfg->request_queue_limit, on_dispatch, px);
+    ratewin_init(&px->releases);
     px->book = book_new(cfg->data_parallel_size ? cfg->data_parallel_size : 1, cfg->block_size);
     px->up = upstream_new(base, &cfg->upstream, cfg->upstream_timeout_ms, cfg->upstream_keepalive,
                           UPSTREAM_IDLE_MS);
@@ -687,23 +789,51 @@ unsigned proxy_active(const struct proxy *px)
     return px->nlive;
 }
 
-void proxy_free(struct proxy *px)
+void proxy_drain(struct proxy *px)
+{
+    px->draining = 1;
+}
+
+int proxy_set_limits(struct proxy *px, unsigned n, unsigned q)
+{
+    if (px->gate == NULL)
+        return -1;
+    gate_set_limits(px->gate, n, q);
+    changed(px);
+    return 0;
+}
+
+/* Cancels every exchange: engine requests are cancelled, clients are cut off (they see a
+ * reset or an unfinished stream, not a clean end). Returns how many there were. */
+unsigned proxy_cancel_all(struct proxy *px)
 {
     struct exch *x;
+    unsigned n = 0;
 
-    if (px == NULL)
-        return;
-    px->closing = 1;
-    /* Finish every exchange; their client connections go with evhttp_free below. */
+    px->closing = 1; /* no dispatch while the queue is emptied */
     while ((x = TAILQ_FIRST(&px->live)) != NULL) {
         struct evhttp_request *creq = x->creq;
-        int detached = x->cevcon == NULL || evhttp_request_get_connection(creq) == NULL;
+        struct evhttp_connection *c = x->cevcon;
+        int detached = c == NULL || evhttp_request_get_connection(creq) == NULL;
 
         cancel_upstream(x);
         exch_finish(x, OUT_CANCELLED);
         if (detached)
             evhttp_request_free(creq);
+        else
+            evhttp_connection_free(c);
+        n++;
     }
+    px->closing = 0;
+    return n;
+}
+
+void proxy_free(struct proxy *px)
+{
+    if (px == NULL)
+        return;
+    proxy_cancel_all(px);
+    px->closing = 1;
     evhttp_free(px->http);
     upstream_free(px->up);
     gate_free(px->gate);

@@ -29,6 +29,12 @@ void proxy_set_change_cb(struct proxy *px, void (*cb)(void *arg), void *arg);
 struct book *proxy_book(struct proxy *px);
 /** number of exchanges alive (queued, in a slot, or passing through) */
 unsigned proxy_active(const struct proxy *px);
+/** stops admitting: new requests get 503 "worker draining"; queued and running ones go on */
+void proxy_drain(struct proxy *px);
+/** changes N and/or Q live (0 keeps a value); -1 when admitd runs without a cap */
+int proxy_set_limits(struct proxy *px, unsigned n, unsigned q);
+/** cancels every exchange at once; returns how many there were */
+unsigned proxy_cancel_all(struct proxy *px);
 /** aborts every exchange and frees everything */
 void proxy_free(struct proxy *px);
 

@@ -12,6 +12,8 @@
 #include "publish.h"
 #include "xmalloc.h"
 
+#include <event2/event.h>
+#include <jansson.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -19,7 +21,9 @@
 #include <unistd.h>
 
 struct worker {
+    struct event_base *base;
     struct cfg *cfg;
+    struct event *drain_timer; /* armed while draining */
     struct metrics m;
     struct proxy *px;
     struct admin *adm;
@@ -96,6 +100,10 @@ static void on_load_change(void *arg)
     struct worker *w = arg;
 
     pub_changed(w->pub);
+    if (w->state == ADMIT_LOAD_DRAINING && proxy_active(w->px) == 0) {
+        log_info("drained: nothing in flight, exiting");
+        event_base_loopbreak(w->base);
+    }
 }
 
 /* ---- metrics listener hooks ------------------------------------------------------------- */
@@ -140,7 +148,144 @@ static void render_load(void *arg, struct buf *out)
 
 static int is_ready(void *arg)
 {
-    return ((struct worker *) arg)->m.engine_ready;
+    struct worker *w = arg;
+
+    return w->m.engine_ready && w->state == ADMIT_LOAD_SERVING;
+}
+
+/* The current limits and occupancy, as GET /admission and every POST answer them. */
+static void admission_state(struct worker *w, struct buf *out)
+{
+    struct gate_stats st;
+
+    if (proxy_gate_stats(w->px, &st) == NULL) {
+        buf_printf(out,
+                   "{\"engine_request_limit\":null,\"request_queue_limit\":null,"
+                   "\"engine_requests\":%u,\"queued_requests\":0}\n",
+                   w->m.inflight_nocap);
+        return;
+    }
+    buf_printf(out,
+               "{\"engine_request_limit\":%u,\"request_queue_limit\":%u,"
+               "\"engine_requests\":%u,\"queued_requests\":%u}\n",
+               st.limit, st.queue_limit, st.slots_used, st.queued);
+}
+
+static int admission_error(struct buf *out, int status, const char *msg)
+{
+    json_t *j = json_pack("{s:s}", "error", msg);
+    char *s = j ? json_dumps(j, JSON_COMPACT) : NULL;
+
+    buf_reset(out);
+    buf_puts(out, s ? s : "{\"error\":\"internal error\"}");
+    buf_puts(out, "\n");
+    free(s);
+    json_decref(j);
+    return status;
+}
+
+/* Reads one optional limit field; 0 = absent. Same rules as at startup. */
+static int limit_field(json_t *root, const char *key, long long min, unsigned *out, char *msg,
+                       size_t msglen)
+{
+    json_t *v = json_object_get(root, key);
+
+    *out = 0;
+    if (v == NULL)
+        return 0;
+    if (!json_is_integer(v) || json_integer_value(v) < min || json_integer_value(v) > 1000000) {
+        snprintf(msg, msglen, "%s must be %s", key,
+                 min == 1 ? "a positive integer" : "an integer >= 2 (the queue limit Q)");
+        return -1;
+    }
+    *out = (unsigned) json_integer_value(v);
+    return 0;
+}
+
+static int on_admission(void *arg, const char *body, size_t len, const char *who, struct buf *out)
+{
+    struct worker *w = arg;
+    struct gate_stats before;
+    json_error_t je;
+    json_t *root;
+    const char *key;
+    json_t *val;
+    unsigned n, q;
+    char msg[256];
+
+    if (body == NULL) {
+        admission_state(w, out);
+        return 200;
+    }
+    if (proxy_gate_stats(w->px, &before) == NULL)
+        return admission_error(out, 409,
+                               "admitd runs without --engine-request-limit: there are no limits "
+                               "to change; restart it with one");
+    root = json_loadb(body, len, JSON_REJECT_DUPLICATES, &je);
+    if (!json_is_object(root)) {
+        snprintf(msg, sizeof msg, "the body must be a JSON object%s%s", root ? "" : ": ",
+                 root ? "" : je.text);
+        json_decref(root);
+        return admission_error(out, 400, msg);
+    }
+    json_object_foreach(root, key, val)
+    {
+        if (strcmp(key, "engine_request_limit") != 0 && strcmp(key, "request_queue_limit") != 0) {
+            snprintf(msg, sizeof msg, "unknown field '%.64s'", key);
+            json_decref(root);
+            return admission_error(out, 400, msg);
+        }
+    }
+    if (limit_field(root, "engine_request_limit", 1, &n, msg, sizeof msg) != 0 ||
+        limit_field(root, "request_queue_limit", 2, &q, msg, sizeof msg) != 0) {
+        json_decref(root);
+        return admission_error(out, 400, msg);
+    }
+    json_decref(root);
+    if (n == 0 && q == 0)
+        return admission_error(out, 400, "give engine_request_limit, request_queue_limit or both");
+    proxy_set_limits(w->px, n, q);
+    w->m.limit_changes++;
+    log_info("limits changed by POST /admission from %s: N %u -> %u, Q %u -> %u", who, before.limit,
+             n ? n : before.limit, before.queue_limit, q ? q : before.queue_limit);
+    admission_state(w, out);
+    return 200;
+}
+
+/* ---- drain ---------------------------------------------------------------------------- */
+
+static void on_drain_timeout(evutil_socket_t fd, short what, void *arg)
+{
+    struct worker *w = arg;
+    unsigned n = proxy_cancel_all(w->px);
+
+    (void) fd;
+    (void) what;
+    w->m.drain_cancelled += n;
+    log_warn("drain timeout: cancelled %u request%s still in flight", n, n == 1 ? "" : "s");
+    event_base_loopbreak(w->base);
+}
+
+int worker_drain(struct worker *w)
+{
+    struct timeval tv = {w->cfg->drain_timeout_ms / 1000, (w->cfg->drain_timeout_ms % 1000) * 1000};
+
+    if (w->state == ADMIT_LOAD_DRAINING)
+        return 1;
+    w->state = ADMIT_LOAD_DRAINING;
+    proxy_drain(w->px);
+    pub_now(w->pub);
+    log_info("draining: %u request%s in flight, new ones get 503, waiting at most %u ms",
+             proxy_active(w->px), proxy_active(w->px) == 1 ? "" : "s", w->cfg->drain_timeout_ms);
+    if (proxy_active(w->px) == 0) {
+        event_base_loopbreak(w->base);
+        return 0;
+    }
+    w->drain_timer = evtimer_new(w->base, on_drain_timeout, w);
+    if (w->drain_timer == NULL)
+        fatal("evtimer_new failed");
+    evtimer_add(w->drain_timer, &tv);
+    return 0;
 }
 
 /* ---- setup ---------------------------------------------------------------------------- */
@@ -183,16 +328,17 @@ static void derive_worker_id(struct worker *w)
 struct worker *worker_start(struct event_base *base, struct cfg *cfg, char *err, size_t errlen)
 {
     struct worker *w = xcalloc(1, sizeof *w);
-    struct admin_hooks hooks = {render_metrics, render_load, is_ready, w};
+    struct admin_hooks hooks = {render_metrics, render_load, is_ready, on_admission, w};
     unsigned scrape_timeout = cfg->engine_metrics_interval_ms * 3;
 
+    w->base = base;
     w->cfg = cfg;
     w->state = ADMIT_LOAD_SERVING;
     metrics_init(&w->m);
     if (cfg->mock_engine && start_mock(w, base, err, errlen) != 0)
         goto fail;
     w->px = proxy_new(base, cfg, &w->m);
-    w->adm = admin_new(base, &hooks);
+    w->adm = admin_new(base, &hooks, cfg->admin_token);
     if (proxy_bind(w->px, &cfg->listen, w->listen_at, sizeof w->listen_at, err, errlen) != 0 ||
         admin_bind(w->adm, &cfg->metrics_listen, w->metrics_at, sizeof w->metrics_at, err,
                    errlen) != 0)
@@ -236,6 +382,8 @@ void worker_free(struct worker *w)
 {
     if (w == NULL)
         return;
+    if (w->drain_timer != NULL)
+        event_free(w->drain_timer);
     poller_free(w->ready);
     poller_free(w->scrape);
     if (w->px != NULL)

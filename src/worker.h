@@ -19,6 +19,9 @@ struct worker;
 struct worker *worker_start(struct event_base *base, struct cfg *cfg, char *err, size_t errlen);
 /** writes the one-line "ready ..." summary scripts wait for */
 void worker_describe(const struct worker *w, char *out, size_t outlen);
+/** starts a graceful drain (SIGTERM); returns 1 if one was already under way (a second
+ *  signal: the caller exits at once) */
+int worker_drain(struct worker *w);
 /** stops and frees everything; NULL is a no-op */
 void worker_free(struct worker *w);
 

@@ -69,7 +69,7 @@ static void test_defaults(void **state)
     assert_string_equal(c.upstream.host, "127.0.0.1");
     assert_int_equal(c.upstream.port, 8000);
     assert_string_equal(c.upstream.hostport, "127.0.0.1:8000");
-    assert_int_equal(c.retry_after_s, 1);
+    assert_int_equal(c.retry_after_s, 0); /* auto */
     assert_string_equal(c.health_path, "/health");
 }
 
