@@ -26,11 +26,22 @@ static void on_signal(evutil_socket_t sig, short what, void *arg)
     }
 }
 
+static int saved_argc;
+static char **saved_argv;
+
+static void on_sighup(evutil_socket_t sig, short what, void *arg)
+{
+    (void) sig;
+    (void) what;
+    log_info("SIGHUP received: reloading the configuration");
+    worker_reload(arg, saved_argc, saved_argv, env_lookup);
+}
+
 int main(int argc, char **argv)
 {
     static struct cfg cfg;
     struct worker *w;
-    struct event *sigterm, *sigint;
+    struct event *sigterm, *sigint, *sighup;
     char err[512], line[1024];
 
     log_set_ident("admitd");
@@ -41,6 +52,9 @@ int main(int argc, char **argv)
         return 0;
     case CFG_VERSION:
         printf("admitd %s\n", ADMIT_VERSION);
+        return 0;
+    case CFG_CHECK:
+        printf("admitd: configuration OK%s%s\n", cfg.config_path[0] ? ": " : "", cfg.config_path);
         return 0;
     case CFG_ERROR:
         fprintf(stderr, "admitd: error: %s\n", err);
@@ -64,14 +78,19 @@ int main(int argc, char **argv)
     }
     sigterm = evsignal_new(base, SIGTERM, on_signal, w);
     sigint = evsignal_new(base, SIGINT, on_signal, w);
+    sighup = evsignal_new(base, SIGHUP, on_sighup, w);
+    saved_argc = argc;
+    saved_argv = argv;
     evsignal_add(sigterm, NULL);
     evsignal_add(sigint, NULL);
+    evsignal_add(sighup, NULL);
     worker_describe(w, line, sizeof line);
     log_info("%s", line);
     event_base_dispatch(base);
 
     event_free(sigterm);
     event_free(sigint);
+    event_free(sighup);
     worker_free(w);
     event_base_free(base);
     return 0;

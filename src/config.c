@@ -1,5 +1,6 @@
 /* config: table-driven option parsing with flag > env > default precedence. */
 #include "config.h"
+#include "cfgfile.h"
 
 #include <ctype.h>
 #include <errno.h>
@@ -298,10 +299,47 @@ static int apply(struct cfg *c, const struct opt *o, const char *raw, const char
     return -1;
 }
 
+/* State of the file pass: which options the file set. */
+struct filepass {
+    struct cfg *c;
+    int set[NOPTS];
+};
+
+/* A key of the config file: the option whose flag, with '-' as '_', is the key. */
+static int on_file_item(const struct cfgfile_item *it, void *arg, char *msg, size_t msglen,
+                        int *at_key)
+{
+    struct filepass *fp = arg;
+
+    for (size_t i = 0; i < NOPTS; i++) {
+        const char *f = opts[i].flag, *k = it->key;
+
+        while (*f && *k && (*f == *k || (*f == '-' && *k == '_'))) {
+            f++;
+            k++;
+        }
+        if (*f != '\0' || *k != '\0')
+            continue;
+        *at_key = 0;
+        if (it->is_null)
+            return 0; /* null: keep the default */
+        if (apply(fp->c, &opts[i], it->value, it->key, msg, msglen) != 0)
+            return -1;
+        fp->set[i] = 1;
+        return 0;
+    }
+    *at_key = 1;
+    snprintf(msg, msglen, "unknown setting '%.64s' (examples/admitd.yaml lists them all)", it->key);
+    return -1;
+}
+
 enum cfg_result cfg_parse(struct cfg *c, int argc, char **argv, cfg_env_fn env, char *err,
                           size_t errlen)
 {
-    struct option longopts[NOPTS + 3];
+    struct option longopts[NOPTS + 5];
+    struct filepass fp;
+    const char *config = env ? env("ADMITD_CONFIG") : NULL;
+    int check = 0;
     const char *raw[NOPTS] = {0};
     char srcbuf[NOPTS][64];
     const char *src[NOPTS] = {0};
@@ -324,7 +362,9 @@ enum cfg_result cfg_parse(struct cfg *c, int argc, char **argv, cfg_env_fn env, 
     }
     longopts[NOPTS] = (struct option){"help", no_argument, NULL, 'h'};
     longopts[NOPTS + 1] = (struct option){"version", no_argument, NULL, 'V'};
-    longopts[NOPTS + 2] = (struct option){NULL, 0, NULL, 0};
+    longopts[NOPTS + 2] = (struct option){"config", required_argument, NULL, 'c'};
+    longopts[NOPTS + 3] = (struct option){"check-config", no_argument, NULL, 'C'};
+    longopts[NOPTS + 4] = (struct option){NULL, 0, NULL, 0};
 
     optind = 0; /* glibc: full re-initialisation, so cfg_parse can run more than once */
     opterr = 0;
@@ -333,6 +373,14 @@ enum cfg_result cfg_parse(struct cfg *c, int argc, char **argv, cfg_env_fn env, 
             return CFG_HELP;
         if (ch == 'V')
             return CFG_VERSION;
+        if (ch == 'c') {
+            config = optarg;
+            continue;
+        }
+        if (ch == 'C') {
+            check = 1;
+            continue;
+        }
         if (ch == '?') {
             snprintf(err, errlen, "unknown option '%s' (see --help)", argv[optind - 1]);
             return CFG_ERROR;
@@ -350,10 +398,23 @@ enum cfg_result cfg_parse(struct cfg *c, int argc, char **argv, cfg_env_fn env, 
         snprintf(err, errlen, "unexpected argument '%s' (options are --name=value)", argv[optind]);
         return CFG_ERROR;
     }
+    memset(&fp, 0, sizeof fp);
+    fp.c = c;
+    if (config != NULL && config[0] != '\0') {
+        if (strlen(config) >= sizeof c->config_path) {
+            snprintf(err, errlen, "--config: the path is too long");
+            return CFG_ERROR;
+        }
+        strcpy(c->config_path, config);
+        if (cfgfile_load(config, on_file_item, &fp, err, errlen) != 0)
+            return CFG_ERROR;
+    }
     for (size_t i = 0; i < NOPTS; i++) {
         /* Q is read only when N is set, as in Dynamo: without a cap there is no queue. */
-        if (i == OPT_QUEUE_LIMIT && raw[OPT_ENGINE_LIMIT] == NULL)
+        if (i == OPT_QUEUE_LIMIT && raw[OPT_ENGINE_LIMIT] == NULL && !fp.set[OPT_ENGINE_LIMIT]) {
+            c->request_queue_limit = CFG_DEFAULT_QUEUE_LIMIT;
             continue;
+        }
         if (raw[i] != NULL && apply(c, &opts[i], raw[i], src[i], err, errlen) != 0)
             return CFG_ERROR;
     }
@@ -361,7 +422,7 @@ enum cfg_result cfg_parse(struct cfg *c, int argc, char **argv, cfg_env_fn env, 
         c->engine_metrics = c->upstream;
         strcpy(c->engine_metrics_path, "/metrics");
     }
-    return CFG_RUN;
+    return check ? CFG_CHECK : CFG_RUN;
 }
 
 void cfg_usage(FILE *out, const char *prog)
@@ -371,7 +432,8 @@ void cfg_usage(FILE *out, const char *prog)
             "admitd sits in front of an OpenAI-compatible inference engine and caps the\n"
             "requests it runs at N, queues up to Q more, and answers the rest at once with\n"
             "the overload status. Each option can also be set by the environment variable\n"
-            "shown; a flag wins over the environment.\n\n",
+            "shown, or in a YAML file (--config, key = the option with '_' for '-');\n"
+            "a flag wins over the environment, which wins over the file.\n\n",
             prog);
     for (size_t i = 0; i < NOPTS; i++) {
         char name[64];
@@ -379,6 +441,10 @@ void cfg_usage(FILE *out, const char *prog)
         fprintf(out, "  %-28s %s\n  %-28s env %s; default %s\n", name, opts[i].help, "",
                 opts[i].env, opts[i].def ? opts[i].def : "unset");
     }
+    fprintf(out, "  %-28s %s\n  %-28s env ADMITD_CONFIG\n", "--config=FILE",
+            "read settings from a YAML file (see examples/admitd.yaml)", "");
+    fprintf(out, "  %-28s %s\n", "--check-config",
+            "validate the settings and exit (0 good, 2 bad)");
     fprintf(out, "  %-28s %s\n  %-28s %s\n", "--help", "print this help and exit", "--version",
             "print the version and exit");
 }

@@ -54,15 +54,18 @@ struct cfg {
     char admin_token[128];     /* "" = mutations only from loopback peers */
     int log_json;              /* log lines as JSON objects */
     int access_log;            /* one line per finished request */
+    char config_path[512];     /* --config: the YAML file read ("" = none) */
 };
 
 /* What cfg_parse asks the caller to do. */
-enum cfg_result { CFG_RUN = 0, CFG_HELP, CFG_VERSION, CFG_ERROR };
+enum cfg_result { CFG_RUN = 0, CFG_HELP, CFG_VERSION, CFG_CHECK, CFG_ERROR };
 
 /** looks up an environment variable; NULL when unset */
 typedef const char *(*cfg_env_fn)(const char *name);
 
-/** fills c from defaults, then env, then argv; on CFG_ERROR err holds the reason */
+/** fills c from defaults, then the --config file, then env, then argv (each wins over the
+ *  ones before); CFG_CHECK for --check-config; on CFG_ERROR err holds the reason, with
+ *  file:line:column for the file */
 enum cfg_result cfg_parse(struct cfg *c, int argc, char **argv, cfg_env_fn env, char *err,
                           size_t errlen);
 /** Dynamo's overload status rule: 200..999 kept; empty, non-numeric or out of range -> 529 */

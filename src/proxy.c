@@ -107,6 +107,7 @@ struct proxy {
 };
 
 static void on_dispatch(struct gate_ticket *t, void *arg);
+static void render_overload(struct proxy *px);
 static void start_upstream(struct exch *x);
 
 /* ---- lifetime ------------------------------------------------------------------------ */
@@ -723,7 +724,6 @@ static void on_request(struct evhttp_request *creq, void *arg)
 struct proxy *proxy_new(struct event_base *base, const struct cfg *cfg, struct metrics *m)
 {
     struct proxy *px = xcalloc(1, sizeof *px);
-    struct buf b;
 
     px->base = base;
     px->cfg = cfg;
@@ -737,10 +737,7 @@ struct proxy *proxy_new(struct event_base *base, const struct cfg *cfg, struct m
     px->book = book_new(cfg->data_parallel_size ? cfg->data_parallel_size : 1, cfg->block_size);
     px->up = upstream_new(base, &cfg->upstream, cfg->upstream_timeout_ms, cfg->upstream_keepalive,
                           UPSTREAM_IDLE_MS);
-    buf_init(&b);
-    httpu_error_json(&b, cfg->overload_status, "overloaded_error", HTTPU_OVERLOAD_MESSAGE);
-    px->overload_body = b.data;
-    px->overload_len = b.len;
+    render_overload(px);
 
     px->http = evhttp_new(base);
     if (px->http == NULL)
@@ -787,6 +784,23 @@ struct book *proxy_book(struct proxy *px)
 unsigned proxy_active(const struct proxy *px)
 {
     return px->nlive;
+}
+
+/* The overload body is rendered once; a reload may change its status. */
+static void render_overload(struct proxy *px)
+{
+    struct buf b;
+
+    free(px->overload_body);
+    buf_init(&b);
+    httpu_error_json(&b, px->cfg->overload_status, "overloaded_error", HTTPU_OVERLOAD_MESSAGE);
+    px->overload_body = b.data;
+    px->overload_len = b.len;
+}
+
+void proxy_reconfigure(struct proxy *px)
+{
+    render_overload(px);
 }
 
 void proxy_drain(struct proxy *px)

@@ -29,6 +29,8 @@ void proxy_set_change_cb(struct proxy *px, void (*cb)(void *arg), void *arg);
 struct book *proxy_book(struct proxy *px);
 /** number of exchanges alive (queued, in a slot, or passing through) */
 unsigned proxy_active(const struct proxy *px);
+/** re-reads what the proxy derives from its cfg (after a reload changed it) */
+void proxy_reconfigure(struct proxy *px);
 /** stops admitting: new requests get 503 "worker draining"; queued and running ones go on */
 void proxy_drain(struct proxy *px);
 /** changes N and/or Q live (0 keeps a value); -1 when admitd runs without a cap */

@@ -14,6 +14,7 @@
 
 #include <event2/event.h>
 #include <jansson.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -250,6 +251,97 @@ static int on_admission(void *arg, const char *body, size_t len, const char *who
              n ? n : before.limit, before.queue_limit, q ? q : before.queue_limit);
     admission_state(w, out);
     return 200;
+}
+
+/* ---- reload (SIGHUP) ------------------------------------------------------------------ */
+
+/* Settings that only take effect after a restart: listeners, the engine's address and the
+ * publisher are bound once. */
+struct fixed {
+    const char *name;
+    size_t off, len;
+};
+#define FIXED(f)                                                                                   \
+    {                                                                                              \
+#f, offsetof(struct cfg, f), sizeof(((struct cfg *) 0)->f)                                 \
+    }
+static const struct fixed fixed_fields[] = {
+    FIXED(listen),
+    FIXED(metrics_listen),
+    FIXED(upstream),
+    FIXED(upstream_timeout_ms),
+    FIXED(client_timeout_ms),
+    FIXED(max_header_bytes),
+    FIXED(max_body_bytes),
+    FIXED(upstream_keepalive),
+    FIXED(health_path),
+    FIXED(health_interval_ms),
+    FIXED(mock_engine),
+    FIXED(publish),
+    FIXED(worker_id),
+    FIXED(heartbeat_ms),
+    FIXED(engine_metrics),
+    FIXED(engine_metrics_path),
+    FIXED(engine_metrics_interval_ms),
+    FIXED(data_parallel_size),
+    FIXED(admin_token),
+};
+
+int worker_reload(struct worker *w, int argc, char **argv, cfg_env_fn env)
+{
+    struct cfg *c = w->cfg, *nc = xmalloc(sizeof *nc);
+    struct gate_stats st;
+    char err[512];
+    enum cfg_result r = cfg_parse(nc, argc, argv, env, err, sizeof err);
+
+    if (r != CFG_RUN && r != CFG_CHECK) {
+        log_error("reload failed, the running configuration stays: %s", err);
+        free(nc);
+        return -1;
+    }
+    /* Fields derived at start (mock engine address, worker id) are not in the file. */
+    if (c->mock_engine)
+        nc->upstream = c->upstream, nc->engine_metrics = c->engine_metrics;
+    if (nc->worker_id[0] == '\0')
+        memcpy(nc->worker_id, c->worker_id, sizeof nc->worker_id);
+    for (size_t i = 0; i < sizeof fixed_fields / sizeof fixed_fields[0]; i++) {
+        const struct fixed *f = &fixed_fields[i];
+        if (memcmp((char *) c + f->off, (char *) nc + f->off, f->len) != 0)
+            log_warn("reload: %s changed; it takes effect after a restart", f->name);
+    }
+    if (proxy_gate_stats(w->px, &st) == NULL) {
+        if (nc->engine_request_limit > 0)
+            log_warn("reload: engine_request_limit set, but admitd started without a cap; "
+                     "it takes effect after a restart");
+    } else if (nc->engine_request_limit == 0) {
+        log_warn("reload: engine_request_limit removed; the cap stays until a restart");
+    } else if (nc->engine_request_limit != st.limit || nc->request_queue_limit != st.queue_limit) {
+        log_info("reload: N %u -> %u, Q %u -> %u", st.limit, nc->engine_request_limit,
+                 st.queue_limit, nc->request_queue_limit);
+        proxy_set_limits(w->px, nc->engine_request_limit, nc->request_queue_limit);
+        w->m.limit_changes++;
+    }
+    /* What is read at use time is simply replaced. */
+    c->engine_request_limit = nc->engine_request_limit;
+    c->request_queue_limit = nc->request_queue_limit;
+    c->queue_timeout_ms = nc->queue_timeout_ms;
+    c->retry_after_s = nc->retry_after_s;
+    c->overload_status = nc->overload_status;
+    c->stream_buffer_bytes = nc->stream_buffer_bytes;
+    c->drain_timeout_ms = nc->drain_timeout_ms;
+    c->chars_per_token = nc->chars_per_token;
+    c->block_size = nc->block_size;
+    c->max_num_batched_tokens = nc->max_num_batched_tokens;
+    c->access_log = nc->access_log;
+    c->log_level = nc->log_level;
+    c->log_json = nc->log_json;
+    log_set_level(c->log_level);
+    log_set_json(c->log_json);
+    proxy_reconfigure(w->px);
+    log_info("configuration reloaded%s%s", c->config_path[0] ? " from " : "", c->config_path);
+    free(nc);
+    pub_changed(w->pub);
+    return 0;
 }
 
 /* ---- drain ---------------------------------------------------------------------------- */

@@ -22,6 +22,9 @@ void worker_describe(const struct worker *w, char *out, size_t outlen);
 /** starts a graceful drain (SIGTERM); returns 1 if one was already under way (a second
  *  signal: the caller exits at once) */
 int worker_drain(struct worker *w);
+/** re-reads the configuration (SIGHUP) and applies what can change live; a bad file keeps
+ *  the running configuration; returns 0 or -1 */
+int worker_reload(struct worker *w, int argc, char **argv, cfg_env_fn env);
 /** stops and frees everything; NULL is a no-op */
 void worker_free(struct worker *w);
 

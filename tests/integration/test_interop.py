@@ -75,6 +75,13 @@ def check_promtool():
     mock.stop()
 
 
+def check_examples_with_promtool():
+    ex = os.path.join(HERE, "..", "..", "examples")
+    for argv in (["check", "rules", "admitd-alerts.yml"], ["check", "config", "prometheus.yml"]):
+        p = subprocess.run(["promtool"] + argv, cwd=ex, capture_output=True, timeout=60)
+        assert p.returncode == 0, (argv, (p.stdout + p.stderr).decode())
+
+
 def check_curl_streams():
     gap_ms, tokens = 100, 8
     mock = Mock("--token-interval-ms", str(gap_ms), "--speedup-ratio", "0")
@@ -102,6 +109,8 @@ if __name__ == "__main__":
     run_sdk(tap)
     if shutil.which("promtool"):
         tap.run("promtool check metrics accepts admitd's /metrics", check_promtool)
+        tap.run("promtool accepts the example scrape config and alert rules",
+                check_examples_with_promtool)
     else:
         tap.skip("promtool check metrics", "promtool is not installed "
                  "(Debian package prometheus; scripts/install-deps.sh installs it)")

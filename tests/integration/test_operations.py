@@ -200,6 +200,57 @@ def test_json_logs_and_access_log():
     mock.stop()
 
 
+def test_config_file_precedence_and_reload():
+    import os
+    import subprocess
+    import tempfile
+    from harness import ADMITD
+    mock = Mock("--speedup-ratio", "0")
+    d = tempfile.mkdtemp()
+    path = os.path.join(d, "admitd.yaml")
+
+    def write(text):
+        with open(path, "w") as f:
+            f.write(text)
+
+    # Bad files: exit 2 with file:line:column.
+    for text, want in (("engine_request_limit: 2\nbogus: 1\n", ":2:1: unknown setting 'bogus'"),
+                       ("engine_request_limit: two\n", ":1:23: engine_request_limit: 'two'"),
+                       ("listen: [1, 2]\n", ":1:9: expected a single value for 'listen'"),
+                       ("a: &x 1\nb: *x\n", "anchors and aliases are not allowed")):
+        write(text)
+        p = subprocess.run([ADMITD, "--config", path, "--check-config"], capture_output=True,
+                           timeout=30)
+        assert p.returncode == 2 and want in p.stderr.decode(), (text, p.stderr)
+    write("engine_request_limit: 4\nrequest_queue_limit: 8\nqueue_timeout_ms: 5000\n")
+    p = subprocess.run([ADMITD, "--config", path, "--check-config"], capture_output=True,
+                       timeout=30)
+    assert p.returncode == 0, p.stderr
+    # Precedence: flag > env > file > default.
+    ad = Admitd(mock.url, "--config", path, "--engine-request-limit", "2",
+                env={"DYN_DYNAMO_REQUEST_QUEUE_LIMIT": "3"})
+    m = ad.metrics()
+    assert m["admitd_engine_request_limit"] == 2 and m["admitd_request_queue_limit"] == 3, m
+    ad.stop()
+    # SIGHUP applies what can change live, reports what cannot, keeps the old on a bad file.
+    ad = Admitd(mock.url, "--config", path)
+    assert ad.metrics()["admitd_engine_request_limit"] == 4
+    write("engine_request_limit: 6\nrequest_queue_limit: 8\nheartbeat_ms: 5000\n")
+    ad.proc.p.send_signal(signal.SIGHUP)
+    ad.proc.wait_line("configuration reloaded", 10)
+    assert any("heartbeat_ms changed; it takes effect after a restart" in x
+               for x in ad.proc.lines)
+    m = ad.metrics()
+    assert m["admitd_engine_request_limit"] == 6 and m["admitd_limit_changes_total"] == 1, m
+    write("engine_request_limit: [oops\n")
+    ad.proc.p.send_signal(signal.SIGHUP)
+    ad.proc.wait_line("reload failed, the running configuration stays", 10)
+    assert ad.metrics()["admitd_engine_request_limit"] == 6
+    assert request(ad.addr, "POST", "/v1/chat/completions", chat_body(max_tokens=1))[0] == 200
+    ad.stop()
+    mock.stop()
+
+
 if __name__ == "__main__":
     tap = Tap()
     tap.run("the queue timeout fires at the right request and is counted",
@@ -213,4 +264,6 @@ if __name__ == "__main__":
     tap.run("drain timeout cancels what remains; a second signal exits at once",
             test_drain_timeout_and_second_signal)
     tap.run("JSON logs and the access log", test_json_logs_and_access_log)
+    tap.run("config file: errors at file:line:column, precedence, SIGHUP reload",
+            test_config_file_precedence_and_reload)
     tap.done()

@@ -7,7 +7,11 @@
 
 #include "config.h"
 
+#include <fcntl.h>
+#include <stdlib.h>
+#include <stdio.h>
 #include <string.h>
+#include <unistd.h>
 
 /* A fake environment: pairs of name, value, terminated by NULL. */
 static const char *const *fake_env;
@@ -172,6 +176,49 @@ static void test_bad_addresses_and_options(void **state)
     assert_int_equal(c.mock_engine, 1);
 }
 
+/* flag > env > file > default, and file errors carry file:line:column. */
+static void test_config_file_precedence(void **state)
+{
+    char path[] = "/tmp/admitd-test-XXXXXX";
+    int fd = mkstemp(path);
+    static const char yaml[] = "# a comment\n"
+                               "engine_request_limit: 4\n"
+                               "request_queue_limit: 8\n"
+                               "retry_after: 9\n"
+                               "worker_id: ~\n"
+                               "access_log: yes\n";
+    char arg[64];
+    struct cfg c;
+    char err[256];
+
+    (void) state;
+    assert_true(fd >= 0);
+    assert_int_equal(write(fd, yaml, sizeof yaml - 1), (ssize_t) (sizeof yaml - 1));
+    close(fd);
+    snprintf(arg, sizeof arg, "--config=%s", path);
+    assert_int_equal(parse(&c, NULL, err, sizeof err, 2, arg), CFG_RUN);
+    assert_int_equal(c.engine_request_limit, 4);
+    assert_int_equal(c.request_queue_limit, 8);
+    assert_int_equal(c.retry_after_s, 9);
+    assert_int_equal(c.access_log, 1);
+    assert_string_equal(c.worker_id, "");
+    {
+        const char *const env[] = {"DYN_DYNAMO_REQUEST_QUEUE_LIMIT", "3", "ADMITD_CONFIG", path,
+                                   NULL};
+        assert_int_equal(parse(&c, env, err, sizeof err, 2, "--engine-request-limit=2"), CFG_RUN);
+        assert_int_equal(c.engine_request_limit, 2);
+        assert_int_equal(c.request_queue_limit, 3);
+        assert_int_equal(c.retry_after_s, 9);
+    }
+    assert_int_equal(parse(&c, NULL, err, sizeof err, 3, arg, "--check-config"), CFG_CHECK);
+    fd = open(path, O_WRONLY | O_TRUNC);
+    assert_true(write(fd, "retry_after: -2\n", 16) == 16);
+    close(fd);
+    assert_int_equal(parse(&c, NULL, err, sizeof err, 2, arg), CFG_ERROR);
+    assert_non_null(strstr(err, ":1:14: retry_after: '-2'"));
+    unlink(path);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -181,6 +228,7 @@ int main(void)
         cmocka_unit_test(test_engine_limit_must_be_positive),
         cmocka_unit_test(test_queue_limit_rules),
         cmocka_unit_test(test_bad_addresses_and_options),
+        cmocka_unit_test(test_config_file_precedence),
     };
 
     return cmocka_run_group_tests(tests, NULL, NULL);
