@@ -63,12 +63,6 @@ static int const_time_eq(const char *got, const char *want)
     return diff == 0;
 }
 
-static int is_loopback(const char *addr)
-{
-    return strncmp(addr, "127.", 4) == 0 || strcmp(addr, "::1") == 0 ||
-           strncmp(addr, "::ffff:127.", 11) == 0;
-}
-
 /* Mutations: a matching bearer token when one is configured, else a loopback peer. */
 static int authorised(struct admin *a, struct evhttp_request *req, const char *peer, int *status,
                       const char **why)
@@ -83,7 +77,7 @@ static int authorised(struct admin *a, struct evhttp_request *req, const char *p
         }
         return 1;
     }
-    if (!is_loopback(peer)) {
+    if (!net_is_loopback(peer)) {
         *status = 403;
         *why = "changes are accepted only from loopback (set --admin-token to allow others)";
         return 0;

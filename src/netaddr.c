@@ -145,6 +145,12 @@ int http_url_parse_path(const char *s, struct http_url *out, char *path, size_t 
     return 0;
 }
 
+int net_is_loopback(const char *addr)
+{
+    return strncmp(addr, "127.", 4) == 0 || strcmp(addr, "::1") == 0 ||
+           strncasecmp(addr, "::ffff:127.", 11) == 0;
+}
+
 int net_set_nodelay(int fd)
 {
     int one = 1;

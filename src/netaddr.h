@@ -30,6 +30,8 @@ int http_url_parse(const char *s, struct http_url *out, char *err, size_t errlen
 /** like http_url_parse, but a path (and query) is allowed and copied into path ("/" if none) */
 int http_url_parse_path(const char *s, struct http_url *out, char *path, size_t pathlen, char *err,
                         size_t errlen);
+/** true when a numeric peer address (as libevent prints it) is a loopback address */
+int net_is_loopback(const char *addr);
 /** sets TCP_NODELAY on a socket; returns 0 or -1 */
 int net_set_nodelay(int fd);
 /** writes the local "host:port" of a bound socket into out; returns 0 or -1 */

@@ -64,6 +64,7 @@ struct exch {
     struct evhttp_connection *cevcon; /* NULL once libevent is freeing it */
     struct cwatch *watch;
     struct event *qtimer; /* queue timeout, while queued */
+    struct upstream *up;  /* the engine chosen for this request */
     struct uconn *uc;
     struct evhttp_request *ureq; /* owned by libevent; NULL once it is gone */
     enum xstate state;
@@ -75,6 +76,9 @@ struct exch {
     struct book_req bk;  /* booked load while in a slot (gated and no-cap requests) */
     struct sse_counter sse_count;
     int got_body;            /* the engine sent a first body byte */
+    int booked;              /* book_admit was called (once per exchange) */
+    int retry_pending;       /* router: the engine said overloaded; nothing sent yet */
+    int retried;             /* router: already moved to a second engine */
     int status;              /* status sent to the client (0 until one is) */
     uint64_t bytes;          /* body bytes passed to the client */
     struct timespec t_first; /* first body byte from the engine */
@@ -100,6 +104,7 @@ struct proxy {
     char *overload_body; /* rendered once: the rejection path is hot under overload */
     size_t overload_len;
     struct book *book;
+    struct proxy_route route;     /* router mode when route.pick is set */
     struct ratewin releases;      /* slot releases, for the Retry-After estimate */
     int draining;                 /* new requests get 503; the rest finish */
     void (*on_change)(void *arg); /* load changed: gate, queue or book */
@@ -127,7 +132,7 @@ static void changed(struct proxy *px)
 static void release_upstream(struct exch *x)
 {
     if (x->uc != NULL) {
-        upstream_put(x->px->up, x->uc);
+        upstream_put(x->up, x->uc);
         x->uc = NULL;
     }
 }
@@ -400,7 +405,7 @@ static void upstream_failed(struct exch *x, enum upstream_error e)
             /* Refused, or accepted and closed before a byte of answer (an engine dying or
              * restarting): either way it is not serving, and the request may go elsewhere. */
             snprintf(
-                msg, sizeof msg, "Server unavailable: engine at %s %s", upstream_hostport(px->up),
+                msg, sizeof msg, "Server unavailable: engine at %s %s", upstream_hostport(x->up),
                 e == UERR_CONNECT ? "is unreachable" : "closed the connection before answering");
             send_error(x, 503, "unavailable_error", msg, retry_after(px), "engine-unavailable");
             exch_finish(x, OUT_UNAVAILABLE);
@@ -492,7 +497,20 @@ static int on_up_headers(struct evhttp_request *ureq, void *arg)
     struct timeval write_tv = x->px->client_tv;
 
     struct evkeyvalq *oh = evhttp_request_get_output_headers(x->creq);
+    const char *why = evhttp_find_header(uh, "X-Admitd-Reason");
+    int code = evhttp_request_get_response_code(ureq);
 
+    /* Router: a worker that refuses with its overload answer gets one more chance elsewhere,
+     * as long as nothing has reached the client. */
+    if (x->px->route.pick != NULL && !x->retried &&
+        (code == 529 ||
+         (why && (strcmp(why, "queue-full") == 0 || strcmp(why, "queue-timeout") == 0)))) {
+        x->retry_pending = 1;
+        return 0;
+    }
+    if (x->px->route.refused != NULL && x->retried &&
+        (code == 529 || (why && strncmp(why, "queue-", 6) == 0)))
+        x->px->route.refused(x->px->route.arg, x->creq);
     copy_headers(uh, oh, 0);
     if (x->kind == XK_GATED) {
         /* Tells clients and load balancers how long the gate held the request. */
@@ -549,6 +567,8 @@ static void on_up_chunk(struct evhttp_request *ureq, void *arg)
     struct exch *x = arg;
     struct bufferevent *cbev = evhttp_connection_get_bufferevent(x->cevcon);
 
+    if (x->retry_pending)
+        return; /* the refusal's body is dropped; libevent drains it */
     if (!x->got_body)
         clock_gettime(CLOCK_MONOTONIC, &x->t_first);
     x->bytes += evbuffer_get_length(evhttp_request_get_input_buffer(ureq));
@@ -576,6 +596,14 @@ static void on_up_done(struct evhttp_request *ureq, void *arg)
         return;
     }
     release_upstream(x);
+    if (x->retry_pending) {
+        x->retry_pending = 0;
+        x->retried = 1;
+        if (x->px->route.overloaded != NULL)
+            x->px->route.overloaded(x->px->route.arg, x->up);
+        start_upstream(x);
+        return;
+    }
     if (x->state == X_UPSTREAM)
         on_up_headers(ureq, x);
     x->state = X_FLUSHING;
@@ -594,7 +622,25 @@ static void start_upstream(struct exch *x)
     x->state = X_UPSTREAM;
     if (x->watch == NULL)
         x->watch = cwatch_new(px->base, client_fd(x->cevcon), on_client_gone, x);
-    if (x->kind != XK_BYPASS) {
+    x->up = px->up;
+    if (px->route.pick != NULL) {
+        int status = 503;
+        const char *msg = "Server unavailable: no worker available";
+        enum outcome o;
+
+        x->up = px->route.pick(px->route.arg, x->creq, x->retried ? x->up : NULL, &status, &msg);
+        if (x->up == NULL) {
+            o = status == px->cfg->overload_status ? OUT_REJECTED : OUT_UNAVAILABLE;
+            if (o == OUT_REJECTED)
+                send_error(x, status, "overloaded_error", msg, retry_after(px), "all-busy");
+            else
+                send_error(x, status, "unavailable_error", msg, retry_after(px), "no-worker");
+            exch_finish(x, o);
+            return;
+        }
+    }
+    if (x->kind != XK_BYPASS && !x->booked) {
+        x->booked = 1;
         struct tokcount tc;
         size_t blen = evbuffer_get_length(body);
 
@@ -612,15 +658,19 @@ static void start_upstream(struct exch *x)
     evhttp_request_set_error_cb(ureq, on_up_error);
     oh = evhttp_request_get_output_headers(ureq);
     copy_headers(evhttp_request_get_input_headers(x->creq), oh, 1);
-    evhttp_add_header(oh, "Host", upstream_hostport(px->up));
+    evhttp_add_header(oh, "Host", upstream_hostport(x->up));
     if (evbuffer_get_length(body) > 0 || cmd == EVHTTP_REQ_POST || cmd == EVHTTP_REQ_PUT ||
         cmd == EVHTTP_REQ_PATCH) {
         snprintf(len, sizeof len, "%zu", evbuffer_get_length(body));
         evhttp_add_header(oh, "Content-Length", len);
     }
-    evbuffer_add_buffer(evhttp_request_get_output_buffer(ureq), body);
+    if (px->route.pick != NULL) /* keep the body: the request may move to another engine */
+        evbuffer_add(evhttp_request_get_output_buffer(ureq), evbuffer_pullup(body, -1),
+                     evbuffer_get_length(body));
+    else
+        evbuffer_add_buffer(evhttp_request_get_output_buffer(ureq), body);
 
-    x->uc = upstream_get(px->up);
+    x->uc = upstream_get(x->up);
     x->ureq = ureq;
     x->refs++; /* a refused connect may call on_up_done before uconn_request returns */
     if (uconn_request(x->uc, ureq, cmd, evhttp_request_get_uri(x->creq)) != 0) {
@@ -678,6 +728,11 @@ static void on_request(struct evhttp_request *creq, void *arg)
         x->kind = px->gate ? XK_GATED : XK_NOCAP;
         if (!px->gate)
             px->m->inflight_nocap++;
+    }
+    if (px->route.local != NULL && px->route.local(px->route.arg, creq)) {
+        x->status = 200;
+        exch_finish(x, OUT_OK);
+        return;
     }
     if (px->draining) {
         evhttp_add_header(evhttp_request_get_output_headers(creq), "Connection", "close");
@@ -768,6 +823,11 @@ const struct gate_stats *proxy_gate_stats(struct proxy *px, struct gate_stats *s
         return NULL;
     gate_get_stats(px->gate, st);
     return st;
+}
+
+void proxy_set_route(struct proxy *px, const struct proxy_route *r)
+{
+    px->route = *r;
 }
 
 void proxy_set_change_cb(struct proxy *px, void (*cb)(void *arg), void *arg)

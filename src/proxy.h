@@ -13,8 +13,25 @@
 #include <stddef.h>
 
 struct event_base;
+struct evhttp_request;
 struct book;
 struct proxy;
+struct upstream;
+
+/* Router mode: the engine is chosen per request among several (admit-router). */
+struct proxy_route {
+    /* picks an engine; exclude is the one that just refused (or NULL); NULL when none can
+     * take the request, with the status and message to answer in *status and *msg */
+    struct upstream *(*pick)(void *arg, struct evhttp_request *creq, const struct upstream *exclude,
+                             int *status, const char **msg);
+    /* the engine answered with its overload status before anything was sent */
+    void (*overloaded)(void *arg, struct upstream *up);
+    /* a second engine refused too: its overload answer goes to the client */
+    void (*refused)(void *arg, struct evhttp_request *creq);
+    /* answers requests the router handles itself (e.g. /busy_threshold); 1 if it did */
+    int (*local)(void *arg, struct evhttp_request *creq);
+    void *arg;
+};
 
 /** creates the proxy (gate, upstream pool, server) on base; does not bind yet */
 struct proxy *proxy_new(struct event_base *base, const struct cfg *cfg, struct metrics *m);
@@ -23,6 +40,8 @@ int proxy_bind(struct proxy *px, const struct hostport *hp, char *bound, size_t 
                size_t errlen);
 /** current gate occupancy; returns NULL when there is no cap (N unset) */
 const struct gate_stats *proxy_gate_stats(struct proxy *px, struct gate_stats *st);
+/** switches to router mode: every request goes to the engine r->pick chooses */
+void proxy_set_route(struct proxy *px, const struct proxy_route *r);
 /** calls cb whenever the load changes (gate occupancy, queue, booked tokens) */
 void proxy_set_change_cb(struct proxy *px, void (*cb)(void *arg), void *arg);
 /** the book of admitted load (the caller may reconfigure ranks and block size) */

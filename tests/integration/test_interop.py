@@ -71,6 +71,23 @@ def check_promtool():
                        timeout=60)
     assert p.returncode == 0, (p.stdout + p.stderr).decode()
     assert b"dynamo_rejection_request_total" in metrics
+    # admit-router's /metrics too, after it routed and refused something.
+    from harness import Proc, hostport
+    router = Proc([os.environ.get("ADMIT_ROUTER", "build/admit-router"), "--listen=127.0.0.1:0",
+                   "--metrics-listen=127.0.0.1:0", "--model=mock-model",
+                   "--active-prefill-tokens-threshold=0",
+                   "--worker=http://%s:%d=%s" % (ad.addr[0], ad.addr[1], ad.publish)],
+                  ready=r"ready listen=(\S+) metrics=(\S+)", name="router")
+    raddr, rmaddr = hostport(router.match.group(1)), hostport(router.match.group(2))
+    time.sleep(0.5)
+    request(raddr, "POST", "/v1/chat/completions", chat_body(max_tokens=2))
+    metrics = subprocess.run(["curl", "-sf", "http://%s:%d/metrics" % rmaddr],
+                             capture_output=True, timeout=30).stdout
+    p = subprocess.run(["promtool", "check", "metrics"], input=metrics, capture_output=True,
+                       timeout=60)
+    assert p.returncode == 0, (p.stdout + p.stderr).decode()
+    assert b"dynamo_frontend_model_rejection_total" in metrics
+    router.stop_clean()
     ad.stop()
     mock.stop()
 
@@ -108,7 +125,8 @@ if __name__ == "__main__":
     tap = Tap()
     run_sdk(tap)
     if shutil.which("promtool"):
-        tap.run("promtool check metrics accepts admitd's /metrics", check_promtool)
+        tap.run("promtool check metrics accepts admitd's and admit-router's /metrics",
+                check_promtool)
         tap.run("promtool accepts the example scrape config and alert rules",
                 check_examples_with_promtool)
     else:

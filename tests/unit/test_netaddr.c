@@ -54,11 +54,29 @@ static void test_http_url(void **state)
         assert_int_equal(http_url_parse(bad[i], &u, err, sizeof err), -1);
 }
 
+/* POST /admission trusts loopback peers only; anything else needs the admin token. */
+static void test_loopback_peers(void **state)
+{
+    (void) state;
+    assert_true(net_is_loopback("127.0.0.1"));
+    assert_true(net_is_loopback("127.9.8.7"));
+    assert_true(net_is_loopback("::1"));
+    assert_true(net_is_loopback("::ffff:127.0.0.1"));
+    assert_false(net_is_loopback("10.0.0.1"));
+    assert_false(net_is_loopback("192.168.1.127"));
+    assert_false(net_is_loopback("1127.0.0.1"));
+    assert_false(net_is_loopback("::2"));
+    assert_false(net_is_loopback("::1:5"));
+    assert_false(net_is_loopback("fe80::1"));
+    assert_false(net_is_loopback(""));
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_hostport),
         cmocka_unit_test(test_http_url),
+        cmocka_unit_test(test_loopback_peers),
     };
 
     return cmocka_run_group_tests(tests, NULL, NULL);

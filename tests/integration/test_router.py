@@ -1,0 +1,248 @@
+"""admit-router end to end: Dynamo's mocker overload cases ported onto admit-mock-engine +
+admitd + admit-router, two-worker routing, migration of a worker's 529, worker loss."""
+
+import json
+import os
+import random
+import signal
+import time
+
+from harness import (Admitd, Mock, Proc, RawClient, Tap, chat_body, hostport, request, scrape,
+                     wait_for)
+
+ROUTER = os.environ.get("ADMIT_ROUTER", "build/admit-router")
+MODEL = "mock-model"
+PROMPT = ("In a quiet meadow tucked between rolling hills, a plump gray rabbit nibbled on "
+          "clover beneath the shade of a towering oak tree. The afternoon sun cast dappled "
+          "light across the grass, and a gentle breeze carried the sweet scent of wildflowers. "
+          "Nearby, a family of sparrows chirped merrily from their nest while a curious fox "
+          "watched from the edge of the forest, its amber eyes gleaming with interest as the "
+          "rabbit hopped from one patch of clover to the next, blissfully unaware.")
+
+
+class Router:
+    def __init__(self, workers, *args):
+        argv = [ROUTER, "--listen", "127.0.0.1:0", "--metrics-listen", "127.0.0.1:0",
+                "--model", MODEL] + ["--worker=%s=%s" % w for w in workers] + list(args)
+        self.proc = Proc(argv, ready=r"ready listen=(\S+) metrics=(\S+)", name="router")
+        self.addr = hostport(self.proc.match.group(1))
+        self.maddr = hostport(self.proc.match.group(2))
+
+    def metrics(self):
+        return scrape(self.maddr)
+
+    def workers(self):
+        return json.loads(request(self.maddr, "GET", "/load")[2])["workers"]
+
+    def wait_routable(self, n):
+        wait_for(lambda: sum(w["routable"] for w in self.workers()) == n, 15,
+                 "%d routable workers" % n)
+
+    def stop(self):
+        self.proc.stop_clean()
+
+
+def worker(mock, *args):
+    ad = Admitd(mock.url, "--heartbeat-ms", "100", *args)
+    return ad, ("http://%s:%d" % ad.addr, ad.publish)
+
+
+def rejections(rt):
+    return sum(v for k, v in rt.metrics().items()
+               if k.startswith("dynamo_frontend_model_rejection_total"))
+
+
+def overload_case(max_tokens, *thresholds):
+    """Dynamo's _test_router_overload_5xx: requests 0.1 s apart, held open, until a 529."""
+    mock = Mock("--speedup-ratio", "0.01", "--block-size", "4", "--num-gpu-blocks", "64")
+    ad, w = worker(mock, "--block-size", "4")
+    rt = Router([w], *thresholds)
+    rt.wait_routable(1)
+    held, statuses = [], []
+    for i in range(50):
+        words = PROMPT.split()
+        random.shuffle(words)
+        c = RawClient(rt.addr)
+        c.post("/v1/chat/completions", {"model": MODEL, "stream": True, "max_tokens": max_tokens,
+                                        "messages": [{"role": "user", "content": " ".join(words)}]})
+        status, hdrs = c.read_head()
+        statuses.append(status)
+        if status == 200:
+            held.append(c)  # keep the stream open and unread
+        else:
+            body, _ = c.read_body(hdrs)
+            assert status != 529 or b"All workers are busy" in body, body
+            c.close()
+            break
+        time.sleep(0.1)
+    other = [s for s in statuses if s not in (200, 529)]
+    assert not other, statuses
+    assert statuses.count(529) >= 1 and statuses.count(200) >= 1, statuses
+    assert rejections(rt) == statuses.count(529), (rt.metrics(), statuses)
+    for c in held:
+        c.close()
+    rt.stop()
+    ad.stop()
+    mock.stop()
+
+
+def test_overload_decode_blocks():
+    overload_case(50, "--active-decode-blocks-threshold", "0.2")
+
+
+def test_overload_prefill_tokens():
+    overload_case(1, "--active-decode-blocks-threshold", "None",
+                  "--active-prefill-tokens-threshold", "1",
+                  "--active-prefill-tokens-threshold-frac", "None")
+
+
+def test_thresholds_none_disable_rejection():
+    mock = Mock("--speedup-ratio", "0.01", "--block-size", "4", "--num-gpu-blocks", "64")
+    ad, w = worker(mock)
+    rt = Router([w], "--active-decode-blocks-threshold", "None",
+                "--active-prefill-tokens-threshold", "None",
+                "--active-prefill-tokens-threshold-frac", "None")
+    rt.wait_routable(1)
+    status, _, body = request(rt.addr, "POST", "/busy_threshold", {"model": MODEL})
+    got = json.loads(body)
+    assert status == 200 and got["active_decode_blocks_threshold"] is None, got
+    assert got["active_prefill_tokens_threshold"] is None, got
+    assert got["active_prefill_tokens_threshold_frac"] is None, got
+    held = []
+    for _ in range(4):
+        c = RawClient(rt.addr)
+        c.post("/v1/chat/completions", chat_body(max_tokens=50, content=PROMPT))
+        assert c.read_head()[0] == 200
+        held.append(c)
+        time.sleep(0.1)
+    assert rejections(rt) == 0
+    for c in held:
+        c.close()
+    rt.stop()
+    ad.stop()
+    mock.stop()
+
+
+def test_busy_threshold_endpoint():
+    mock = Mock("--speedup-ratio", "0")
+    ad, w = worker(mock)
+    rt = Router([w], "--active-decode-blocks-threshold", "0.9",
+                "--active-prefill-tokens-threshold", "1000")
+
+    def post(body, ct="application/json"):
+        data = json.dumps(body).encode()
+        status, _, out = request(rt.addr, "POST", "/busy_threshold", data,
+                                 headers={"Content-Type": ct})
+        return status, json.loads(out)
+
+    status, _, out = request(rt.addr, "GET", "/busy_threshold")
+    assert status == 200 and "thresholds" in json.loads(out)
+    s, o = post({"model": MODEL})
+    assert s == 200 and o["active_decode_blocks_threshold"] == 0.9, o
+    assert o["active_prefill_tokens_threshold"] == 1000, o
+    s, o = post({"model": MODEL, "active_decode_blocks_threshold": 0.75})
+    assert s == 200 and o["model"] == MODEL and o["active_decode_blocks_threshold"] == 0.75
+    s, o = post({"model": MODEL, "active_prefill_tokens_threshold": 2000})
+    assert s == 200 and o["active_prefill_tokens_threshold"] == 2000
+    s, o = post({"model": MODEL, "active_decode_blocks_threshold": 0.5,
+                 "active_prefill_tokens_threshold": 1200})
+    assert s == 200 and (o["active_decode_blocks_threshold"], o["active_prefill_tokens_threshold"]) == (0.5, 1200)
+    entry = [t for t in json.loads(request(rt.addr, "GET", "/busy_threshold")[2])["thresholds"]
+             if t["model"] == MODEL][0]
+    assert (entry["active_decode_blocks_threshold"], entry["active_prefill_tokens_threshold"]) == (0.5, 1200)
+    assert post({"model": MODEL, "active_decode_blocks_threshold": 1.5})[0] == 400
+    assert post({"model": MODEL, "active_prefill_tokens_threshold": 5000})[0] == 200
+    assert post({"model": MODEL, "active_prefill_tokens_threshold": -1.0})[0] == 422
+    s, o = post({"model": MODEL, "active_prefill_tokens_threshold_frac": 0.8})
+    assert s == 200 and o["active_prefill_tokens_threshold_frac"] == 0.8
+    assert post({"model": MODEL}, ct="text/plain")[0] == 415
+    assert request(rt.addr, "POST", "/busy_threshold", b"{nope",
+                   headers={"Content-Type": "application/json"})[0] == 400
+    rt.stop()
+    ad.stop()
+    mock.stop()
+
+
+def test_two_workers_busy_one_avoided():
+    # Slow prefill: a request keeps its worker busy (prefill tokens > 1) for about 2 s.
+    mocks = [Mock("--speedup-ratio", "0.01"), Mock("--speedup-ratio", "0.01")]
+    ads = [worker(m) for m in mocks]
+    rt = Router([w for _, w in ads], "--active-prefill-tokens-threshold", "1")
+    rt.wait_routable(2)
+    a = RawClient(rt.addr)
+    a.post("/v1/chat/completions", chat_body(max_tokens=1, content=PROMPT))
+    wait_for(lambda: sum(m.metrics()["admit_mock_requests_total"] for m in mocks) == 1,
+             what="first request at an engine")
+    first = [m.metrics()["admit_mock_requests_total"] for m in mocks].index(1)
+    time.sleep(0.3)  # the busy worker's load message reaches the router
+    b = RawClient(rt.addr)
+    b.post("/v1/chat/completions", chat_body(max_tokens=1, content=PROMPT))
+    wait_for(lambda: mocks[1 - first].metrics()["admit_mock_requests_total"] == 1,
+             what="second request on the other worker")
+    assert mocks[first].metrics()["admit_mock_requests_total"] == 1
+    for c in (a, b):
+        assert c.response()[0] == 200
+    rt.stop()
+    for ad, _ in ads:
+        ad.stop()
+    for m in mocks:
+        m.stop()
+
+
+def test_worker_529_migrates():
+    mocks = [Mock("--token-interval-ms", "50"), Mock("--token-interval-ms", "50")]
+    full, wf = worker(mocks[0], "--engine-request-limit", "1", "--request-queue-limit", "2")
+    roomy, wr = worker(mocks[1], "--engine-request-limit", "10")
+    # full: 1 running + 2 queued = load 3, and no room; roomy: 5 running, load 5, room.
+    fill = full.fill(3, queued=2, max_tokens=400)
+    held = roomy.fill(5, queued=0, max_tokens=400)
+    wait_for(lambda: roomy.metrics()["dynamo_engine_request"] == 5, what="roomy busy")
+    rt = Router([wf, wr])
+    rt.wait_routable(2)
+    status, _, body = request(rt.addr, "POST", "/v1/chat/completions", chat_body(max_tokens=2))
+    assert status == 200, body
+    assert full.metrics()["dynamo_rejection_request_total"] == 1  # it was asked first
+    assert any("answered overloaded" in line for line in rt.proc.lines)
+    for c in fill + held:
+        c.close()
+    rt.stop()
+    full.stop()
+    roomy.stop()
+    for m in mocks:
+        m.stop()
+
+
+def test_killed_worker_drops_out_and_comes_back():
+    mocks = [Mock("--speedup-ratio", "0"), Mock("--speedup-ratio", "0")]
+    ads = [worker(m) for m in mocks]
+    rt = Router([w for _, w in ads])
+    rt.wait_routable(2)
+    victim, (url, pub) = ads[0]
+    listen = "%s:%d" % victim.addr
+    victim.proc.kill()
+    rt.wait_routable(1)
+    for _ in range(6):
+        assert request(rt.addr, "POST", "/v1/chat/completions", chat_body(max_tokens=1))[0] == 200
+    # Back on the same addresses: routable again once it speaks.
+    back = Admitd(mocks[0].url, "--heartbeat-ms", "100", "--listen", listen,
+                  "--publish", pub)
+    rt.wait_routable(2)
+    back.stop()
+    rt.stop()
+    ads[1][0].stop()
+    for m in mocks:
+        m.stop()
+
+
+if __name__ == "__main__":
+    tap = Tap()
+    tap.run("overload with a decode-blocks threshold of 0.2 (Dynamo's mocker case)",
+            test_overload_decode_blocks)
+    tap.run("overload with a prefill-tokens threshold of 1 (Dynamo's mocker case)",
+            test_overload_prefill_tokens)
+    tap.run("thresholds None: no rejection", test_thresholds_none_disable_rejection)
+    tap.run("the /busy_threshold sequence", test_busy_threshold_endpoint)
+    tap.run("two workers: the busy one is avoided", test_two_workers_busy_one_avoided)
+    tap.run("a worker's 529 migrates to the other worker", test_worker_529_migrates)
+    tap.run("a killed worker drops out and comes back", test_killed_worker_drops_out_and_comes_back)
+    tap.done()
