@@ -5,11 +5,13 @@
  */
 #include "admin.h"
 #include "busy.h"
+#include "cfgfile.h"
 #include "config.h"
 #include "log.h"
 #include "metrics.h"
 #include "proxy.h"
 #include "router.h"
+#include "xmalloc.h"
 
 #include <errno.h>
 #include <event2/event.h>
@@ -43,6 +45,8 @@ static void usage(FILE *out)
             "  --missed-heartbeats=K   a worker silent this many heartbeats is not routable (3)\n"
             "  --upstream-timeout-ms=MS  worker silent this long: 504 (default 600000)\n"
             "  --log-level=L           error, warn, info, debug\n"
+            "  --config=FILE           YAML with the same settings (worker and model take\n"
+            "                          comma-separated lists); flags win over the file\n"
             "  --help, --version\n");
 }
 
@@ -109,139 +113,217 @@ static void on_signal(evutil_socket_t sig, short what, void *arg)
     event_base_loopbreak(arg);
 }
 
+/* Everything the command line and the config file can set. */
+struct settings {
+    struct cfg cfg;
+    struct busy_thresholds t;
+    long long missed;
+    char *workers[256], *models[256];
+    size_t nworkers, nmodels;
+};
+
+static const struct option longopts[] = {
+    {"worker", required_argument, NULL, 'w'},
+    {"listen", required_argument, NULL, 'l'},
+    {"metrics-listen", required_argument, NULL, 'M'},
+    {"model", required_argument, NULL, 'm'},
+    {"active-decode-blocks-threshold", required_argument, NULL, 'd'},
+    {"active-prefill-tokens-threshold", required_argument, NULL, 'p'},
+    {"active-prefill-tokens-threshold-frac", required_argument, NULL, 'f'},
+    {"overload-status-code", required_argument, NULL, 's'},
+    {"missed-heartbeats", required_argument, NULL, 'k'},
+    {"upstream-timeout-ms", required_argument, NULL, 't'},
+    {"log-level", required_argument, NULL, 'L'},
+    {"config", required_argument, NULL, 'c'},
+    {"help", no_argument, NULL, 'h'},
+    {"version", no_argument, NULL, 'V'},
+    {NULL, 0, NULL, 0}};
+
+static const char *opt_name(int ch)
+{
+    for (const struct option *o = longopts; o->name; o++)
+        if (o->val == ch)
+            return o->name;
+    return "?";
+}
+
+/* Adds the comma-separated items of val to a list (the config file gives lists that way). */
+static void add_items(char **list, size_t *n, const char *val)
+{
+    const char *p = val;
+
+    while (*p && *n < 256) {
+        size_t len = strcspn(p, ",");
+        if (len > 0)
+            list[(*n)++] = xstrndup(p, len);
+        p += len + (p[len] == ',');
+    }
+}
+
+/* Applies one setting; 0, or -1 when the value is not valid for it. */
+static int set_opt(struct settings *st, int ch, const char *val)
+{
+    char err[256];
+    long long v;
+
+    switch (ch) {
+    case 'w':
+        add_items(st->workers, &st->nworkers, val);
+        return 0;
+    case 'm':
+        add_items(st->models, &st->nmodels, val);
+        return 0;
+    case 'l':
+        return hostport_parse(val, &st->cfg.listen, err, sizeof err);
+    case 'M':
+        return hostport_parse(val, &st->cfg.metrics_listen, err, sizeof err);
+    case 'd':
+        return parse_double(val, &st->t.active_decode_blocks_threshold);
+    case 'p':
+        if (parse_int(val, 0, &v) != 0)
+            return -1;
+        st->t.active_prefill_tokens_threshold = v;
+        return 0;
+    case 'f':
+        return parse_double(val, &st->t.active_prefill_tokens_threshold_frac);
+    case 's':
+        st->cfg.overload_status = cfg_parse_overload_status(val);
+        return 0;
+    case 'k':
+        return parse_int(val, 1, &st->missed);
+    case 't':
+        if (parse_int(val, 1, &v) != 0 || v > 86400000)
+            return -1;
+        st->cfg.upstream_timeout_ms = (unsigned) v;
+        return 0;
+    case 'L':
+        return log_level_parse(val, &st->cfg.log_level);
+    }
+    return -1;
+}
+
+/* A key of the config file: an option's name with '_' for '-'. */
+static int on_file_item(const struct cfgfile_item *it, void *arg, char *msg, size_t msglen,
+                        int *at_key)
+{
+    for (const struct option *o = longopts; o->name; o++) {
+        const char *a = o->name, *b = it->key;
+
+        while (*a && *b && (*a == *b || (*a == '-' && *b == '_')))
+            a++, b++;
+        if (*a || *b || o->val == 'c' || o->val == 'h' || o->val == 'V')
+            continue;
+        *at_key = 0;
+        if (it->is_null)
+            return 0;
+        if (set_opt(arg, o->val, it->value) != 0) {
+            snprintf(msg, msglen, "'%.64s' is not a valid value for %s", it->value, it->key);
+            return -1;
+        }
+        return 0;
+    }
+    *at_key = 1;
+    snprintf(msg, msglen, "unknown setting '%.64s'", it->key);
+    return -1;
+}
+
 int main(int argc, char **argv)
 {
-    static const struct option longopts[] = {
-        {"worker", required_argument, NULL, 'w'},
-        {"listen", required_argument, NULL, 'l'},
-        {"metrics-listen", required_argument, NULL, 'M'},
-        {"model", required_argument, NULL, 'm'},
-        {"active-decode-blocks-threshold", required_argument, NULL, 'd'},
-        {"active-prefill-tokens-threshold", required_argument, NULL, 'p'},
-        {"active-prefill-tokens-threshold-frac", required_argument, NULL, 'f'},
-        {"overload-status-code", required_argument, NULL, 's'},
-        {"missed-heartbeats", required_argument, NULL, 'k'},
-        {"upstream-timeout-ms", required_argument, NULL, 't'},
-        {"log-level", required_argument, NULL, 'L'},
-        {"help", no_argument, NULL, 'h'},
-        {"version", no_argument, NULL, 'V'},
-        {NULL, 0, NULL, 0}};
-    static struct cfg cfg;
-    static char *workers[256], *models[256];
+    static struct settings st;
     static struct app app;
-    size_t nworkers = 0, nmodels = 0;
-    struct busy_thresholds t;
-    long long missed = 3, v;
+    static int flag_ch[512];
+    static char *flag_val[512];
+    size_t nflags = 0;
+    const char *config = NULL;
     char *def_argv[] = {"admit-router", NULL};
     char err[512], listen_at[NETADDR_HOST_MAX + 8], metrics_at[NETADDR_HOST_MAX + 8];
     struct event_base *base;
     struct admin *adm;
     struct event *sigterm, *sigint;
     struct admin_hooks hooks = {render_metrics, render_workers, is_ready, no_admission, &app};
+    struct cfg *cfg = &st.cfg;
     int ch, rc = 0;
 
     log_set_ident("admit-router");
     signal(SIGPIPE, SIG_IGN);
-    if (cfg_parse(&cfg, 1, def_argv, NULL, err, sizeof err) != CFG_RUN)
+    if (cfg_parse(cfg, 1, def_argv, NULL, err, sizeof err) != CFG_RUN)
         return 2;
-    hostport_parse("0.0.0.0:8090", &cfg.listen, err, sizeof err);
-    hostport_parse("0.0.0.0:9092", &cfg.metrics_listen, err, sizeof err);
-    cfg.overload_status = cfg_parse_overload_status(getenv("DYN_HTTP_OVERLOAD_STATUS_CODE"));
-    busy_thresholds_unset(&t);
+    hostport_parse("0.0.0.0:8090", &cfg->listen, err, sizeof err);
+    hostport_parse("0.0.0.0:9092", &cfg->metrics_listen, err, sizeof err);
+    cfg->overload_status = cfg_parse_overload_status(getenv("DYN_HTTP_OVERLOAD_STATUS_CODE"));
+    busy_thresholds_unset(&st.t);
+    st.missed = 3;
+    /* Flags win over the file: collect them first, apply them after it. */
     optind = 0;
+    opterr = 0;
     while ((ch = getopt_long(argc, argv, "", longopts, NULL)) != -1) {
-        int bad = 0;
-        switch (ch) {
-        case 'w':
-            if (nworkers < 256)
-                workers[nworkers++] = optarg;
-            break;
-        case 'm':
-            if (nmodels < 256)
-                models[nmodels++] = optarg;
-            break;
-        case 'l':
-            bad = hostport_parse(optarg, &cfg.listen, err, sizeof err) != 0;
-            break;
-        case 'M':
-            bad = hostport_parse(optarg, &cfg.metrics_listen, err, sizeof err) != 0;
-            break;
-        case 'd':
-            bad = parse_double(optarg, &t.active_decode_blocks_threshold) != 0;
-            break;
-        case 'p':
-            bad = parse_int(optarg, 0, &v) != 0;
-            t.active_prefill_tokens_threshold = v;
-            break;
-        case 'f':
-            bad = parse_double(optarg, &t.active_prefill_tokens_threshold_frac) != 0;
-            break;
-        case 's':
-            cfg.overload_status = cfg_parse_overload_status(optarg);
-            break;
-        case 'k':
-            bad = parse_int(optarg, 1, &missed) != 0;
-            break;
-        case 't':
-            bad = parse_int(optarg, 1, &v) != 0 || v > 86400000;
-            cfg.upstream_timeout_ms = (unsigned) v;
-            break;
-        case 'L':
-            bad = log_level_parse(optarg, &cfg.log_level) != 0;
-            break;
-        case 'h':
+        if (ch == 'h') {
             usage(stdout);
             return 0;
-        case 'V':
+        }
+        if (ch == 'V') {
             printf("admit-router %s\n", ADMIT_VERSION);
             return 0;
-        default:
-            usage(stderr);
+        }
+        if (ch == 'c') {
+            config = optarg;
+            continue;
+        }
+        if (ch == '?' || ch == ':' || nflags == 512) {
+            fprintf(stderr, "admit-router: error: bad option '%s' (see --help)\n",
+                    argv[optind - 1]);
             return 2;
         }
-        if (bad) {
-            fprintf(stderr, "admit-router: error: '%s' is not a valid value for --%s\n", optarg,
-                    longopts[0].name && ch ? argv[optind - 1] : "?");
-            return 2;
-        }
+        flag_ch[nflags] = ch;
+        flag_val[nflags++] = optarg;
     }
-    if (busy_thresholds_validate(&t, err, sizeof err) != 0) {
+    if (config != NULL && cfgfile_load(config, on_file_item, &st, err, sizeof err) != 0) {
         fprintf(stderr, "admit-router: error: %s\n", err);
         return 2;
     }
-    if (nworkers == 0 || optind < argc) {
-        fprintf(stderr, "admit-router: error: %s\n",
-                nworkers == 0 ? "name at least one --worker=PROXY_URL=PUB_URL"
-                              : "unexpected argument");
+    for (size_t i = 0; i < nflags; i++)
+        if (set_opt(&st, flag_ch[i], flag_val[i]) != 0) {
+            fprintf(stderr, "admit-router: error: '%s' is not a valid value for --%s\n",
+                    flag_val[i], opt_name(flag_ch[i]));
+            return 2;
+        }
+    if (busy_thresholds_validate(&st.t, err, sizeof err) != 0) {
+        fprintf(stderr, "admit-router: error: %s\n", err);
         return 2;
     }
-    log_set_level(cfg.log_level);
+    if (st.nworkers == 0 || optind < argc) {
+        fprintf(stderr, "admit-router: error: %s\n",
+                st.nworkers == 0 ? "name at least one --worker=PROXY_URL=PUB_URL"
+                                 : "unexpected argument");
+        return 2;
+    }
+    log_set_level(cfg->log_level);
     base = event_base_new();
     if (base == NULL)
         return 1;
     metrics_init(&app.m);
-    app.px = proxy_new(base, &cfg, &app.m);
-    app.r = router_new(base, app.px, &cfg, &t, (unsigned) missed);
-    for (size_t i = 0; i < nmodels; i++)
-        router_add_model(app.r, models[i]);
+    app.px = proxy_new(base, cfg, &app.m);
+    app.r = router_new(base, app.px, cfg, &st.t, (unsigned) st.missed);
+    for (size_t i = 0; i < st.nmodels; i++)
+        router_add_model(app.r, st.models[i]);
     adm = admin_new(base, &hooks, "");
-    for (size_t i = 0; i < nworkers && rc == 0; i++) {
-        char *eq = strchr(workers[i], '=');
+    for (size_t i = 0; i < st.nworkers && rc == 0; i++) {
+        char *eq = strchr(st.workers[i], '=');
         if (eq == NULL) {
-            fprintf(stderr, "admit-router: error: --worker '%s' must be PROXY_URL=PUB_URL\n",
-                    workers[i]);
+            fprintf(stderr, "admit-router: error: worker '%s' must be PROXY_URL=PUB_URL\n",
+                    st.workers[i]);
             rc = 2;
             break;
         }
         *eq = '\0';
-        if (router_add_worker(app.r, workers[i], eq + 1, err, sizeof err) != 0) {
-            fprintf(stderr, "admit-router: error: --worker: %s\n", err);
+        if (router_add_worker(app.r, st.workers[i], eq + 1, err, sizeof err) != 0) {
+            fprintf(stderr, "admit-router: error: worker: %s\n", err);
             rc = 2;
         }
     }
     if (rc == 0 &&
-        (proxy_bind(app.px, &cfg.listen, listen_at, sizeof listen_at, err, sizeof err) != 0 ||
-         admin_bind(adm, &cfg.metrics_listen, metrics_at, sizeof metrics_at, err, sizeof err) !=
+        (proxy_bind(app.px, &cfg->listen, listen_at, sizeof listen_at, err, sizeof err) != 0 ||
+         admin_bind(adm, &cfg->metrics_listen, metrics_at, sizeof metrics_at, err, sizeof err) !=
              0)) {
         log_error("%s", err);
         rc = 1;
@@ -251,7 +333,7 @@ int main(int argc, char **argv)
         sigint = evsignal_new(base, SIGINT, on_signal, base);
         evsignal_add(sigterm, NULL);
         evsignal_add(sigint, NULL);
-        log_info("ready listen=%s metrics=%s workers=%zu", listen_at, metrics_at, nworkers);
+        log_info("ready listen=%s metrics=%s workers=%zu", listen_at, metrics_at, st.nworkers);
         event_base_dispatch(base);
         event_free(sigterm);
         event_free(sigint);
@@ -260,5 +342,9 @@ int main(int argc, char **argv)
     proxy_free(app.px);
     router_free(app.r);
     event_base_free(base);
+    for (size_t i = 0; i < st.nworkers; i++)
+        free(st.workers[i]);
+    for (size_t i = 0; i < st.nmodels; i++)
+        free(st.models[i]);
     return rc;
 }

@@ -234,6 +234,36 @@ def test_killed_worker_drops_out_and_comes_back():
         m.stop()
 
 
+def test_router_config_file():
+    import subprocess
+    import tempfile
+    mock = Mock("--speedup-ratio", "0")
+    ad, (url, pub) = worker(mock)
+    path = os.path.join(tempfile.mkdtemp(), "router.yaml")
+    with open(path, "w") as f:
+        f.write("listen: \"127.0.0.1:0\"\nmetrics_listen: \"127.0.0.1:0\"\n"
+                "worker: \"%s=%s\"\nmodel: \"mock-model,other\"\n"
+                "active_prefill_tokens_threshold: 5000\n" % (url, pub))
+    rt = Proc([ROUTER, "--config", path], ready=r"ready listen=(\S+) metrics=(\S+)",
+              name="router")
+    raddr = hostport(rt.match.group(1))
+    wait_for(lambda: request(raddr, "POST", "/v1/chat/completions",
+                             chat_body(max_tokens=1))[0] == 200, 15, "routed")
+    got = json.loads(request(raddr, "GET", "/busy_threshold")[2])["thresholds"]
+    assert [t["model"] for t in got] == ["mock-model", "other"], got
+    assert got[0]["active_prefill_tokens_threshold"] == 5000, got
+    rt.stop_clean()
+    with open(path, "w") as f:
+        f.write("worker: \"%s=%s\"\nbogus: 1\n" % (url, pub))
+    p = subprocess.run([ROUTER, "--config", path], capture_output=True, timeout=30)
+    assert p.returncode == 2 and ":2:1: unknown setting 'bogus'" in p.stderr.decode(), p.stderr
+    p = subprocess.run([ROUTER, "--active-decode-blocks-threshold=1.5", "--worker=%s=%s" % (url, pub)],
+                       capture_output=True, timeout=30)
+    assert p.returncode == 2 and b"between 0" in p.stderr, p.stderr
+    ad.stop()
+    mock.stop()
+
+
 if __name__ == "__main__":
     tap = Tap()
     tap.run("overload with a decode-blocks threshold of 0.2 (Dynamo's mocker case)",
@@ -245,4 +275,5 @@ if __name__ == "__main__":
     tap.run("two workers: the busy one is avoided", test_two_workers_busy_one_avoided)
     tap.run("a worker's 529 migrates to the other worker", test_worker_529_migrates)
     tap.run("a killed worker drops out and comes back", test_killed_worker_drops_out_and_comes_back)
+    tap.run("the router's config file, and its errors", test_router_config_file)
     tap.done()
