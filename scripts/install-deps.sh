@@ -5,7 +5,7 @@ set -euo pipefail
 
 pkgs=(meson ninja-build pkg-config cmake gcc libc6-dev
       libevent-dev libnng-dev libyaml-dev libjansson-dev libcmocka-dev
-      python3 curl nng-utils clang-format prometheus nodejs)
+      python3 curl nng-utils clang-format prometheus nodejs valgrind)
 # Debian's npm conflicts with a nodejs that already bundles npm (NodeSource builds).
 command -v npm >/dev/null || pkgs+=(npm)
 

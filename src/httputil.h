@@ -7,6 +7,8 @@
 
 #include "buf.h"
 
+#include <stddef.h>
+
 /* The message every overload answer carries (Dynamo's wording, matched by routers). */
 #define HTTPU_OVERLOAD_MESSAGE "Server overloaded: worker at capacity"
 /* The message of a request that waited past --queue-timeout-ms. */
@@ -19,6 +21,13 @@ const char *httpu_reason(int status);
 int httpu_is_hop_by_hop(const char *name);
 /** true when name is listed in a Connection header value ("close, X-Foo") */
 int httpu_connection_lists(const char *connection_value, const char *name);
+/** request framing a proxy can pass on unambiguously (RFC 9112 6.1-6.3, against request
+ *  smuggling): Content-Length values all equal and plain digits, at most one
+ *  Transfer-Encoding and only "chunked", never both; returns NULL or why it is refused */
+const char *httpu_framing_problem(const char *const *content_lengths, size_t ncl,
+                                  const char *const *transfer_encodings, size_t nte);
+/** true when name is an RFC 9110 token (no spaces: "Name : value" is a smuggling vector) */
+int httpu_is_token(const char *name);
 /** writes {"error":{"message":..,"type":..,"param":null,"code":status}} into out */
 void httpu_error_json(struct buf *out, int status, const char *type, const char *message);
 

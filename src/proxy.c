@@ -703,6 +703,25 @@ static void on_dispatch(struct gate_ticket *t, void *arg)
     admitted((struct exch *) (void *) t);
 }
 
+/* Refuses requests whose framing a server behind us might read differently. */
+static const char *framing_problem(struct evhttp_request *creq)
+{
+    const char *cl[8], *te[8];
+    size_t ncl = 0, nte = 0;
+    struct evkeyval *kv;
+
+    TAILQ_FOREACH(kv, evhttp_request_get_input_headers(creq), next)
+    {
+        if (!httpu_is_token(kv->key))
+            return "a header name is not a token (whitespace before the colon?)";
+        if (strcasecmp(kv->key, "Content-Length") == 0)
+            cl[ncl < 8 ? ncl++ : 7] = kv->value;
+        else if (strcasecmp(kv->key, "Transfer-Encoding") == 0)
+            te[nte < 8 ? nte++ : 7] = kv->value;
+    }
+    return httpu_framing_problem(cl, ncl, te, nte);
+}
+
 static void on_request(struct evhttp_request *creq, void *arg)
 {
     struct proxy *px = arg;
@@ -739,6 +758,17 @@ static void on_request(struct evhttp_request *creq, void *arg)
         send_error(x, 503, "unavailable_error", "Server unavailable: worker draining",
                    retry_after(px), "draining");
         exch_finish(x, OUT_DRAINING);
+        return;
+    }
+    const char *bad_framing = framing_problem(creq);
+    if (bad_framing != NULL) {
+        char msg[160];
+
+        snprintf(msg, sizeof msg, "Bad request: %s", bad_framing);
+        /* The connection's framing is in doubt: answer and close it. */
+        evhttp_add_header(evhttp_request_get_output_headers(creq), "Connection", "close");
+        send_error(x, 400, "invalid_request_error", msg, 0, NULL);
+        exch_finish(x, OUT_BAD_REQUEST);
         return;
     }
     if (uri == NULL || uri[0] != '/') {

@@ -30,7 +30,7 @@ _procs = []
 class Proc:
     """A child process whose stderr is collected by a thread."""
 
-    def __init__(self, argv, env=None, ready=None, name=None):
+    def __init__(self, argv, env=None, ready=None, name=None, timeout=30):
         self.name = name or os.path.basename(argv[0])
         self.argv = argv
         full_env = dict(os.environ)
@@ -46,7 +46,7 @@ class Proc:
         _procs.append(self)
         self.match = None
         if ready is not None:
-            self.match = self.wait_line(ready, 30)
+            self.match = self.wait_line(ready, timeout)
 
     def _read(self):
         for raw in self.p.stderr:
@@ -82,7 +82,7 @@ class Proc:
                         self.name, pattern, timeout, "\n".join(self.lines[-30:])))
                 self._cv.wait(min(left, 0.2))
 
-    def stop(self, sig=signal.SIGTERM, timeout=20):
+    def stop(self, sig=signal.SIGTERM, timeout=60):
         """Signals the process and returns its exit code (killing it after timeout)."""
         if self.p.poll() is None:
             self.p.send_signal(sig)
@@ -149,12 +149,14 @@ class Admitd:
     """admitd on free loopback ports in front of an upstream URL."""
 
     def __init__(self, upstream, *args, env=None):
-        argv = [ADMITD, "--listen", "127.0.0.1:0", "--metrics-listen", "127.0.0.1:0",
-                "--upstream", upstream] + list(args)
+        # ADMITD_WRAP runs admitd under a tool (the valgrind smoke test sets it).
+        argv = os.environ.get("ADMITD_WRAP", "").split() + [
+            ADMITD, "--listen", "127.0.0.1:0", "--metrics-listen", "127.0.0.1:0",
+            "--upstream", upstream] + list(args)
         if not any(a.startswith("--publish") for a in args):
             argv += ["--publish", "tcp://127.0.0.1:0"]
         self.proc = Proc(argv, env=env, ready=r"ready listen=(\S+) metrics=(\S+) publish=(\S+)",
-                         name="admitd")
+                         name="admitd", timeout=120 if os.environ.get("ADMITD_WRAP") else 30)
         self.addr = hostport(self.proc.match.group(1))
         self.maddr = hostport(self.proc.match.group(2))
         self.publish = self.proc.match.group(3)
