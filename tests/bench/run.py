@@ -553,7 +553,7 @@ def drain(socks, sel, timeout):
 
 
 def sc_scale():
-    count, hold_s = ARGS.scale_conns, 5
+    count, hold_s = ARGS.scale_conns, 10
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     count = min(count, soft // 2 - 500)
     mock, up = start_mock("sc", "--speedup-ratio", "0", "--token-interval-ms", "1000", "--max-num-seqs", "1000000")
@@ -572,8 +572,8 @@ def sc_scale():
             t0 = time.monotonic()
             socks, sel = hold_many(addr, count, hold_s)
             t_open = time.monotonic() - t0
-            peak = base
-            while time.monotonic() - t0 < hold_s - 0.5:
+            peak = rss_kib(p.pid)
+            while time.monotonic() - t0 < hold_s - 0.5:  # until the first-opened ones finish
                 peak = max(peak, rss_kib(p.pid))
                 time.sleep(0.1)
             ok, bad = drain(socks, sel, 60)

@@ -1,0 +1,32 @@
+#!/usr/bin/env bash
+# admitd benchmarks (issue 7): installs haproxy, nginx, wrk and gnuplot from Debian when
+# missing, builds admitd optimised into build-bench/, and runs tests/bench/run.py, which
+# prints one Markdown table per scenario and writes build-bench/bench/results.md and
+# build-bench/bench/passthrough.png. Extra arguments go to run.py, e.g.
+#   tests/bench/run.sh --rounds 5 --duration 10 --scenarios passthrough,streaming
+# Numbers only: nothing here asserts a timing, and it is not part of `meson test`.
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+
+need=()
+for pair in haproxy:haproxy nginx:nginx wrk:wrk gnuplot:gnuplot-nox curl:curl; do
+    command -v "${pair%%:*}" >/dev/null 2>&1 || need+=("${pair#*:}")
+done
+if [ ${#need[@]} -gt 0 ]; then
+    echo "installing: ${need[*]}" >&2
+    apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${need[@]}" >/dev/null
+fi
+# The Debian nginx package starts a system nginx on :80; it is not used here (run.py starts
+# its own on a free port), so leave the system's services alone.
+scripts/install-deps.sh >/dev/null
+
+# werror=false: at -O3 GCC 12 reports a false -Wmaybe-uninitialized in src/load.c, which the
+# project's werror=true turns into a build failure of the release build.
+if [ ! -f build-bench/build.ninja ]; then
+    meson setup build-bench --buildtype=release -Db_sanitize=none -Dwerror=false >/dev/null
+fi
+ninja -C build-bench >/dev/null
+
+ulimit -n 65536 2>/dev/null || ulimit -n "$(ulimit -Hn)"
+exec python3 tests/bench/run.py --build build-bench "$@"
