@@ -164,7 +164,7 @@ static int decode_object(json_t *root, struct admit_load *out, char *err, size_t
 {
     json_t *v;
     const char *s;
-    int64_t version;
+    int64_t version = 0;
 
     if (!json_is_object(root))
         return fail(err, errlen, "the message is not a JSON object");

@@ -191,6 +191,10 @@ int net_evhttp_bind(struct evhttp *http, const struct hostport *hp, char *bound,
         snprintf(err, errlen, "cannot listen on %s:%d: %s", hp->host, hp->port, strerror(errno));
         return -1;
     }
+    /* libevent listens with a backlog of 128: a burst of connects beyond it is dropped and
+     * retried by the clients a second later. Calling listen() again raises it (the kernel
+     * caps it at net.core.somaxconn). */
+    listen(evhttp_bound_socket_get_fd(bs), NET_LISTEN_BACKLOG);
     if (net_local_name(evhttp_bound_socket_get_fd(bs), bound, boundlen) != 0)
         snprintf(bound, boundlen, "%s:%d", hp->host, hp->port);
     return 0;

@@ -9,6 +9,8 @@
 
 struct evhttp;
 
+/* The listen backlog of our HTTP listeners (libevent's own is 128). */
+#define NET_LISTEN_BACKLOG 4096
 /* Longest host we accept; DNS names are at most 253 bytes. */
 #define NETADDR_HOST_MAX 256
 

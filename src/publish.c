@@ -10,6 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/time.h>
+#include <time.h>
 
 /* Changes closer together than this go out as one message per rank. */
 #define COALESCE_US 1000
@@ -22,11 +23,20 @@ struct publisher {
     void *arg;
     char worker_id[ADMIT_LOAD_WORKER_ID_MAX + 1];
     int64_t heartbeat_ms;
+    int64_t last_us; /* monotonic time of the last change-driven publish */
     int64_t seq;
     uint64_t sent;
     unsigned nlast;
     struct admit_load last[PUB_MAX_RANKS]; /* what was last sent, seq and ts zeroed */
 };
+
+static int64_t mono_us(void)
+{
+    struct timespec ts;
+
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t) ts.tv_sec * 1000000 + ts.tv_nsec / 1000;
+}
 
 static int64_t wall_ms(void)
 {
@@ -75,9 +85,12 @@ static void publish(struct publisher *p, int all)
 
 static void on_coalesce(evutil_socket_t fd, short what, void *arg)
 {
+    struct publisher *p = arg;
+
     (void) fd;
     (void) what;
-    publish(arg, 0);
+    p->last_us = mono_us();
+    publish(p, 0);
 }
 
 static void on_heartbeat(evutil_socket_t fd, short what, void *arg)
@@ -134,12 +147,23 @@ struct publisher *pub_new(struct event_base *base, const char *url, const char *
     return p;
 }
 
+/* Leading and trailing edge: a change after a quiet millisecond goes out at once; changes
+ * that follow within the millisecond are coalesced into one message when it ends. */
 void pub_changed(struct publisher *p)
 {
-    static const struct timeval tv = {0, COALESCE_US};
+    int64_t now, since;
 
-    if (p != NULL && !evtimer_pending(p->coalesce, NULL))
+    if (p == NULL || evtimer_pending(p->coalesce, NULL))
+        return;
+    now = mono_us();
+    since = now - p->last_us;
+    if (since >= COALESCE_US) {
+        p->last_us = now;
+        publish(p, 0);
+    } else {
+        struct timeval tv = {0, (suseconds_t) (COALESCE_US - since)};
         evtimer_add(p->coalesce, &tv);
+    }
 }
 
 void pub_now(struct publisher *p)
