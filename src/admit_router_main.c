@@ -333,7 +333,7 @@ int main(int argc, char **argv)
         sigint = evsignal_new(base, SIGINT, on_signal, base);
         evsignal_add(sigterm, NULL);
         evsignal_add(sigint, NULL);
-        log_info("ready listen=%s metrics=%s workers=%zu", listen_at, metrics_at, st.nworkers);
+        log_notice("ready listen=%s metrics=%s workers=%zu", listen_at, metrics_at, st.nworkers);
         event_base_dispatch(base);
         event_free(sigterm);
         event_free(sigint);

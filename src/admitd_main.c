@@ -85,7 +85,7 @@ int main(int argc, char **argv)
     evsignal_add(sigint, NULL);
     evsignal_add(sighup, NULL);
     worker_describe(w, line, sizeof line);
-    log_info("%s", line);
+    log_notice("%s", line);
     event_base_dispatch(base);
 
     event_free(sigterm);

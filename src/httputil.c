@@ -51,14 +51,26 @@ const char *httpu_reason(int status)
 
 int httpu_is_hop_by_hop(const char *name)
 {
-    static const char *const hop[] = {
-        "connection", "keep-alive", "proxy-connection",   "transfer-encoding",  "te",
-        "trailer",    "upgrade",    "proxy-authenticate", "proxy-authorization"};
-
-    for (size_t i = 0; i < sizeof hop / sizeof hop[0]; i++)
-        if (strcasecmp(name, hop[i]) == 0)
-            return 1;
-    return 0;
+    /* Runs for every header of every request and response: compare lengths first, so
+     * most names cost one strlen and no string comparison. */
+    switch (strlen(name)) {
+    case 2:
+        return strcasecmp(name, "te") == 0;
+    case 7:
+        return strcasecmp(name, "trailer") == 0 || strcasecmp(name, "upgrade") == 0;
+    case 10:
+        return strcasecmp(name, "connection") == 0 || strcasecmp(name, "keep-alive") == 0;
+    case 16:
+        return strcasecmp(name, "proxy-connection") == 0;
+    case 17:
+        return strcasecmp(name, "transfer-encoding") == 0;
+    case 18:
+        return strcasecmp(name, "proxy-authenticate") == 0;
+    case 19:
+        return strcasecmp(name, "proxy-authorization") == 0;
+    default:
+        return 0;
+    }
 }
 
 int httpu_connection_lists(const char *v, const char *name)

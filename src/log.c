@@ -11,7 +11,7 @@
 static const char *log_ident = "admitd";
 static enum log_level log_max = LOG_INFO;
 static int log_json;
-static const char *const log_names[] = {"error", "warn", "info", "debug"};
+static const char *const log_names[] = {"notice", "error", "warn", "info", "debug"};
 
 void log_set_ident(const char *ident)
 {
@@ -50,7 +50,7 @@ void log_set_level(enum log_level level)
 int log_level_parse(const char *s, enum log_level *out)
 {
     for (int i = 0; i <= LOG_DEBUG; i++) {
-        if (strcasecmp(s, log_names[i]) == 0) {
+        if (strcasecmp(s, log_names[i + 1]) == 0) {
             *out = (enum log_level) i;
             return 0;
         }
@@ -64,7 +64,7 @@ int log_level_parse(const char *s, enum log_level *out)
 
 const char *log_level_name(enum log_level level)
 {
-    return (level >= LOG_ERROR && level <= LOG_DEBUG) ? log_names[level] : "?";
+    return (level >= LOG_NOTICE && level <= LOG_DEBUG) ? log_names[level + 1] : "?";
 }
 
 int log_enabled(enum log_level level)
@@ -93,12 +93,12 @@ void log_msg(enum log_level level, const char *fmt, ...)
         json_escape(esc, sizeof esc, msg);
         strftime(ts, sizeof ts, "%Y-%m-%dT%H:%M:%S", &tm);
         fprintf(stderr, "{\"ts\":\"%s.%03ldZ\",\"level\":\"%s\",\"prog\":\"%s\",\"msg\":\"%s\"}\n",
-                ts, (long) tv.tv_usec / 1000, log_names[level], log_ident, esc);
+                ts, (long) tv.tv_usec / 1000, log_names[level + 1], log_ident, esc);
         return;
     }
     n = strftime(line, sizeof line, "%Y-%m-%dT%H:%M:%S", &tm);
     n += (size_t) snprintf(line + n, sizeof line - n, ".%03ldZ %s %s: ", (long) tv.tv_usec / 1000,
-                           log_ident, log_names[level]);
+                           log_ident, log_names[level + 1]);
     va_start(ap, fmt);
     if (n < sizeof line)
         vsnprintf(line + n, sizeof line - n, fmt, ap);

@@ -6,7 +6,7 @@
 #ifndef ADMIT_LOG_H
 #define ADMIT_LOG_H
 
-enum log_level { LOG_ERROR = 0, LOG_WARN, LOG_INFO, LOG_DEBUG };
+enum log_level { LOG_NOTICE = -1, LOG_ERROR = 0, LOG_WARN, LOG_INFO, LOG_DEBUG };
 
 /** sets the program name printed on each line (the pointer is kept) */
 void log_set_ident(const char *ident);
@@ -23,9 +23,11 @@ int log_enabled(enum log_level level);
 /** prints one line at the given level */
 void log_msg(enum log_level level, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 
-#define log_error(...) log_msg(LOG_ERROR, __VA_ARGS__)
-#define log_warn(...)  log_msg(LOG_WARN, __VA_ARGS__)
-#define log_info(...)  log_msg(LOG_INFO, __VA_ARGS__)
+/* Always printed, whatever the level: the startup line scripts wait for. */
+#define log_notice(...) log_msg(LOG_NOTICE, __VA_ARGS__)
+#define log_error(...)  log_msg(LOG_ERROR, __VA_ARGS__)
+#define log_warn(...)   log_msg(LOG_WARN, __VA_ARGS__)
+#define log_info(...)   log_msg(LOG_INFO, __VA_ARGS__)
 #define log_debug(...)                                                                             \
     do {                                                                                           \
         if (log_enabled(LOG_DEBUG))                                                                \

@@ -58,7 +58,7 @@ int main(int argc, char **argv)
         fprintf(stderr, "admit-mock-engine: cannot install the signal handlers\n");
         rc = 1;
     } else {
-        log_info("listening on %s", bound);
+        log_notice("listening on %s", bound);
         event_base_dispatch(base);
         rc = 0;
     }

@@ -712,11 +712,13 @@ static const char *framing_problem(struct evhttp_request *creq)
 
     TAILQ_FOREACH(kv, evhttp_request_get_input_headers(creq), next)
     {
+        size_t kl = strlen(kv->key);
+
         if (!httpu_is_token(kv->key))
             return "a header name is not a token (whitespace before the colon?)";
-        if (strcasecmp(kv->key, "Content-Length") == 0)
+        if (kl == 14 && strcasecmp(kv->key, "Content-Length") == 0)
             cl[ncl < 8 ? ncl++ : 7] = kv->value;
-        else if (strcasecmp(kv->key, "Transfer-Encoding") == 0)
+        else if (kl == 17 && strcasecmp(kv->key, "Transfer-Encoding") == 0)
             te[nte < 8 ? nte++ : 7] = kv->value;
     }
     return httpu_framing_problem(cl, ncl, te, nte);
