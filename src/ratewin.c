@@ -38,8 +38,10 @@ unsigned retry_after_estimate(unsigned queued, double rate)
 {
     double t;
 
+    /* No slot freed in the whole window: at least that long, not a guess at "forever"
+     * (a worker that has just started has no history either). */
     if (!(rate > 0))
-        return RETRY_AFTER_MAX;
+        return RATEWIN_SECONDS;
     t = ceil(((double) queued + 1.0) / rate);
     if (t < RETRY_AFTER_MIN)
         return RETRY_AFTER_MIN;

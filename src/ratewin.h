@@ -28,7 +28,7 @@ void ratewin_add(struct ratewin *w, int64_t now_ms);
 /** events per second over the last RATEWIN_SECONDS seconds as of now_ms */
 double ratewin_rate(const struct ratewin *w, int64_t now_ms);
 /** seconds until a newcomer behind `queued` waiters would likely get a slot, clamped to
- *  [RETRY_AFTER_MIN, RETRY_AFTER_MAX]; a rate of zero gives the maximum */
+ *  [RETRY_AFTER_MIN, RETRY_AFTER_MAX]; a rate of zero gives RATEWIN_SECONDS */
 unsigned retry_after_estimate(unsigned queued, double rate);
 
 #endif

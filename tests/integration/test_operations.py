@@ -58,12 +58,12 @@ def test_retry_after_fixed_and_estimated():
     for h in holders:
         h.close()
     ad.stop()
-    # Estimated: 20 quick requests free a slot twice a second or more; with 2 waiting and
-    # one slot the estimate is a few seconds, well under the 60 s it gives with no history.
+    # Estimated: with no slot freed yet it says 10 s (the window); after 20 quick requests
+    # (a slot freed twice a second or more) with 2 waiting it is a few seconds.
     ad = Admitd(mock.url, "--engine-request-limit", "1", "--request-queue-limit", "2")
     holders = ad.fill(3, queued=2, max_tokens=100)
     status, hdrs, _ = request(ad.addr, "POST", "/v1/chat/completions", chat_body())
-    assert status == 529 and hdrs["retry-after"] == "60", hdrs
+    assert status == 529 and hdrs["retry-after"] == "10", hdrs
     for h in holders:
         h.close()
     ad.wait_idle()

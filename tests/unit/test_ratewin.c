@@ -28,8 +28,8 @@ static void test_rate_over_the_window(void **state)
 static void test_estimate_is_clamped(void **state)
 {
     (void) state;
-    assert_int_equal(retry_after_estimate(0, 0), RETRY_AFTER_MAX);
-    assert_int_equal(retry_after_estimate(5, 0.0), RETRY_AFTER_MAX);
+    assert_int_equal(retry_after_estimate(0, 0), RATEWIN_SECONDS);
+    assert_int_equal(retry_after_estimate(5, 0.0), RATEWIN_SECONDS);
     assert_int_equal(retry_after_estimate(0, 100), RETRY_AFTER_MIN);
     assert_int_equal(retry_after_estimate(3, 2.0), 2); /* (3+1)/2 */
     assert_int_equal(retry_after_estimate(4, 2.0), 3); /* ceil(5/2) */
