@@ -11,6 +11,7 @@
 #include <getopt.h>
 #include <nng/nng.h>
 #include <nng/protocol/pubsub0/sub.h>
+#include <poll.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -74,7 +75,7 @@ int main(int argc, char **argv)
                                              {"version", no_argument, NULL, 'V'},
                                              {NULL, 0, NULL, 0}};
     long count = 0, refresh = 1000, iterations = 0, missed = 3, got = 0, drawn = 0;
-    int json = 0, ch, rv, bad = 0;
+    int json = 0, ch, rv, bad = 0, recv_fd = -1;
     nng_socket sock;
     struct admit_loadtab *tab;
     int64_t next_draw;
@@ -118,7 +119,7 @@ int main(int argc, char **argv)
     if ((rv = nng_sub0_open(&sock)) != 0 ||
         (rv = nng_socket_set(sock, NNG_OPT_SUB_SUBSCRIBE, ADMIT_LOAD_TOPIC " ",
                              sizeof ADMIT_LOAD_TOPIC)) != 0 ||
-        (rv = nng_socket_set_ms(sock, NNG_OPT_RECVTIMEO, 100)) != 0) {
+        (rv = nng_socket_get_int(sock, NNG_OPT_RECVFD, &recv_fd)) != 0) {
         fprintf(stderr, "admit-top: error: cannot open a subscriber: %s\n", nng_strerror(rv));
         return 1;
     }
@@ -140,7 +141,12 @@ int main(int argc, char **argv)
         struct admit_load m;
         char err[256];
 
-        rv = nng_recv(sock, &msg, &len, NNG_FLAG_ALLOC);
+        /* Wait on the receive descriptor with poll(), never inside nng_recv: nng 1.5.2 can
+         * block there past NNG_OPT_RECVTIMEO, and poll() returns on a signal. */
+        struct pollfd pfd = {recv_fd, POLLIN, 0};
+        if (poll(&pfd, 1, 100) < 0 && errno != EINTR)
+            break;
+        rv = nng_recv(sock, &msg, &len, NNG_FLAG_ALLOC | NNG_FLAG_NONBLOCK);
         if (rv == 0) {
             if (admit_load_decode(msg, len, &m, err, sizeof err) != 0) {
                 if (bad++ < 10)
@@ -156,7 +162,7 @@ int main(int argc, char **argv)
                 admit_loadtab_update(tab, &m, now_ms());
             }
             nng_free(msg, len);
-        } else if (rv != NNG_ETIMEDOUT) {
+        } else if (rv != NNG_EAGAIN && rv != NNG_ETIMEDOUT) {
             fprintf(stderr, "admit-top: receive failed: %s\n", nng_strerror(rv));
             break;
         }

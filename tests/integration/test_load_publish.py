@@ -2,6 +2,7 @@
 
 import json
 import os
+import signal
 import socket
 import subprocess
 import threading
@@ -54,7 +55,12 @@ class Subscriber:
 
     def close(self):
         self.p.terminate()
-        self.p.wait(10)
+        try:
+            self.p.wait(10)
+        except subprocess.TimeoutExpired:
+            os.killpg(self.p.pid, signal.SIGKILL)
+            self.p.wait()
+            raise AssertionError("admit-top did not exit on SIGTERM")
 
 
 def check_seq(sub):
