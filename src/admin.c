@@ -10,7 +10,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
-#include <jansson.h>
 
 struct admin {
     struct evhttp *http;
@@ -41,14 +40,8 @@ static int is_path(const char *uri, const char *path)
 
 static void reply_error(struct evhttp_request *req, struct buf *b, int status, const char *msg)
 {
-    json_t *j = json_pack("{s:s}", "error", msg);
-    char *s = j ? json_dumps(j, JSON_COMPACT) : NULL;
-
     buf_reset(b);
-    buf_puts(b, s ? s : "{\"error\":\"internal error\"}");
-    buf_puts(b, "\n");
-    free(s);
-    json_decref(j);
+    httpu_error_field_json(b, msg);
     reply(req, status, "application/json", b->data, b->len);
 }
 

@@ -91,6 +91,17 @@ int httpu_connection_lists(const char *v, const char *name)
     return 0;
 }
 
+void httpu_error_field_json(struct buf *out, const char *msg)
+{
+    json_t *j = json_pack("{s:s}", "error", msg);
+    char *s = j ? json_dumps(j, JSON_COMPACT) : NULL;
+
+    buf_puts(out, s ? s : "{\"error\":\"internal error\"}");
+    buf_puts(out, "\n");
+    free(s);
+    json_decref(j);
+}
+
 void httpu_error_json(struct buf *out, int status, const char *type, const char *message)
 {
     json_t *err = json_pack("{s:{s:s, s:s, s:n, s:i}}", "error", "message", message, "type", type,

@@ -28,6 +28,8 @@ const char *httpu_framing_problem(const char *const *content_lengths, size_t ncl
                                   const char *const *transfer_encodings, size_t nte);
 /** true when name is an RFC 9110 token (no spaces: "Name : value" is a smuggling vector) */
 int httpu_is_token(const char *name);
+/** writes {"error":"msg"} and a newline into out: the shape of admin and /admission errors */
+void httpu_error_field_json(struct buf *out, const char *msg);
 /** writes {"error":{"message":..,"type":..,"param":null,"code":status}} into out */
 void httpu_error_json(struct buf *out, int status, const char *type, const char *message);
 

@@ -537,16 +537,14 @@ static int on_up_headers(struct evhttp_request *ureq, void *arg)
 }
 
 /* Books the first output byte and the tokens of the SSE events in this chunk. */
-static void book_chunk(struct exch *x, struct evbuffer *in)
+static void book_chunk(struct exch *x, struct evbuffer *in, int first)
 {
     struct evbuffer_iovec vec[8];
     unsigned tokens = 0;
     int n;
 
-    if (!x->got_body) {
-        x->got_body = 1;
+    if (first)
         book_first_byte(x->px->book, &x->bk);
-    }
     if (x->sse) {
         n = evbuffer_peek(in, -1, NULL, vec, 8);
         if (n > 8) {
@@ -569,12 +567,15 @@ static void on_up_chunk(struct evhttp_request *ureq, void *arg)
 
     if (x->retry_pending)
         return; /* the refusal's body is dropped; libevent drains it */
-    if (!x->got_body)
+    int first = !x->got_body;
+
+    if (first) {
+        x->got_body = 1;
         clock_gettime(CLOCK_MONOTONIC, &x->t_first);
+    }
     x->bytes += evbuffer_get_length(evhttp_request_get_input_buffer(ureq));
     if (x->kind != XK_BYPASS)
-        book_chunk(x, evhttp_request_get_input_buffer(ureq));
-    x->got_body = 1;
+        book_chunk(x, evhttp_request_get_input_buffer(ureq), first);
     evhttp_send_reply_chunk_with_cb(x->creq, evhttp_request_get_input_buffer(ureq),
                                     on_client_flushed, x);
     /* Backpressure: a slow client must not make admitd buffer the whole reply. */

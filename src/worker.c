@@ -3,6 +3,7 @@
 #include "admin.h"
 #include "book.h"
 #include "engine_metrics.h"
+#include "httputil.h"
 #include "loadsrc.h"
 #include "log.h"
 #include "metrics.h"
@@ -174,14 +175,8 @@ static void admission_state(struct worker *w, struct buf *out)
 
 static int admission_error(struct buf *out, int status, const char *msg)
 {
-    json_t *j = json_pack("{s:s}", "error", msg);
-    char *s = j ? json_dumps(j, JSON_COMPACT) : NULL;
-
     buf_reset(out);
-    buf_puts(out, s ? s : "{\"error\":\"internal error\"}");
-    buf_puts(out, "\n");
-    free(s);
-    json_decref(j);
+    httpu_error_field_json(out, msg);
     return status;
 }
 
