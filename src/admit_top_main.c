@@ -5,6 +5,7 @@
  */
 #include "admit/load.h"
 #include "buf.h"
+#include "nngclose.h"
 #include "top.h"
 
 #include <errno.h>
@@ -127,7 +128,7 @@ int main(int argc, char **argv)
         /* Non-blocking dial: a publisher that is not up yet is retried in the background. */
         if ((rv = nng_dial(sock, argv[i], NULL, NNG_FLAG_NONBLOCK)) != 0) {
             fprintf(stderr, "admit-top: error: cannot dial %s: %s\n", argv[i], nng_strerror(rv));
-            nng_close(sock);
+            nngc_close(sock, 500);
             return 2;
         }
     }
@@ -183,8 +184,8 @@ int main(int argc, char **argv)
     }
     admit_loadtab_free(tab);
     fflush(stdout);
-    /* nng 1.5.2 can hang in nng_close while a dialer is between connection attempts (fixed
-     * in nng 1.6, #1657/#1658). The process is ending and the OS reclaims the sockets, so
-     * leave without closing rather than risk the hang. */
-    _exit(0);
+    if (nngc_close(sock, 500) != 0)
+        fprintf(stderr, "admit-top: closing the subscriber did not finish (nng 1.5.2); "
+                        "exiting anyway\n");
+    return 0;
 }

@@ -1,6 +1,7 @@
 /* publish: nng PUB socket, coalescing timer, heartbeat timer, change detection. */
 #include "publish.h"
 #include "log.h"
+#include "nngclose.h"
 #include "xmalloc.h"
 
 #include <event2/event.h>
@@ -14,6 +15,8 @@
 
 /* Changes closer together than this go out as one message per rank. */
 #define COALESCE_US 1000
+/* How long pub_free waits for nng_close (see nngclose.h). */
+#define PUB_CLOSE_MS 500
 
 struct publisher {
     nng_socket sock;
@@ -128,7 +131,7 @@ struct publisher *pub_new(struct event_base *base, const char *url, const char *
     }
     if ((rv = nng_listen(p->sock, url, &l, 0)) != 0) {
         snprintf(err, errlen, "cannot publish load on %s: %s", url, nng_strerror(rv));
-        nng_close(p->sock);
+        nngc_close(p->sock, PUB_CLOSE_MS);
         free(p);
         return NULL;
     }
@@ -188,6 +191,9 @@ void pub_free(struct publisher *p)
         return;
     event_free(p->coalesce);
     event_free(p->heartbeat);
-    nng_close(p->sock);
+    if (nngc_close(p->sock, PUB_CLOSE_MS) != 0)
+        log_warn("closing the load publisher did not finish within %d ms (nng 1.5.2); "
+                 "leaving it to the exit",
+                 PUB_CLOSE_MS);
     free(p);
 }

@@ -1,6 +1,8 @@
 /* subscribe: nng SUB socket + RECVFD watched by libevent. */
 #include "subscribe.h"
 #include "admit/load.h"
+#include "log.h"
+#include "nngclose.h"
 #include "xmalloc.h"
 
 #include <event2/event.h>
@@ -9,10 +11,14 @@
 #include <stdio.h>
 #include <stdlib.h>
 
+/* How long sub_free waits for nng_close; a healthy close takes well under a millisecond. */
+#define SUB_CLOSE_MS 500
+
 struct subscriber {
     nng_socket sock;
     nng_dialer dialer;
     struct event *ev;
+    char *url;
     sub_cb cb;
     void *arg;
 };
@@ -50,10 +56,11 @@ struct subscriber *sub_new(struct event_base *base, const char *url, sub_cb cb, 
         (rv = nng_dial(s->sock, url, &s->dialer, NNG_FLAG_NONBLOCK)) != 0 ||
         (rv = nng_socket_get_int(s->sock, NNG_OPT_RECVFD, &fd)) != 0) {
         snprintf(err, errlen, "cannot subscribe to %s: %s", url, nng_strerror(rv));
-        nng_close(s->sock);
+        nngc_close(s->sock, SUB_CLOSE_MS);
         free(s);
         return NULL;
     }
+    s->url = xstrdup(url);
     s->ev = event_new(base, fd, EV_READ | EV_PERSIST, on_readable, s);
     if (s->ev == NULL)
         fatal("event_new failed");
@@ -66,9 +73,13 @@ void sub_free(struct subscriber *s)
     if (s == NULL)
         return;
     event_free(s->ev);
-    /* Stop the dialer first: nng 1.5.2 can hang closing a socket whose dialer is between
-     * attempts (fixed in 1.6). */
+    /* Stop the dialer first: nng 1.5.2 is more likely to hang closing a socket whose dialer
+     * is between attempts. Even so the close can hang, hence the deadline. */
     nng_dialer_close(s->dialer);
-    nng_close(s->sock);
+    if (nngc_close(s->sock, SUB_CLOSE_MS) != 0)
+        log_warn("closing the subscriber of %s did not finish within %d ms (nng 1.5.2); "
+                 "leaving it to the exit",
+                 s->url, SUB_CLOSE_MS);
+    free(s->url);
     free(s);
 }

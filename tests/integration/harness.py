@@ -344,8 +344,11 @@ class Tap:
         except Exception:  # noqa: BLE001 - every failure is reported, then the run goes on
             self.failed += 1
             print("not ok %d - %s" % (self.n, name), flush=True)
+            # In TAP for the log, and on stderr, which meson prints for a failed test.
             for line in traceback.format_exc().splitlines():
                 print("# " + line, flush=True)
+            sys.stderr.write("not ok %d - %s\n%s" % (self.n, name, traceback.format_exc()))
+            sys.stderr.flush()
         finally:
             for pr in list(_procs):
                 pr.kill()

@@ -1,0 +1,16 @@
+/* nngclose: closing an nng socket without risking a hung process.
+ *
+ * nng 1.5.2 (Debian 12's) can block forever in nng_close: now and then a pipe that was being
+ * set up or torn down is never reaped, and the close waits for it (nng issues #1543, #1813;
+ * reworked in later releases). We only close sockets when a program is ending, so the close
+ * runs on a helper thread and the caller waits a bounded time: a close that does not finish
+ * is abandoned, and the operating system reclaims the socket when the process exits. */
+#ifndef ADMIT_NNGCLOSE_H
+#define ADMIT_NNGCLOSE_H
+
+#include <nng/nng.h>
+
+/** closes s, waiting at most timeout_ms; 0 when closed, -1 when the close was left running */
+int nngc_close(nng_socket s, int timeout_ms);
+
+#endif
