@@ -45,17 +45,6 @@ static void reply_error(struct evhttp_request *req, struct buf *b, int status, c
     reply(req, status, "application/json", b->data, b->len);
 }
 
-/* Equal strings, in time that depends only on the length of the expected one. */
-static int const_time_eq(const char *got, const char *want)
-{
-    size_t gl = strlen(got), wl = strlen(want);
-    unsigned char diff = (unsigned char) (gl != wl);
-
-    for (size_t i = 0; i < wl; i++)
-        diff |= (unsigned char) (want[i] ^ (i < gl ? got[i] : 0));
-    return diff == 0;
-}
-
 /* Mutations: a matching bearer token when one is configured, else a loopback peer. */
 static int authorised(struct admin *a, struct evhttp_request *req, const char *peer, int *status,
                       const char **why)
@@ -63,7 +52,7 @@ static int authorised(struct admin *a, struct evhttp_request *req, const char *p
     const char *h = evhttp_find_header(evhttp_request_get_input_headers(req), "Authorization");
 
     if (a->token[0] != '\0') {
-        if (h == NULL || strncmp(h, "Bearer ", 7) != 0 || !const_time_eq(h + 7, a->token)) {
+        if (!httpu_bearer_ok(h, a->token)) {
             *status = 401;
             *why = "a valid Authorization: Bearer token is required";
             return 0;

@@ -7,6 +7,7 @@
 #include "busy.h"
 #include "cfgfile.h"
 #include "config.h"
+#include "drain.h"
 #include "log.h"
 #include "metrics.h"
 #include "proxy.h"
@@ -26,6 +27,9 @@ struct app {
     struct metrics m;
     struct proxy *px;
     struct router *r;
+    struct event_base *base;
+    unsigned drain_timeout_ms;
+    struct drain *drain;
 };
 
 static void usage(FILE *out)
@@ -44,6 +48,9 @@ static void usage(FILE *out)
             "  --overload-status-code=S  env DYN_HTTP_OVERLOAD_STATUS_CODE (default 529)\n"
             "  --missed-heartbeats=K   a worker silent this many heartbeats is not routable (3)\n"
             "  --upstream-timeout-ms=MS  worker silent this long: 504 (default 600000)\n"
+            "  --drain-timeout-ms=MS   on SIGTERM, how long in-flight requests may take (30000)\n"
+            "  --admin-token=T         POST /busy_threshold needs 'Authorization: Bearer T'\n"
+            "                          (env ADMIT_ROUTER_ADMIN_TOKEN; default: open, as Dynamo)\n"
             "  --log-level=L           error, warn, info, debug\n"
             "  --config=FILE           YAML with the same settings (worker and model take\n"
             "                          comma-separated lists); flags win over the file\n"
@@ -92,7 +99,9 @@ static void render_workers(void *arg, struct buf *out)
 
 static int is_ready(void *arg)
 {
-    return router_routable(((struct app *) arg)->r) > 0;
+    struct app *a = arg;
+
+    return !drain_active(a->drain) && router_routable(a->r) > 0;
 }
 
 static int no_admission(void *arg, const char *body, size_t len, const char *who, struct buf *out)
@@ -105,12 +114,24 @@ static int no_admission(void *arg, const char *body, size_t len, const char *who
     return 404;
 }
 
+/* ---- drain: as admitd's, so a rolling restart of routers loses no request ---------- */
+
+static void on_change(void *arg)
+{
+    drain_check(((struct app *) arg)->drain);
+}
+
+/* The first SIGTERM/SIGINT drains (see drain.h); a second one exits at once. */
 static void on_signal(evutil_socket_t sig, short what, void *arg)
 {
-    (void) sig;
+    struct app *a = arg;
+
     (void) what;
-    log_info("signal received, exiting");
-    event_base_loopbreak(arg);
+    log_info("%s received", sig == SIGINT ? "SIGINT" : "SIGTERM");
+    if (drain_start(a->drain, "Server unavailable: router draining", a->drain_timeout_ms) != 0) {
+        log_info("second signal: exiting now");
+        event_base_loopbreak(a->base);
+    }
 }
 
 /* Everything the command line and the config file can set. */
@@ -133,6 +154,8 @@ static const struct option longopts[] = {
     {"overload-status-code", required_argument, NULL, 's'},
     {"missed-heartbeats", required_argument, NULL, 'k'},
     {"upstream-timeout-ms", required_argument, NULL, 't'},
+    {"drain-timeout-ms", required_argument, NULL, 'D'},
+    {"admin-token", required_argument, NULL, 'A'},
     {"log-level", required_argument, NULL, 'L'},
     {"config", required_argument, NULL, 'c'},
     {"help", no_argument, NULL, 'h'},
@@ -196,8 +219,19 @@ static int set_opt(struct settings *st, int ch, const char *val)
             return -1;
         st->cfg.upstream_timeout_ms = (unsigned) v;
         return 0;
+    case 'D':
+        if (parse_int(val, 0, &v) != 0 || v < 0 || v > 86400000)
+            return -1;
+        st->cfg.drain_timeout_ms = (unsigned) v;
+        return 0;
     case 'L':
         return log_level_parse(val, &st->cfg.log_level);
+    case 'A':
+        if (strlen(val) < 16 || strlen(val) >= sizeof st->cfg.admin_token ||
+            strpbrk(val, " \t\r\n") != NULL)
+            return -1;
+        strcpy(st->cfg.admin_token, val);
+        return 0;
     }
     return -1;
 }
@@ -281,6 +315,15 @@ int main(int argc, char **argv)
         fprintf(stderr, "admit-router: error: %s\n", err);
         return 2;
     }
+    /* Precedence: flags, then the environment, then the file. */
+    if (getenv("ADMIT_ROUTER_ADMIN_TOKEN") != NULL &&
+        set_opt(&st, 'A', getenv("ADMIT_ROUTER_ADMIN_TOKEN")) != 0) {
+        fprintf(stderr,
+                "admit-router: error: ADMIT_ROUTER_ADMIN_TOKEN must be 16 to %zu "
+                "characters without blanks\n",
+                sizeof cfg->admin_token - 1);
+        return 2;
+    }
     for (size_t i = 0; i < nflags; i++)
         if (set_opt(&st, flag_ch[i], flag_val[i]) != 0) {
             fprintf(stderr, "admit-router: error: '%s' is not a valid value for --%s\n",
@@ -302,7 +345,11 @@ int main(int argc, char **argv)
     if (base == NULL)
         return 1;
     metrics_init(&app.m);
+    app.base = base;
+    app.drain_timeout_ms = cfg->drain_timeout_ms;
     app.px = proxy_new(base, cfg, &app.m);
+    app.drain = drain_new(base, app.px, &app.m);
+    proxy_set_change_cb(app.px, on_change, &app);
     app.r = router_new(base, app.px, cfg, &st.t, (unsigned) st.missed);
     for (size_t i = 0; i < st.nmodels; i++)
         router_add_model(app.r, st.models[i]);
@@ -329,8 +376,8 @@ int main(int argc, char **argv)
         rc = 1;
     }
     if (rc == 0) {
-        sigterm = evsignal_new(base, SIGTERM, on_signal, base);
-        sigint = evsignal_new(base, SIGINT, on_signal, base);
+        sigterm = evsignal_new(base, SIGTERM, on_signal, &app);
+        sigint = evsignal_new(base, SIGINT, on_signal, &app);
         evsignal_add(sigterm, NULL);
         evsignal_add(sigint, NULL);
         log_notice("ready listen=%s metrics=%s workers=%zu", listen_at, metrics_at, st.nworkers);
@@ -339,7 +386,8 @@ int main(int argc, char **argv)
         event_free(sigint);
     }
     admin_free(adm);
-    proxy_free(app.px);
+    proxy_free(app.px); /* may report a last change: the drain goes after it */
+    drain_free(app.drain);
     router_free(app.r);
     event_base_free(base);
     for (size_t i = 0; i < st.nworkers; i++)

@@ -135,6 +135,22 @@ const char *httpu_framing_problem(const char *const *content_lengths, size_t ncl
     return NULL;
 }
 
+int httpu_bearer_ok(const char *authorization, const char *token)
+{
+    const char *got;
+    size_t gl, wl = strlen(token);
+    unsigned char diff;
+
+    if (authorization == NULL || strncmp(authorization, "Bearer ", 7) != 0)
+        return 0;
+    got = authorization + 7;
+    gl = strlen(got);
+    diff = (unsigned char) (gl != wl);
+    for (size_t i = 0; i < wl; i++)
+        diff |= (unsigned char) (token[i] ^ (i < gl ? got[i] : 0));
+    return diff == 0;
+}
+
 int httpu_is_token(const char *name)
 {
     static const char extra[] = "!#$%&'*+-.^_`|~";

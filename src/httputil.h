@@ -28,6 +28,9 @@ const char *httpu_framing_problem(const char *const *content_lengths, size_t ncl
                                   const char *const *transfer_encodings, size_t nte);
 /** true when name is an RFC 9110 token (no spaces: "Name : value" is a smuggling vector) */
 int httpu_is_token(const char *name);
+/** true when authorization is "Bearer <token>"; compares in time independent of where
+ *  the strings differ (no timing oracle for the token) */
+int httpu_bearer_ok(const char *authorization, const char *token);
 /** writes {"error":"msg"} and a newline into out: the shape of admin and /admission errors */
 void httpu_error_field_json(struct buf *out, const char *msg);
 /** writes {"error":{"message":..,"type":..,"param":null,"code":status}} into out */

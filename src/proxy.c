@@ -107,6 +107,7 @@ struct proxy {
     struct proxy_route route;     /* router mode when route.pick is set */
     struct ratewin releases;      /* slot releases, for the Retry-After estimate */
     int draining;                 /* new requests get 503; the rest finish */
+    const char *drain_msg;        /* what those 503s say (static storage) */
     void (*on_change)(void *arg); /* load changed: gate, queue or book */
     void *on_change_arg;
 };
@@ -758,8 +759,7 @@ static void on_request(struct evhttp_request *creq, void *arg)
     }
     if (px->draining) {
         evhttp_add_header(evhttp_request_get_output_headers(creq), "Connection", "close");
-        send_error(x, 503, "unavailable_error", "Server unavailable: worker draining",
-                   retry_after(px), "draining");
+        send_error(x, 503, "unavailable_error", px->drain_msg, retry_after(px), "draining");
         exch_finish(x, OUT_DRAINING);
         return;
     }
@@ -896,9 +896,10 @@ void proxy_reconfigure(struct proxy *px)
     render_overload(px);
 }
 
-void proxy_drain(struct proxy *px)
+void proxy_drain(struct proxy *px, const char *msg)
 {
     px->draining = 1;
+    px->drain_msg = msg;
 }
 
 int proxy_set_limits(struct proxy *px, unsigned n, unsigned q)

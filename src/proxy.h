@@ -50,8 +50,9 @@ struct book *proxy_book(struct proxy *px);
 unsigned proxy_active(const struct proxy *px);
 /** re-reads what the proxy derives from its cfg (after a reload changed it) */
 void proxy_reconfigure(struct proxy *px);
-/** stops admitting: new requests get 503 "worker draining"; queued and running ones go on */
-void proxy_drain(struct proxy *px);
+/** stops admitting: new requests get 503 with msg (e.g. "Server unavailable: worker draining");
+ * queued and running ones go on */
+void proxy_drain(struct proxy *px, const char *msg);
 /** changes N and/or Q live (0 keeps a value); -1 when admitd runs without a cap */
 int proxy_set_limits(struct proxy *px, unsigned n, unsigned q);
 /** cancels every exchange at once; returns how many there were */

@@ -2,6 +2,7 @@
 #include "router.h"
 #include "admit/load.h"
 #include "bt_api.h"
+#include "httputil.h"
 #include "log.h"
 #include "netaddr.h"
 #include "prom.h"
@@ -255,13 +256,22 @@ static int local(void *arg, struct evhttp_request *creq)
     if (strncmp(uri, "/busy_threshold", 15) != 0 || (uri[15] != '\0' && uri[15] != '?'))
         return 0;
     buf_reset(&r->scratch);
-    status =
-        bt_api_handle(r->bt,
-                      cmd == EVHTTP_REQ_GET    ? "GET"
-                      : cmd == EVHTTP_REQ_POST ? "POST"
-                                               : "OTHER",
-                      evhttp_find_header(evhttp_request_get_input_headers(creq), "Content-Type"),
-                      len ? (const char *) evbuffer_pullup(in, -1) : "", len, &r->scratch);
+    /* Dynamo leaves threshold changes open to whoever reaches the frontend; with a token
+     * configured, changes need it (reads stay open, as on admitd's metrics listener). */
+    if (r->cfg->admin_token[0] != '\0' && cmd != EVHTTP_REQ_GET &&
+        !httpu_bearer_ok(
+            evhttp_find_header(evhttp_request_get_input_headers(creq), "Authorization"),
+            r->cfg->admin_token)) {
+        httpu_error_field_json(&r->scratch, "a valid Authorization: Bearer token is required");
+        status = 401;
+    } else
+        status = bt_api_handle(
+            r->bt,
+            cmd == EVHTTP_REQ_GET    ? "GET"
+            : cmd == EVHTTP_REQ_POST ? "POST"
+                                     : "OTHER",
+            evhttp_find_header(evhttp_request_get_input_headers(creq), "Content-Type"),
+            len ? (const char *) evbuffer_pullup(in, -1) : "", len, &r->scratch);
     out = evbuffer_new();
     if (out == NULL)
         fatal("evbuffer_new failed");

@@ -2,6 +2,7 @@
 #include "worker.h"
 #include "admin.h"
 #include "book.h"
+#include "drain.h"
 #include "engine_metrics.h"
 #include "httputil.h"
 #include "loadsrc.h"
@@ -25,7 +26,7 @@
 struct worker {
     struct event_base *base;
     struct cfg *cfg;
-    struct event *drain_timer; /* armed while draining */
+    struct drain *drain;
     struct metrics m;
     struct proxy *px;
     struct admin *adm;
@@ -102,10 +103,7 @@ static void on_load_change(void *arg)
     struct worker *w = arg;
 
     pub_changed(w->pub);
-    if (w->state == ADMIT_LOAD_DRAINING && proxy_active(w->px) == 0) {
-        log_info("drained: nothing in flight, exiting");
-        event_base_loopbreak(w->base);
-    }
+    drain_check(w->drain);
 }
 
 /* ---- metrics listener hooks ------------------------------------------------------------- */
@@ -341,38 +339,14 @@ int worker_reload(struct worker *w, int argc, char **argv, cfg_env_fn env)
 
 /* ---- drain ---------------------------------------------------------------------------- */
 
-static void on_drain_timeout(evutil_socket_t fd, short what, void *arg)
-{
-    struct worker *w = arg;
-    unsigned n = proxy_cancel_all(w->px);
-
-    (void) fd;
-    (void) what;
-    w->m.drain_cancelled += n;
-    log_warn("drain timeout: cancelled %u request%s still in flight", n, n == 1 ? "" : "s");
-    event_base_loopbreak(w->base);
-}
-
 int worker_drain(struct worker *w)
 {
-    struct timeval tv = {w->cfg->drain_timeout_ms / 1000, (w->cfg->drain_timeout_ms % 1000) * 1000};
-
-    if (w->state == ADMIT_LOAD_DRAINING)
+    if (drain_active(w->drain))
         return 1;
+    /* Routers hear "draining" before anything else changes. */
     w->state = ADMIT_LOAD_DRAINING;
-    proxy_drain(w->px);
     pub_now(w->pub);
-    log_info("draining: %u request%s in flight, new ones get 503, waiting at most %u ms",
-             proxy_active(w->px), proxy_active(w->px) == 1 ? "" : "s", w->cfg->drain_timeout_ms);
-    if (proxy_active(w->px) == 0) {
-        event_base_loopbreak(w->base);
-        return 0;
-    }
-    w->drain_timer = evtimer_new(w->base, on_drain_timeout, w);
-    if (w->drain_timer == NULL)
-        fatal("evtimer_new failed");
-    evtimer_add(w->drain_timer, &tv);
-    return 0;
+    return drain_start(w->drain, "Server unavailable: worker draining", w->cfg->drain_timeout_ms);
 }
 
 /* ---- setup ---------------------------------------------------------------------------- */
@@ -425,6 +399,7 @@ struct worker *worker_start(struct event_base *base, struct cfg *cfg, char *err,
     if (cfg->mock_engine && start_mock(w, base, err, errlen) != 0)
         goto fail;
     w->px = proxy_new(base, cfg, &w->m);
+    w->drain = drain_new(base, w->px, &w->m);
     w->adm = admin_new(base, &hooks, cfg->admin_token);
     if (proxy_bind(w->px, &cfg->listen, w->listen_at, sizeof w->listen_at, err, errlen) != 0 ||
         admin_bind(w->adm, &cfg->metrics_listen, w->metrics_at, sizeof w->metrics_at, err,
@@ -469,14 +444,13 @@ void worker_free(struct worker *w)
 {
     if (w == NULL)
         return;
-    if (w->drain_timer != NULL)
-        event_free(w->drain_timer);
     poller_free(w->ready);
     poller_free(w->scrape);
     if (w->px != NULL)
         proxy_set_change_cb(w->px, NULL, NULL);
     admin_free(w->adm);
     proxy_free(w->px);
+    drain_free(w->drain);
     pub_free(w->pub);
     mock_engine_free(w->mock);
     free(w);

@@ -7,8 +7,8 @@ import random
 import signal
 import time
 
-from harness import (Admitd, Mock, Proc, RawClient, Tap, chat_body, hostport, request, scrape,
-                     wait_for)
+from harness import (Admitd, Mock, Proc, RawClient, Tap, chat_body, error_message, hostport,
+                     request, scrape, wait_for)
 
 ROUTER = os.environ.get("ADMIT_ROUTER", "build/admit-router")
 MODEL = "mock-model"
@@ -260,6 +260,95 @@ def test_router_config_file():
     p = subprocess.run([ROUTER, "--active-decode-blocks-threshold=1.5", "--worker=%s=%s" % (url, pub)],
                        capture_output=True, timeout=30)
     assert p.returncode == 2 and b"between 0" in p.stderr, p.stderr
+    # The commented example loads as documented (flags move its listeners to free ports).
+    example = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "examples",
+                           "admit-router.yaml")
+    rt = Proc([ROUTER, "--config", example, "--listen", "127.0.0.1:0", "--metrics-listen",
+               "127.0.0.1:0"], ready=r"ready listen=(\S+) metrics=(\S+)", name="router")
+    maddr = hostport(rt.match.group(2))
+    ws = json.loads(request(maddr, "GET", "/load")[2])["workers"]
+    assert [w["url"] for w in ws] == ["gpu1:8080", "gpu2:8080"], ws
+    got = json.loads(request(hostport(rt.match.group(1)), "GET", "/busy_threshold")[2])
+    assert got["thresholds"][0]["active_decode_blocks_threshold"] == 0.85, got
+    rt.stop_clean()
+    ad.stop()
+    mock.stop()
+
+
+def test_busy_threshold_token():
+    mock = Mock("--speedup-ratio", "0")
+    ad, w = worker(mock)
+    token = "router-token-0123456789"
+    rt = Router([w], "--admin-token", token)
+    body = json.dumps({"model": MODEL, "active_decode_blocks_threshold": 0.5}).encode()
+    hdrs = {"Content-Type": "application/json"}
+    status, _, out = request(rt.addr, "POST", "/busy_threshold", body, headers=hdrs)
+    assert status == 401 and "Bearer" in json.loads(out)["error"], (status, out)
+    hdrs["Authorization"] = "Bearer " + token[:-1] + "X"
+    assert request(rt.addr, "POST", "/busy_threshold", body, headers=hdrs)[0] == 401
+    assert request(rt.addr, "GET", "/busy_threshold")[0] == 200  # reads stay open
+    hdrs["Authorization"] = "Bearer " + token
+    status, _, out = request(rt.addr, "POST", "/busy_threshold", body, headers=hdrs)
+    assert status == 200 and json.loads(out)["active_decode_blocks_threshold"] == 0.5, out
+    rt.stop()
+    # The environment sets it too; a token that is too short is a startup error.
+    import subprocess
+    env = dict(os.environ, ADMIT_ROUTER_ADMIN_TOKEN="short")
+    p = subprocess.run([ROUTER, "--worker=%s=%s" % w], env=env, capture_output=True, timeout=30)
+    assert p.returncode == 2 and b"ADMIT_ROUTER_ADMIN_TOKEN must be 16" in p.stderr, p.stderr
+    env["ADMIT_ROUTER_ADMIN_TOKEN"] = token
+    rt = Proc([ROUTER, "--listen", "127.0.0.1:0", "--metrics-listen", "127.0.0.1:0",
+               "--model", MODEL, "--worker=%s=%s" % w], env=env,
+              ready=r"ready listen=(\S+) metrics=(\S+)", name="router")
+    raddr = hostport(rt.match.group(1))
+    del hdrs["Authorization"]
+    assert request(raddr, "POST", "/busy_threshold", body, headers=hdrs)[0] == 401
+    rt.stop_clean()
+    ad.stop()
+    mock.stop()
+
+
+def router_with_streams(gap_ms, drain_ms, count, max_tokens):
+    """A mock, one worker and a router with count streams running through it."""
+    mock = Mock("--token-interval-ms", str(gap_ms))
+    ad, w = worker(mock, "--engine-request-limit", "4")
+    rt = Router([w], "--drain-timeout-ms", str(drain_ms))
+    rt.wait_routable(1)
+    holders = [RawClient(rt.addr) for _ in range(count)]
+    for h in holders:
+        h.post("/v1/chat/completions", chat_body(max_tokens=max_tokens))
+    wait_for(lambda: ad.metrics()["dynamo_engine_request"] == count,
+             what="%d streams running" % count)
+    return mock, ad, rt, holders
+
+
+def test_router_drains_on_sigterm():
+    mock, ad, rt, holders = router_with_streams(30, 60000, 2, 30)
+    rt.proc.p.send_signal(signal.SIGTERM)
+    rt.proc.wait_line("draining: 2 requests in flight", 10)
+    assert request(rt.maddr, "GET", "/ready")[0] == 503
+    status, hdrs, body = request(rt.addr, "POST", "/v1/chat/completions", chat_body())
+    assert status == 503 and error_message(body) == "Server unavailable: router draining", body
+    assert hdrs.get("connection", "").lower() == "close", hdrs
+    # The streams in flight end normally, and then the router exits 0 by itself.
+    results = [h.response() for h in holders]
+    assert [r[0] for r in results] == [200, 200] and all(r[3] for r in results), results
+    assert rt.proc.p.wait(20) == 0
+    assert any("drained: nothing in flight" in line for line in rt.proc.lines), rt.proc.lines[-5:]
+    ad.stop()
+    mock.stop()
+
+
+def test_router_drain_timeout_cancels():
+    mock, ad, rt, (h,) = router_with_streams(50, 300, 1, 1000)
+    rt.proc.p.send_signal(signal.SIGTERM)
+    assert rt.proc.p.wait(20) == 0
+    assert any("cancelled 1 request" in line for line in rt.proc.lines), rt.proc.lines[-5:]
+    status, hdrs = h.read_head()
+    body, complete = h.read_body(hdrs)
+    assert status == 200 and not complete, "a cancelled stream must not end cleanly"
+    # The worker sees the cancellation too: its slot comes back.
+    wait_for(lambda: ad.metrics()["dynamo_engine_request"] == 0, what="worker slot freed")
     ad.stop()
     mock.stop()
 
@@ -276,4 +365,7 @@ if __name__ == "__main__":
     tap.run("a worker's 529 migrates to the other worker", test_worker_529_migrates)
     tap.run("a killed worker drops out and comes back", test_killed_worker_drops_out_and_comes_back)
     tap.run("the router's config file, and its errors", test_router_config_file)
+    tap.run("an admin token guards POST /busy_threshold", test_busy_threshold_token)
+    tap.run("SIGTERM drains: new requests 503, streams in flight finish", test_router_drains_on_sigterm)
+    tap.run("the drain timeout cancels what is left", test_router_drain_timeout_cancels)
     tap.done()

@@ -81,13 +81,28 @@ static void test_framing_and_tokens(void **state)
     assert_false(httpu_is_token("a\tb"));
 }
 
+static void test_bearer_token(void **state)
+{
+    const char *tok = "s3cret-token-0123456789";
+
+    (void) state;
+    assert_true(httpu_bearer_ok("Bearer s3cret-token-0123456789", tok));
+    assert_false(httpu_bearer_ok(NULL, tok));
+    assert_false(httpu_bearer_ok("", tok));
+    assert_false(httpu_bearer_ok("s3cret-token-0123456789", tok));         /* no scheme */
+    assert_false(httpu_bearer_ok("Basic s3cret-token-0123456789", tok));   /* other scheme */
+    assert_false(httpu_bearer_ok("Bearer s3cret-token-012345678", tok));   /* a prefix */
+    assert_false(httpu_bearer_ok("Bearer s3cret-token-01234567890", tok)); /* longer */
+    assert_false(httpu_bearer_ok("Bearer s3cret-token-0123456788", tok));  /* last differs */
+    assert_false(httpu_bearer_ok("Bearer ", tok));
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_hop_by_hop),
-        cmocka_unit_test(test_reasons),
-        cmocka_unit_test(test_error_json_shape),
-        cmocka_unit_test(test_framing_and_tokens),
+        cmocka_unit_test(test_hop_by_hop),       cmocka_unit_test(test_reasons),
+        cmocka_unit_test(test_error_json_shape), cmocka_unit_test(test_framing_and_tokens),
+        cmocka_unit_test(test_bearer_token),
     };
 
     return cmocka_run_group_tests(tests, NULL, NULL);
