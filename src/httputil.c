@@ -2,6 +2,7 @@
 #include "httputil.h"
 
 #include <jansson.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
@@ -133,6 +134,43 @@ const char *httpu_framing_problem(const char *const *content_lengths, size_t ncl
     if (nte == 1 && ncl > 0)
         return "both Content-Length and Transfer-Encoding";
     return NULL;
+}
+
+/* By hand rather than strftime: locale-free, and every field has a fixed width. */
+void httpu_date(time_t t, char out[HTTPU_DATE_LEN])
+{
+    static const char days[] = "SunMonTueWedThuFriSat";
+    static const char months[] = "JanFebMarAprMayJunJulAugSepOctNovDec";
+    struct tm tm;
+    int year;
+    char *p = out;
+
+    gmtime_r(&t, &tm);
+    year = (tm.tm_year + 1900) % 10000;
+    memcpy(p, days + 3 * tm.tm_wday, 3);
+    p += 3;
+    *p++ = ',';
+    *p++ = ' ';
+    *p++ = (char) ('0' + tm.tm_mday / 10);
+    *p++ = (char) ('0' + tm.tm_mday % 10);
+    *p++ = ' ';
+    memcpy(p, months + 3 * tm.tm_mon, 3);
+    p += 3;
+    *p++ = ' ';
+    *p++ = (char) ('0' + year / 1000);
+    *p++ = (char) ('0' + year / 100 % 10);
+    *p++ = (char) ('0' + year / 10 % 10);
+    *p++ = (char) ('0' + year % 10);
+    *p++ = ' ';
+    *p++ = (char) ('0' + tm.tm_hour / 10);
+    *p++ = (char) ('0' + tm.tm_hour % 10);
+    *p++ = ':';
+    *p++ = (char) ('0' + tm.tm_min / 10);
+    *p++ = (char) ('0' + tm.tm_min % 10);
+    *p++ = ':';
+    *p++ = (char) ('0' + tm.tm_sec / 10);
+    *p++ = (char) ('0' + tm.tm_sec % 10);
+    memcpy(p, " GMT", 5);
 }
 
 int httpu_bearer_ok(const char *authorization, const char *token)

@@ -8,6 +8,10 @@
 #include "buf.h"
 
 #include <stddef.h>
+#include <time.h>
+
+/* Bytes for an HTTP date, with its NUL. */
+#define HTTPU_DATE_LEN 30
 
 /* The message every overload answer carries (Dynamo's wording, matched by routers). */
 #define HTTPU_OVERLOAD_MESSAGE "Server overloaded: worker at capacity"
@@ -28,6 +32,8 @@ const char *httpu_framing_problem(const char *const *content_lengths, size_t ncl
                                   const char *const *transfer_encodings, size_t nte);
 /** true when name is an RFC 9110 token (no spaces: "Name : value" is a smuggling vector) */
 int httpu_is_token(const char *name);
+/** writes t as an RFC 9110 IMF-fixdate ("Sun, 06 Nov 1994 08:49:37 GMT") into out */
+void httpu_date(time_t t, char out[HTTPU_DATE_LEN]);
 /** true when authorization is "Bearer <token>"; compares in time independent of where
  *  the strings differ (no timing oracle for the token) */
 int httpu_bearer_ok(const char *authorization, const char *token);

@@ -102,6 +102,8 @@ struct proxy {
     int closing;
     struct timeval client_tv;
     char *overload_body; /* rendered once: the rejection path is hot under overload */
+    time_t date_at;      /* the second date[] was rendered for */
+    char date[HTTPU_DATE_LEN];
     size_t overload_len;
     struct book *book;
     struct proxy_route route;     /* router mode when route.pick is set */
@@ -235,16 +237,28 @@ static double seconds_since(const struct timespec *t0)
 
 /* ---- replies made by admitd itself ---------------------------------------------------- */
 
+/* The Date header of our own answers. evhttp would format one per reply (gmtime and printf,
+ * about 7% of the rejection path); rendering it once a second is enough. */
+static const char *date_now(struct proxy *px)
+{
+    time_t now = time(NULL);
+
+    if (now != px->date_at) {
+        px->date_at = now;
+        httpu_date(now, px->date);
+    }
+    return px->date;
+}
+
 static void send_body(struct exch *x, int status, const char *body, size_t len, int retry_after,
                       const char *reason)
 {
     struct evkeyvalq *h = evhttp_request_get_output_headers(x->creq);
-    struct evbuffer *b = evbuffer_new();
     char ra[16];
 
-    if (b == NULL)
-        fatal("evbuffer_new failed");
-    evbuffer_add(b, body, len);
+    /* Straight into the request's own output buffer: no evbuffer of ours to allocate. */
+    evbuffer_add(evhttp_request_get_output_buffer(x->creq), body, len);
+    evhttp_add_header(h, "Date", date_now(x->px));
     evhttp_add_header(h, "Content-Type", "application/json");
     if (retry_after > 0) {
         snprintf(ra, sizeof ra, "%d", retry_after);
@@ -253,8 +267,7 @@ static void send_body(struct exch *x, int status, const char *body, size_t len, 
     if (reason != NULL)
         evhttp_add_header(h, "X-Admitd-Reason", reason);
     x->status = status;
-    evhttp_send_reply(x->creq, status, httpu_reason(status), b);
-    evbuffer_free(b);
+    evhttp_send_reply(x->creq, status, httpu_reason(status), NULL);
 }
 
 static void send_error(struct exch *x, int status, const char *type, const char *msg,

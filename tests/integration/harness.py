@@ -256,6 +256,7 @@ class RawClient:
         for ln in lines[1:]:
             k, _, v = ln.partition(":")
             hdrs[k.strip().lower()] = v.strip()
+        self.header_names = [ln.partition(":")[0].strip().lower() for ln in lines[1:]]
         return status, hdrs
 
     def read_body(self, hdrs, on_data=None):

@@ -1,5 +1,6 @@
 """Admission end to end: the exact N+Q cap under a burst, rejection shape, queue hang-ups."""
 
+import email.utils
 import json
 import sys
 import threading
@@ -20,7 +21,7 @@ def burst(addr, count, max_tokens):
     def one(i):
         go.wait()
         clients[i].post("/v1/chat/completions", chat_body(max_tokens=max_tokens))
-        results[i] = clients[i].response()
+        results[i] = clients[i].response() + (clients[i].header_names,)
 
     threads = [threading.Thread(target=one, args=(i,)) for i in range(count)]
     for t in threads:
@@ -58,11 +59,15 @@ def test_burst_gets_exactly_n_plus_q():
     rejected = [r for r in results if r[0] == 529]
     assert len(ok) == n + q, [r[0] for r in results]
     assert len(rejected) == 3 * (n + q), [r[0] for r in results]
-    for status, hdrs, body, complete in rejected:
+    for status, hdrs, body, complete, names in rejected:
         assert error_message(body) == OVERLOAD_MSG, body
         assert int(hdrs["retry-after"]) >= 1, hdrs
         assert hdrs["content-type"] == "application/json", hdrs
-    for status, hdrs, body, complete in ok:
+        # Our own Date (rendered once a second), exactly one, and the right time.
+        assert names.count("date") == 1, names
+        age = time.time() - email.utils.parsedate_to_datetime(hdrs["date"]).timestamp()
+        assert -2 < age < 60, (hdrs["date"], age)
+    for status, hdrs, body, complete, names in ok:
         assert complete, "a stream was cut"
         assert body.rstrip().endswith(b"data: [DONE]"), body[-200:]
         assert hdrs["content-type"].startswith("text/event-stream"), hdrs

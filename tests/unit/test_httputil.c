@@ -97,12 +97,27 @@ static void test_bearer_token(void **state)
     assert_false(httpu_bearer_ok("Bearer ", tok));
 }
 
+static void test_http_date(void **state)
+{
+    char d[HTTPU_DATE_LEN];
+
+    (void) state;
+    httpu_date(0, d);
+    assert_string_equal(d, "Thu, 01 Jan 1970 00:00:00 GMT");
+    httpu_date(784111777, d); /* RFC 9110's example */
+    assert_string_equal(d, "Sun, 06 Nov 1994 08:49:37 GMT");
+    httpu_date(1795996799, d);
+    assert_string_equal(d, "Sun, 29 Nov 2026 23:59:59 GMT");
+    httpu_date(951782400, d); /* a leap day */
+    assert_string_equal(d, "Tue, 29 Feb 2000 00:00:00 GMT");
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_hop_by_hop),       cmocka_unit_test(test_reasons),
         cmocka_unit_test(test_error_json_shape), cmocka_unit_test(test_framing_and_tokens),
-        cmocka_unit_test(test_bearer_token),
+        cmocka_unit_test(test_bearer_token),     cmocka_unit_test(test_http_date),
     };
 
     return cmocka_run_group_tests(tests, NULL, NULL);
