@@ -18,6 +18,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/time.h>
+#include <time.h>
 #include <unistd.h>
 
 static volatile sig_atomic_t stop;
@@ -36,10 +37,20 @@ static int64_t now_ms(void)
     return (int64_t) tv.tv_sec * 1000 + tv.tv_usec / 1000;
 }
 
+/* Receive stamps for --stamp: the clock Python's time.monotonic() reads too. */
+static int64_t mono_us(void)
+{
+    struct timespec ts;
+
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t) ts.tv_sec * 1000000 + ts.tv_nsec / 1000;
+}
+
 static void usage(FILE *out)
 {
     fprintf(out,
-            "usage: admit-top [--json] [--count=N] [--refresh-ms=MS] [--missed-heartbeats=K]\n"
+            "usage: admit-top [--json [--stamp]] [--count=N] [--refresh-ms=MS] "
+            "[--missed-heartbeats=K]\n"
             "                 [--iterations=N] URL...\n\n"
             "Subscribes to admitd load publishers (their --publish URL, e.g. tcp://host:5557)\n"
             "and shows each worker's and rank's load: slots used/N, queued/Q, KV blocks used\n"
@@ -47,6 +58,8 @@ static void usage(FILE *out)
             "A row is STALE after K missed heartbeats (default 3).\n\n"
             "  --json              print every valid message as one JSON line instead\n"
             "  --count=N           exit after N messages (with --json)\n"
+            "  --stamp             with --json, start each line with the receive time on\n"
+            "                      CLOCK_MONOTONIC in microseconds and a space (benchmarks)\n"
             "  --refresh-ms=MS     table refresh interval (default 1000)\n"
             "  --iterations=N      exit after N table refreshes\n"
             "  --missed-heartbeats=K  staleness threshold (default 3)\n");
@@ -68,6 +81,7 @@ static int parse_count(const char *s, long *out)
 int main(int argc, char **argv)
 {
     static const struct option longopts[] = {{"json", no_argument, NULL, 'j'},
+                                             {"stamp", no_argument, NULL, 's'},
                                              {"count", required_argument, NULL, 'c'},
                                              {"refresh-ms", required_argument, NULL, 'r'},
                                              {"iterations", required_argument, NULL, 'i'},
@@ -76,7 +90,7 @@ int main(int argc, char **argv)
                                              {"version", no_argument, NULL, 'V'},
                                              {NULL, 0, NULL, 0}};
     long count = 0, refresh = 1000, iterations = 0, missed = 3, got = 0, drawn = 0;
-    int json = 0, ch, rv, bad = 0, recv_fd = -1;
+    int json = 0, stamp = 0, ch, rv, bad = 0, recv_fd = -1;
     nng_socket sock;
     struct admit_loadtab *tab;
     int64_t next_draw;
@@ -87,16 +101,19 @@ int main(int argc, char **argv)
         case 'j':
             json = 1;
             break;
+        case 's':
+            stamp = 1;
+            break;
         case 'c':
         case 'r':
         case 'i':
         case 'm':
             if (parse_count(optarg, dst) != 0 || (ch == 'r' && *dst < 10)) {
                 fprintf(stderr, "admit-top: error: '%s' is not a valid number for --%s\n", optarg,
-                        longopts[ch == 'c'   ? 1
-                                 : ch == 'r' ? 2
-                                 : ch == 'i' ? 3
-                                             : 4]
+                        longopts[ch == 'c'   ? 2
+                                 : ch == 'r' ? 3
+                                 : ch == 'i' ? 4
+                                             : 5]
                             .name);
                 return 2;
             }
@@ -149,13 +166,18 @@ int main(int argc, char **argv)
             break;
         rv = nng_recv(sock, &msg, &len, NNG_FLAG_ALLOC | NNG_FLAG_NONBLOCK);
         if (rv == 0) {
+            int64_t recv_us = mono_us();
+
             if (admit_load_decode(msg, len, &m, err, sizeof err) != 0) {
                 if (bad++ < 10)
                     fprintf(stderr, "admit-top: dropped an invalid message: %s\n", err);
             } else if (json) {
                 char out[ADMIT_LOAD_MSG_MAX];
-                if (admit_load_to_json(&m, out, sizeof out) > 0)
+                if (admit_load_to_json(&m, out, sizeof out) > 0) {
+                    if (stamp)
+                        printf("%lld ", (long long) recv_us);
                     printf("%s\n", out);
+                }
                 fflush(stdout);
                 if (count > 0 && ++got >= count)
                     stop = 1;
