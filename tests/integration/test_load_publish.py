@@ -207,6 +207,16 @@ def test_nngcat_and_admit_top_read_it():
     out = p.stdout.decode()
     assert p.returncode == 0, p.stderr
     assert "WORKER" in out and "gpu-test-1" in out and "0/3" in out, out
+    # --stamp: each line starts with the receive time on CLOCK_MONOTONIC, in microseconds.
+    before = time.monotonic()
+    p = subprocess.run([TOP, "--json", "--stamp", "--count=2", ad.publish], capture_output=True,
+                       timeout=30)
+    after = time.monotonic()
+    assert p.returncode == 0, p.stderr
+    for line in p.stdout.decode().strip().splitlines():
+        stamp, doc = line.split(" ", 1)
+        assert before <= int(stamp) / 1e6 <= after, (stamp, before, after)
+        assert json.loads(doc)["worker_id"] == "gpu-test-1", doc
     load = json.loads(request(ad.maddr, "GET", "/load")[2])
     assert load["worker_id"] == "gpu-test-1" and len(load["ranks"]) == 2, load
     assert load["publish"] == ad.publish, load
