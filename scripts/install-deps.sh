@@ -5,7 +5,8 @@ set -euo pipefail
 
 pkgs=(meson ninja-build pkg-config cmake gcc libc6-dev
       libevent-dev libnng-dev libyaml-dev libjansson-dev libcmocka-dev
-      python3 curl nng-utils clang-format prometheus nodejs valgrind)
+      python3 curl nng-utils clang-format prometheus nodejs valgrind
+      iproute2 util-linux)  # ip + unshare: the admin-from-a-remote-peer test's namespace
 # Debian's npm conflicts with a nodejs that already bundles npm (NodeSource builds).
 command -v npm >/dev/null || pkgs+=(npm)
 
