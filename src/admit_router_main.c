@@ -10,6 +10,7 @@
 #include "drain.h"
 #include "log.h"
 #include "metrics.h"
+#include "nngclose.h"
 #include "proxy.h"
 #include "router.h"
 #include "xmalloc.h"
@@ -394,5 +395,6 @@ int main(int argc, char **argv)
         free(st.workers[i]);
     for (size_t i = 0; i < st.nmodels; i++)
         free(st.models[i]);
+    nngc_fini(500); /* nng's reaper finishes before the exit (see nngclose.h) */
     return rc;
 }

@@ -145,7 +145,8 @@ int main(int argc, char **argv)
         /* Non-blocking dial: a publisher that is not up yet is retried in the background. */
         if ((rv = nng_dial(sock, argv[i], NULL, NNG_FLAG_NONBLOCK)) != 0) {
             fprintf(stderr, "admit-top: error: cannot dial %s: %s\n", argv[i], nng_strerror(rv));
-            nngc_close(sock, 500);
+            if (nngc_close(sock, 500) == 0)
+                nngc_fini(500);
             return 2;
         }
     }
@@ -209,5 +210,7 @@ int main(int argc, char **argv)
     if (nngc_close(sock, 500) != 0)
         fprintf(stderr, "admit-top: closing the subscriber did not finish (nng 1.5.2); "
                         "exiting anyway\n");
+    else
+        nngc_fini(500);
     return 0;
 }

@@ -1,6 +1,7 @@
 /* admitd: the worker-side admission shim. Parses options, runs the loop, cleans up. */
 #include "config.h"
 #include "log.h"
+#include "nngclose.h"
 #include "worker.h"
 
 #include <event2/event.h>
@@ -12,6 +13,9 @@ static const char *env_lookup(const char *name)
 {
     return getenv(name);
 }
+
+/* How long the last step, nng_fini, may take (see nngclose.h). */
+#define NNG_FINI_MS 500
 
 static struct event_base *base;
 
@@ -74,6 +78,7 @@ int main(int argc, char **argv)
     if (w == NULL) {
         log_error("%s", err);
         event_base_free(base);
+        nngc_fini(NNG_FINI_MS);
         return 1;
     }
     sigterm = evsignal_new(base, SIGTERM, on_signal, w);
@@ -93,5 +98,6 @@ int main(int argc, char **argv)
     event_free(sighup);
     worker_free(w);
     event_base_free(base);
+    nngc_fini(NNG_FINI_MS);
     return 0;
 }

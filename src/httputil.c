@@ -145,7 +145,10 @@ void httpu_date(time_t t, char out[HTTPU_DATE_LEN])
     int year;
     char *p = out;
 
-    gmtime_r(&t, &tm);
+    if (gmtime_r(&t, &tm) == NULL) {
+        memcpy(out, "Thu, 01 Jan 1970 00:00:00 GMT", HTTPU_DATE_LEN);
+        return;
+    }
     year = (tm.tm_year + 1900) % 10000;
     memcpy(p, days + 3 * tm.tm_wday, 3);
     p += 3;

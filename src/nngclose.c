@@ -12,6 +12,7 @@ struct closing {
     pthread_mutex_t mu;
     pthread_cond_t cv;
     nng_socket sock;
+    int fini; /* nng_fini() rather than nng_close(sock) */
     int done;
     int refs;
 };
@@ -30,11 +31,19 @@ static void release(struct closing *c)
     }
 }
 
+static void run(const struct closing *c)
+{
+    if (c->fini)
+        nng_fini();
+    else
+        nng_close(c->sock);
+}
+
 static void *close_thread(void *arg)
 {
     struct closing *c = arg;
 
-    nng_close(c->sock);
+    run(c);
     pthread_mutex_lock(&c->mu);
     c->done = 1;
     pthread_cond_signal(&c->cv);
@@ -43,9 +52,9 @@ static void *close_thread(void *arg)
     return NULL;
 }
 
-int nngc_close(nng_socket s, int timeout_ms)
+/* Runs the close (or fini) described by c on a helper thread; 0 when it finished in time. */
+static int run_bounded(struct closing *c, int timeout_ms)
 {
-    struct closing *c = xcalloc(1, sizeof *c);
     pthread_condattr_t attr;
     struct timespec deadline;
     pthread_t tid;
@@ -57,12 +66,11 @@ int nngc_close(nng_socket s, int timeout_ms)
     pthread_condattr_setclock(&attr, CLOCK_MONOTONIC);
     pthread_cond_init(&c->cv, &attr);
     pthread_condattr_destroy(&attr);
-    c->sock = s;
     c->refs = 2;
     if (pthread_create(&tid, NULL, close_thread, c) != 0) {
-        /* No thread to spare: close inline and accept the (rare) risk. */
+        /* No thread to spare: run it inline and accept the (rare) risk. */
         c->refs = 1;
-        nng_close(s);
+        run(c);
         release(c);
         return 0;
     }
@@ -81,4 +89,20 @@ int nngc_close(nng_socket s, int timeout_ms)
     pthread_mutex_unlock(&c->mu);
     release(c);
     return done ? 0 : -1;
+}
+
+int nngc_close(nng_socket s, int timeout_ms)
+{
+    struct closing *c = xcalloc(1, sizeof *c);
+
+    c->sock = s;
+    return run_bounded(c, timeout_ms);
+}
+
+int nngc_fini(int timeout_ms)
+{
+    struct closing *c = xcalloc(1, sizeof *c);
+
+    c->fini = 1;
+    return run_bounded(c, timeout_ms);
 }

@@ -4,7 +4,8 @@
  * set up or torn down is never reaped, and the close waits for it (nng issues #1543, #1813;
  * reworked in later releases). We only close sockets when a program is ending, so the close
  * runs on a helper thread and the caller waits a bounded time: a close that does not finish
- * is abandoned, and the operating system reclaims the socket when the process exits. */
+ * is abandoned, and the operating system reclaims the socket when the process exits. The
+ * same goes for nng_fini, which closes whatever is left and waits for nng's reaper. */
 #ifndef ADMIT_NNGCLOSE_H
 #define ADMIT_NNGCLOSE_H
 
@@ -12,5 +13,9 @@
 
 /** closes s, waiting at most timeout_ms; 0 when closed, -1 when the close was left running */
 int nngc_close(nng_socket s, int timeout_ms);
+/** nng_fini() with the same deadline, last thing before a program returns from main: nng
+ *  frees closed sockets' pipes and endpoints on its own reaper thread, and exiting while
+ *  it works makes the leak checker report them; nng_fini waits for the reaper */
+int nngc_fini(int timeout_ms);
 
 #endif

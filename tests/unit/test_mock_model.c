@@ -168,8 +168,8 @@ static void test_hostile_shapes(void **state)
         "{\"messages\":{\"content\":\"hello\"}}",
         "{\"messages\":[null,1,\"x\",[],true]}",
         "{\"messages\":[{\"content\":null},{\"content\":7},{\"content\":{\"text\":\"x\"}}]}",
-        "{\"messages\":[{\"content\":[null,1,\"s\",[],{\"type\":1,\"text\":\"x\"},"
-        "{\"type\":\"text\",\"text\":5},{\"type\":\"text\"}]}]}",
+        ("{\"messages\":[{\"content\":[null,1,\"s\",[],{\"type\":1,\"text\":\"x\"},"
+         "{\"type\":\"text\",\"text\":5},{\"type\":\"text\"}]}]}"),
         "{\"prompt\":null}",
         "{\"prompt\":5}",
         "{\"prompt\":{\"a\":1}}",
