@@ -395,6 +395,6 @@ int main(int argc, char **argv)
         free(st.workers[i]);
     for (size_t i = 0; i < st.nmodels; i++)
         free(st.models[i]);
-    nngc_fini(500); /* nng's reaper finishes before the exit (see nngclose.h) */
+    nngc_finish(rc, 500); /* nng's reaper finishes before the exit (see nngclose.h) */
     return rc;
 }

@@ -5,6 +5,7 @@
  */
 #include "admit/load.h"
 #include "buf.h"
+#include "log.h"
 #include "nngclose.h"
 #include "top.h"
 
@@ -95,6 +96,7 @@ int main(int argc, char **argv)
     struct admit_loadtab *tab;
     int64_t next_draw;
 
+    log_set_ident("admit-top");
     while ((ch = getopt_long(argc, argv, "", longopts, NULL)) != -1) {
         long *dst = ch == 'c' ? &count : ch == 'r' ? &refresh : ch == 'i' ? &iterations : &missed;
         switch (ch) {
@@ -145,8 +147,8 @@ int main(int argc, char **argv)
         /* Non-blocking dial: a publisher that is not up yet is retried in the background. */
         if ((rv = nng_dial(sock, argv[i], NULL, NNG_FLAG_NONBLOCK)) != 0) {
             fprintf(stderr, "admit-top: error: cannot dial %s: %s\n", argv[i], nng_strerror(rv));
-            if (nngc_close(sock, 500) == 0)
-                nngc_fini(500);
+            nngc_close(sock, 500);
+            nngc_finish(2, 500);
             return 2;
         }
     }
@@ -210,7 +212,6 @@ int main(int argc, char **argv)
     if (nngc_close(sock, 500) != 0)
         fprintf(stderr, "admit-top: closing the subscriber did not finish (nng 1.5.2); "
                         "exiting anyway\n");
-    else
-        nngc_fini(500);
+    nngc_finish(0, 500);
     return 0;
 }

@@ -78,7 +78,7 @@ int main(int argc, char **argv)
     if (w == NULL) {
         log_error("%s", err);
         event_base_free(base);
-        nngc_fini(NNG_FINI_MS);
+        nngc_finish(1, NNG_FINI_MS);
         return 1;
     }
     sigterm = evsignal_new(base, SIGTERM, on_signal, w);
@@ -98,6 +98,6 @@ int main(int argc, char **argv)
     event_free(sighup);
     worker_free(w);
     event_base_free(base);
-    nngc_fini(NNG_FINI_MS);
+    nngc_finish(0, NNG_FINI_MS);
     return 0;
 }

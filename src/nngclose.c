@@ -1,10 +1,13 @@
 /* nngclose: nng_close on a helper thread, waited for with a deadline. */
 #include "nngclose.h"
+#include "log.h"
 #include "xmalloc.h"
 
 #include <pthread.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <time.h>
+#include <unistd.h>
 
 /* Shared by the caller and the closing thread; whoever lets go last frees it, so the caller
  * may give up waiting without leaving the thread a dangling pointer. */
@@ -105,4 +108,15 @@ int nngc_fini(int timeout_ms)
 
     c->fini = 1;
     return run_bounded(c, timeout_ms);
+}
+
+void nngc_finish(int rc, int timeout_ms)
+{
+    if (nngc_fini(timeout_ms) == 0)
+        return;
+    log_warn("nng did not shut down within %d ms (nng 1.5.2); exiting without exit-time cleanup",
+             timeout_ms);
+    fflush(stdout);
+    fflush(stderr);
+    _exit(rc);
 }

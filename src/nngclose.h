@@ -17,5 +17,10 @@ int nngc_close(nng_socket s, int timeout_ms);
  *  frees closed sockets' pipes and endpoints on its own reaper thread, and exiting while
  *  it works makes the leak checker report them; nng_fini waits for the reaper */
 int nngc_fini(int timeout_ms);
+/** the last step of a program's main: nngc_fini, and when nng is wedged (a close or the fini
+ *  did not finish) a warning and _exit(rc) at once. Exit-time handlers are skipped on
+ *  purpose: the leak checker would report the wedged socket's memory, which only the
+ *  operating system can take back now */
+void nngc_finish(int rc, int timeout_ms);
 
 #endif

@@ -101,8 +101,10 @@ class Proc:
     def stop_clean(self):
         rc = self.stop()
         if rc != 0:
-            raise AssertionError("%s exited %d; last lines:\n%s" %
-                                 (self.name, rc, "\n".join(self.lines[-40:])))
+            # Its own warnings first (they may be far above a sanitizer's report), then the tail.
+            warns = [ln for ln in self.lines if " warn: " in ln or " error: " in ln][-10:]
+            raise AssertionError("%s exited %d; warnings:\n%s\nlast lines:\n%s" %
+                                 (self.name, rc, "\n".join(warns), "\n".join(self.lines[-40:])))
 
     def kill(self):
         if self.p.poll() is None:

@@ -341,12 +341,15 @@ def test_router_drains_on_sigterm():
 
 def test_router_drain_timeout_cancels():
     mock, ad, rt, (h,) = router_with_streams(50, 300, 1, 1000)
+    # The stream is under way at the client before the signal, so what follows can only be
+    # a cut, never a missing answer (on a loaded machine the head may take a while).
+    status, hdrs = h.read_head()
+    assert status == 200, (status, hdrs)
     rt.proc.p.send_signal(signal.SIGTERM)
     assert rt.proc.p.wait(20) == 0
     assert any("cancelled 1 request" in line for line in rt.proc.lines), rt.proc.lines[-5:]
-    status, hdrs = h.read_head()
     body, complete = h.read_body(hdrs)
-    assert status == 200 and not complete, "a cancelled stream must not end cleanly"
+    assert not complete, "a cancelled stream must not end cleanly"
     # The worker sees the cancellation too: its slot comes back.
     wait_for(lambda: ad.metrics()["dynamo_engine_request"] == 0, what="worker slot freed")
     ad.stop()
