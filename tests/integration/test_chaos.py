@@ -12,7 +12,7 @@ import threading
 import time
 
 from harness import (MOCK, Admitd, Proc, RawClient, Tap, chat_body, raw_request_bytes,
-                     request, wait_for)
+                     request, scrape, wait_for)
 
 SECONDS = float(os.environ.get("SOAK_SECONDS", "40"))
 SEED = int(os.environ.get("SOAK_SEED", str(int(time.time()) % 100000)))
@@ -49,6 +49,10 @@ def test_chaos():
     stop = threading.Event()
     peaks = {"engine": 0, "queue": 0}
     rss = []
+    # The engine's own peak concurrency, read before each kill and at the end, against the
+    # largest N admitd had while that engine ran (lowering N drains down, never kills).
+    engine_peaks = []
+    bound = {"n": 4}
 
     def note(key):
         with lock:
@@ -87,18 +91,34 @@ def test_chaos():
             except (ConnectionError, EOFError, OSError):
                 note("connection_error")
 
+    current = {"n": 4}
+
+    def record_engine_peak():
+        try:
+            peak = scrape(("127.0.0.1", port))["admit_mock_requests_running_peak"]
+        except OSError:
+            return  # the engine is down already (being restarted)
+        with lock:
+            engine_peaks.append((peak, bound["n"]))
+
     def chaos():
         nonlocal mock
         r = random.Random(SEED + 1)
         while not stop.wait(r.uniform(0.5, 2.0)):
             what = r.random()
             if what < 0.15:
+                record_engine_peak()
+                with lock:
+                    bound["n"] = current["n"]
                 mock.kill()
                 note("engine_killed")
                 time.sleep(r.uniform(0.1, 1.0))
                 mock = start_mock(port)
             elif what < 0.6:
                 n, q = r.randint(1, MAX_N), r.randint(2, MAX_Q)
+                with lock:
+                    current["n"] = n
+                    bound["n"] = max(bound["n"], n)
                 status, _, _ = request(ad.maddr, "POST", "/admission",
                                        json.dumps({"engine_request_limit": n,
                                                    "request_queue_limit": q}).encode(),
@@ -130,18 +150,21 @@ def test_chaos():
     for t in threads:
         t.join(60)
         assert not t.is_alive(), "a client thread hung"
+    record_engine_peak()
     m = ad.wait_idle()
     assert m["dynamo_request_queue"] == 0, m
     wait_for(lambda: request(ad.addr, "POST", "/v1/chat/completions",
                              chat_body(max_tokens=1))[0] == 200, 15, "admitd serves")
     print("# counts: %s" % json.dumps(dict(sorted(counts.items()))), flush=True)
     print("# peaks seen in /metrics: engine %d, queue %d" % (peaks["engine"], peaks["queue"]))
+    print("# engine's own peak per engine life (peak, largest N meanwhile): %s" % engine_peaks)
     if rss:
         print("# admitd RSS kB: first %d, max %d, last %d (ASan quarantine inflates it)" % (rss[0], max(rss),
                                                                          rss[-1]))
     outcomes = {k: v for k, v in m.items() if k.startswith("admitd_requests_total")}
     print("# outcomes: %s" % json.dumps(outcomes), flush=True)
     assert not problems, problems[:5]
+    assert engine_peaks and all(peak <= n for peak, n in engine_peaks), engine_peaks
     assert sum(v for k, v in counts.items() if k.startswith("status_")) > 50, counts
     ad.stop()
     mock.stop_clean()
