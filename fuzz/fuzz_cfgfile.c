@@ -1,7 +1,7 @@
 /* libFuzzer harness for the configuration file reader: any bytes end in success or in one
  * "name:line:column: message" error, every item delivered is well formed, and nothing leaks,
  * crashes or takes more than linear time. */
-#include "cfgfile.h"
+#include "core/cfgfile.h"
 
 #include <stdint.h>
 #include <stdio.h>

@@ -2,7 +2,7 @@
  * input go through the token check, hop-by-hop classification, Connection lists, the
  * framing check and the bearer-token check; none may crash, refusals must be consistent,
  * and a token is accepted exactly when it matches. The first 8 bytes also make a date. */
-#include "httputil.h"
+#include "core/httputil.h"
 
 #include <stdint.h>
 #include <stdlib.h>

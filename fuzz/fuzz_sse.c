@@ -1,6 +1,6 @@
 /* libFuzzer harness for the SSE event counter: the count of a stream does not depend on
  * where it was split into chunks. */
-#include "sse.h"
+#include "core/sse.h"
 
 #include <stdint.h>
 #include <stdlib.h>

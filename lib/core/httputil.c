@@ -1,0 +1,208 @@
+/* httputil: header rules, reason phrases and error bodies. */
+#include "core/httputil.h"
+
+#include <jansson.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+
+struct phrase {
+    int status;
+    const char *text;
+};
+
+static const struct phrase phrases[] = {
+    {200, "OK"},
+    {201, "Created"},
+    {202, "Accepted"},
+    {204, "No Content"},
+    {206, "Partial Content"},
+    {301, "Moved Permanently"},
+    {302, "Found"},
+    {304, "Not Modified"},
+    {400, "Bad Request"},
+    {401, "Unauthorized"},
+    {403, "Forbidden"},
+    {404, "Not Found"},
+    {405, "Method Not Allowed"},
+    {408, "Request Timeout"},
+    {409, "Conflict"},
+    {413, "Content Too Large"},
+    {415, "Unsupported Media Type"},
+    {422, "Unprocessable Content"},
+    {429, "Too Many Requests"},
+    {431, "Request Header Fields Too Large"},
+    {499, "Client Closed Request"},
+    {500, "Internal Server Error"},
+    {501, "Not Implemented"},
+    {502, "Bad Gateway"},
+    {503, "Service Unavailable"},
+    {504, "Gateway Timeout"},
+    {529, "Site is overloaded"},
+};
+
+const char *httpu_reason(int status)
+{
+    for (size_t i = 0; i < sizeof phrases / sizeof phrases[0]; i++)
+        if (phrases[i].status == status)
+            return phrases[i].text;
+    return "Unknown";
+}
+
+int httpu_is_hop_by_hop(const char *name)
+{
+    /* Runs for every header of every request and response: compare lengths first, so
+     * most names cost one strlen and no string comparison. */
+    switch (strlen(name)) {
+    case 2:
+        return strcasecmp(name, "te") == 0;
+    case 7:
+        return strcasecmp(name, "trailer") == 0 || strcasecmp(name, "upgrade") == 0;
+    case 10:
+        return strcasecmp(name, "connection") == 0 || strcasecmp(name, "keep-alive") == 0;
+    case 16:
+        return strcasecmp(name, "proxy-connection") == 0;
+    case 17:
+        return strcasecmp(name, "transfer-encoding") == 0;
+    case 18:
+        return strcasecmp(name, "proxy-authenticate") == 0;
+    case 19:
+        return strcasecmp(name, "proxy-authorization") == 0;
+    default:
+        return 0;
+    }
+}
+
+int httpu_connection_lists(const char *v, const char *name)
+{
+    size_t nl = strlen(name);
+
+    while (v != NULL && *v) {
+        while (*v == ' ' || *v == '\t' || *v == ',')
+            v++;
+        const char *end = v + strcspn(v, ",");
+        const char *t = end;
+        while (t > v && (t[-1] == ' ' || t[-1] == '\t'))
+            t--;
+        if ((size_t) (t - v) == nl && strncasecmp(v, name, nl) == 0)
+            return 1;
+        v = end;
+    }
+    return 0;
+}
+
+void httpu_error_field_json(struct buf *out, const char *msg)
+{
+    json_t *j = json_pack("{s:s}", "error", msg);
+    char *s = j ? json_dumps(j, JSON_COMPACT) : NULL;
+
+    buf_puts(out, s ? s : "{\"error\":\"internal error\"}");
+    buf_puts(out, "\n");
+    free(s);
+    json_decref(j);
+}
+
+void httpu_error_json(struct buf *out, int status, const char *type, const char *message)
+{
+    json_t *err = json_pack("{s:{s:s, s:s, s:n, s:i}}", "error", "message", message, "type", type,
+                            "param", "code", status);
+    char *s = err ? json_dumps(err, JSON_COMPACT) : NULL;
+
+    if (s != NULL)
+        buf_puts(out, s);
+    else
+        buf_puts(out, "{\"error\":{\"message\":\"internal error\"}}");
+    free(s);
+    json_decref(err);
+}
+
+const char *httpu_framing_problem(const char *const *content_lengths, size_t ncl,
+                                  const char *const *transfer_encodings, size_t nte)
+{
+    for (size_t i = 0; i < ncl; i++) {
+        const char *v = content_lengths[i];
+        if (*v == '\0' || strspn(v, "0123456789") != strlen(v))
+            return "Content-Length must be digits only";
+        if (i > 0 && strcmp(v, content_lengths[0]) != 0)
+            return "conflicting Content-Length headers";
+    }
+    if (nte > 1)
+        return "more than one Transfer-Encoding header";
+    if (nte == 1 && strcasecmp(transfer_encodings[0], "chunked") != 0)
+        return "only Transfer-Encoding: chunked is supported";
+    if (nte == 1 && ncl > 0)
+        return "both Content-Length and Transfer-Encoding";
+    return NULL;
+}
+
+/* By hand rather than strftime: locale-free, and every field has a fixed width. */
+void httpu_date(time_t t, char out[HTTPU_DATE_LEN])
+{
+    static const char days[] = "SunMonTueWedThuFriSat";
+    static const char months[] = "JanFebMarAprMayJunJulAugSepOctNovDec";
+    struct tm tm;
+    int year;
+    char *p = out;
+
+    if (gmtime_r(&t, &tm) == NULL) {
+        memcpy(out, "Thu, 01 Jan 1970 00:00:00 GMT", HTTPU_DATE_LEN);
+        return;
+    }
+    year = (tm.tm_year + 1900) % 10000;
+    memcpy(p, days + 3 * tm.tm_wday, 3);
+    p += 3;
+    *p++ = ',';
+    *p++ = ' ';
+    *p++ = (char) ('0' + tm.tm_mday / 10);
+    *p++ = (char) ('0' + tm.tm_mday % 10);
+    *p++ = ' ';
+    memcpy(p, months + 3 * tm.tm_mon, 3);
+    p += 3;
+    *p++ = ' ';
+    *p++ = (char) ('0' + year / 1000);
+    *p++ = (char) ('0' + year / 100 % 10);
+    *p++ = (char) ('0' + year / 10 % 10);
+    *p++ = (char) ('0' + year % 10);
+    *p++ = ' ';
+    *p++ = (char) ('0' + tm.tm_hour / 10);
+    *p++ = (char) ('0' + tm.tm_hour % 10);
+    *p++ = ':';
+    *p++ = (char) ('0' + tm.tm_min / 10);
+    *p++ = (char) ('0' + tm.tm_min % 10);
+    *p++ = ':';
+    *p++ = (char) ('0' + tm.tm_sec / 10);
+    *p++ = (char) ('0' + tm.tm_sec % 10);
+    memcpy(p, " GMT", 5);
+}
+
+int httpu_bearer_ok(const char *authorization, const char *token)
+{
+    const char *got;
+    size_t gl, wl = strlen(token);
+    unsigned char diff;
+
+    if (authorization == NULL || strncmp(authorization, "Bearer ", 7) != 0)
+        return 0;
+    got = authorization + 7;
+    gl = strlen(got);
+    diff = (unsigned char) (gl != wl);
+    for (size_t i = 0; i < wl; i++)
+        diff |= (unsigned char) (token[i] ^ (i < gl ? got[i] : 0));
+    return diff == 0;
+}
+
+int httpu_is_token(const char *name)
+{
+    static const char extra[] = "!#$%&'*+-.^_`|~";
+
+    if (*name == '\0')
+        return 0;
+    for (; *name; name++) {
+        unsigned char c = (unsigned char) *name;
+        if (!((c >= '0' && c <= '9') || (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') ||
+              (c != 0 && strchr(extra, c) != NULL)))
+            return 0;
+    }
+    return 1;
+}

@@ -1,0 +1,45 @@
+/* httputil: pure HTTP helpers shared by the proxy and the tools.
+ *
+ * Nothing here touches a socket: header classification, reason phrases and the
+ * OpenAI-shaped error body, so each can be unit-tested on its own. */
+#ifndef ADMIT_HTTPUTIL_H
+#define ADMIT_HTTPUTIL_H
+
+#include "core/buf.h"
+
+#include <stddef.h>
+#include <time.h>
+
+/* Bytes for an HTTP date, with its NUL. */
+#define HTTPU_DATE_LEN 30
+
+/* The message every overload answer carries (Dynamo's wording, matched by routers). */
+#define HTTPU_OVERLOAD_MESSAGE "Server overloaded: worker at capacity"
+/* The message of a request that waited past --queue-timeout-ms. */
+#define HTTPU_QUEUE_TIMEOUT_MESSAGE                                                                \
+    "Server overloaded: request rejected after exceeding the admission queue delay"
+
+/** the reason phrase for a status ("Site is overloaded" for 529, "Unknown" if none) */
+const char *httpu_reason(int status);
+/** true for headers a proxy must not forward (RFC 9110 7.6.1), case-insensitive */
+int httpu_is_hop_by_hop(const char *name);
+/** true when name is listed in a Connection header value ("close, X-Foo") */
+int httpu_connection_lists(const char *connection_value, const char *name);
+/** request framing a proxy can pass on unambiguously (RFC 9112 6.1-6.3, against request
+ *  smuggling): Content-Length values all equal and plain digits, at most one
+ *  Transfer-Encoding and only "chunked", never both; returns NULL or why it is refused */
+const char *httpu_framing_problem(const char *const *content_lengths, size_t ncl,
+                                  const char *const *transfer_encodings, size_t nte);
+/** true when name is an RFC 9110 token (no spaces: "Name : value" is a smuggling vector) */
+int httpu_is_token(const char *name);
+/** writes t as an RFC 9110 IMF-fixdate ("Sun, 06 Nov 1994 08:49:37 GMT") into out */
+void httpu_date(time_t t, char out[HTTPU_DATE_LEN]);
+/** true when authorization is "Bearer <token>"; compares in time independent of where
+ *  the strings differ (no timing oracle for the token) */
+int httpu_bearer_ok(const char *authorization, const char *token);
+/** writes {"error":"msg"} and a newline into out: the shape of admin and /admission errors */
+void httpu_error_field_json(struct buf *out, const char *msg);
+/** writes {"error":{"message":..,"type":..,"param":null,"code":status}} into out */
+void httpu_error_json(struct buf *out, int status, const char *type, const char *message);
+
+#endif

@@ -1,0 +1,39 @@
+/* admin: the metrics listener (/metrics, /load, /health, /ready).
+ *
+ * Kept apart from the client listener so that scrapes and probes never queue behind client
+ * traffic and can be firewalled separately. Read-only. What each page shows comes from
+ * hooks, so this module knows HTTP and nothing of the proxy. */
+#ifndef ADMIT_ADMIN_H
+#define ADMIT_ADMIN_H
+
+#include "core/buf.h"
+#include "core/netaddr.h"
+
+#include <stddef.h>
+
+struct event_base;
+struct admin;
+
+struct admin_hooks {
+    void (*metrics)(void *arg, struct buf *out); /* Prometheus text */
+    void (*load)(void *arg, struct buf *out);    /* the load snapshot as JSON */
+    int (*ready)(void *arg);                     /* 1 when the engine answers */
+    /* GET (body NULL) or an authorised POST of /admission: writes JSON, returns the status;
+     * who is the peer's address, for the log */
+    int (*admission)(void *arg, const char *body, size_t len, const char *who, struct buf *out);
+    void *arg;
+};
+
+/* Largest body a POST to the admin listener may carry. */
+#define ADMIN_MAX_BODY 4096
+
+/** creates the listener's server; token "" means mutations only from loopback peers */
+struct admin *admin_new(struct event_base *base, const struct admin_hooks *hooks,
+                        const char *token);
+/** binds it; writes the bound "host:port" into bound; 0 or -1 with err */
+int admin_bind(struct admin *a, const struct hostport *hp, char *bound, size_t boundlen, char *err,
+               size_t errlen);
+/** closes the listener and frees */
+void admin_free(struct admin *a);
+
+#endif

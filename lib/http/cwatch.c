@@ -1,0 +1,71 @@
+/* cwatch: client hang-up detection for requests that evhttp is not reading. */
+#include "http/cwatch.h"
+#include "core/xmalloc.h"
+
+#include <errno.h>
+#include <event2/event.h>
+#include <stdlib.h>
+#include <sys/socket.h>
+
+struct cwatch {
+    struct event *ev;
+    struct event_base *base;
+    int fd;
+    int only_closed; /* bytes are waiting: watch EV_CLOSED only, or we would spin */
+    cwatch_cb cb;
+    void *arg;
+};
+
+static void cwatch_on_event(evutil_socket_t fd, short what, void *arg);
+
+static void cwatch_arm(struct cwatch *w, short events)
+{
+    w->ev = event_new(w->base, w->fd, events | EV_PERSIST, cwatch_on_event, w);
+    if (w->ev == NULL)
+        fatal("event_new failed for the client watcher");
+    event_add(w->ev, NULL);
+}
+
+static void cwatch_on_event(evutil_socket_t fd, short what, void *arg)
+{
+    struct cwatch *w = arg;
+    char c;
+    ssize_t n = recv(fd, &c, 1, MSG_PEEK | MSG_DONTWAIT);
+
+    (void) what;
+    if (n == 0 || (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR)) {
+        event_free(w->ev);
+        w->ev = NULL;
+        w->cb(w->arg);
+        return;
+    }
+    if (n > 0 && !w->only_closed) {
+        /* A pipelined request or junk: it belongs to evhttp, which will read it later.
+         * Level-triggered EV_READ would fire forever, so keep only the close watch. A reset
+         * behind unread bytes is then seen when the reply is written. */
+        event_free(w->ev);
+        w->only_closed = 1;
+        cwatch_arm(w, EV_CLOSED);
+    }
+}
+
+struct cwatch *cwatch_new(struct event_base *base, int fd, cwatch_cb cb, void *arg)
+{
+    struct cwatch *w = xcalloc(1, sizeof *w);
+
+    w->base = base;
+    w->fd = fd;
+    w->cb = cb;
+    w->arg = arg;
+    cwatch_arm(w, EV_READ | EV_CLOSED);
+    return w;
+}
+
+void cwatch_free(struct cwatch *w)
+{
+    if (w == NULL)
+        return;
+    if (w->ev != NULL)
+        event_free(w->ev);
+    free(w);
+}

@@ -1,0 +1,26 @@
+/* poller: GETs one URL of the engine on a timer and hands the answer to a callback.
+ *
+ * Used for the readiness probe (/health) and the engine metrics scrape (/metrics). One
+ * request at a time on its own keep-alive connection: a slow answer delays the next poll
+ * rather than piling requests up, and nothing here can block the event loop. */
+#ifndef ADMIT_POLLER_H
+#define ADMIT_POLLER_H
+
+#include "core/netaddr.h"
+
+#include <stddef.h>
+
+struct event_base;
+struct poller;
+
+/** one answer: status 0 means no HTTP answer at all (refused, timed out, broken); body is
+ *  NUL-terminated and valid only during the call */
+typedef void (*poller_cb)(void *arg, int status, const char *body, size_t len);
+
+/** polls url+path every interval_ms (first poll at once); timeout_ms bounds each poll */
+struct poller *poller_new(struct event_base *base, const struct http_url *url, const char *path,
+                          unsigned interval_ms, unsigned timeout_ms, poller_cb cb, void *arg);
+/** stops polling and frees; NULL is a no-op */
+void poller_free(struct poller *p);
+
+#endif

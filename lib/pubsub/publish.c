@@ -1,0 +1,199 @@
+/* publish: nng PUB socket, coalescing timer, heartbeat timer, change detection. */
+#include "pubsub/publish.h"
+#include "core/log.h"
+#include "pubsub/nngclose.h"
+#include "core/xmalloc.h"
+
+#include <event2/event.h>
+#include <nng/nng.h>
+#include <nng/protocol/pubsub0/pub.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/time.h>
+#include <time.h>
+
+/* Changes closer together than this go out as one message per rank. */
+#define COALESCE_US 1000
+/* How long pub_free waits for nng_close (see nngclose.h). */
+#define PUB_CLOSE_MS 500
+
+struct publisher {
+    nng_socket sock;
+    struct event *coalesce, *heartbeat;
+    struct timeval heartbeat_tv;
+    pub_fill_fn fill;
+    void *arg;
+    char worker_id[ADMIT_LOAD_WORKER_ID_MAX + 1];
+    int64_t heartbeat_ms;
+    int64_t last_us; /* monotonic time of the last change-driven publish */
+    int64_t seq;
+    uint64_t sent;
+    unsigned nlast;
+    struct admit_load last[PUB_MAX_RANKS]; /* what was last sent, seq and ts zeroed */
+};
+
+static int64_t mono_us(void)
+{
+    struct timespec ts;
+
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t) ts.tv_sec * 1000000 + ts.tv_nsec / 1000;
+}
+
+static int64_t wall_ms(void)
+{
+    struct timeval tv;
+
+    gettimeofday(&tv, NULL);
+    return (int64_t) tv.tv_sec * 1000 + tv.tv_usec / 1000;
+}
+
+/* Sends the ranks that changed since last time, or all of them. */
+static void publish(struct publisher *p, int all)
+{
+    struct admit_load msgs[PUB_MAX_RANKS];
+    unsigned n = 0;
+    int64_t now = wall_ms();
+    char buf[ADMIT_LOAD_MSG_MAX];
+
+    p->fill(p->arg, msgs, &n);
+    if (n > PUB_MAX_RANKS)
+        n = PUB_MAX_RANKS;
+    for (unsigned i = 0; i < n; i++) {
+        struct admit_load *m = &msgs[i];
+        int len, rv;
+
+        memcpy(m->worker_id, p->worker_id, sizeof m->worker_id);
+        m->dp_rank = i;
+        m->heartbeat_ms = p->heartbeat_ms;
+        m->seq = 0;
+        m->ts_ms = 0;
+        if (!all && i < p->nlast && memcmp(m, &p->last[i], sizeof *m) == 0)
+            continue;
+        p->last[i] = *m;
+        m->seq = ++p->seq;
+        m->ts_ms = now;
+        len = admit_load_encode(m, buf, sizeof buf);
+        if (len < 0)
+            continue;
+        /* Never blocks: PUB drops the oldest message of a slow subscriber instead. */
+        if ((rv = nng_send(p->sock, buf, (size_t) len, NNG_FLAG_NONBLOCK)) != 0)
+            log_debug("load publish failed: %s", nng_strerror(rv));
+        else
+            p->sent++;
+    }
+    p->nlast = n;
+}
+
+static void on_coalesce(evutil_socket_t fd, short what, void *arg)
+{
+    struct publisher *p = arg;
+
+    (void) fd;
+    (void) what;
+    p->last_us = mono_us();
+    publish(p, 0);
+}
+
+static void on_heartbeat(evutil_socket_t fd, short what, void *arg)
+{
+    (void) fd;
+    (void) what;
+    publish(arg, 1);
+}
+
+/* "tcp://host:0" + the bound port -> "tcp://host:PORT"; other URLs are kept. */
+static void bound_url(nng_listener l, const char *url, char *out, size_t outlen)
+{
+    int port;
+    const char *colon = strrchr(url, ':');
+
+    snprintf(out, outlen, "%s", url);
+    if (strncmp(url, "tcp://", 6) != 0 || colon == NULL || colon < url + 6)
+        return;
+    if (nng_listener_get_int(l, NNG_OPT_TCP_BOUND_PORT, &port) == 0)
+        snprintf(out, outlen, "%.*s:%d", (int) (colon - url), url, port);
+}
+
+struct publisher *pub_new(struct event_base *base, const char *url, const char *worker_id,
+                          unsigned heartbeat_ms, pub_fill_fn fill, void *arg, char *bound,
+                          size_t boundlen, char *err, size_t errlen)
+{
+    struct publisher *p = xcalloc(1, sizeof *p);
+    nng_listener l;
+    int rv;
+
+    if ((rv = nng_pub0_open(&p->sock)) != 0) {
+        snprintf(err, errlen, "cannot open the load publisher: %s", nng_strerror(rv));
+        free(p);
+        return NULL;
+    }
+    if ((rv = nng_listen(p->sock, url, &l, 0)) != 0) {
+        snprintf(err, errlen, "cannot publish load on %s: %s", url, nng_strerror(rv));
+        nngc_close(p->sock, PUB_CLOSE_MS);
+        free(p);
+        return NULL;
+    }
+    bound_url(l, url, bound, boundlen);
+    snprintf(p->worker_id, sizeof p->worker_id, "%s", worker_id);
+    p->fill = fill;
+    p->arg = arg;
+    p->heartbeat_ms = heartbeat_ms;
+    p->heartbeat_tv.tv_sec = heartbeat_ms / 1000;
+    p->heartbeat_tv.tv_usec = (heartbeat_ms % 1000) * 1000;
+    p->coalesce = evtimer_new(base, on_coalesce, p);
+    p->heartbeat = event_new(base, -1, EV_PERSIST, on_heartbeat, p);
+    if (p->coalesce == NULL || p->heartbeat == NULL)
+        fatal("cannot create the publisher's timers");
+    event_add(p->heartbeat, &p->heartbeat_tv);
+    return p;
+}
+
+/* Leading and trailing edge: a change after a quiet millisecond goes out at once; changes
+ * that follow within the millisecond are coalesced into one message when it ends. */
+void pub_changed(struct publisher *p)
+{
+    int64_t now, since;
+
+    if (p == NULL || evtimer_pending(p->coalesce, NULL))
+        return;
+    now = mono_us();
+    since = now - p->last_us;
+    if (since >= COALESCE_US) {
+        p->last_us = now;
+        publish(p, 0);
+    } else {
+        struct timeval tv = {0, (suseconds_t) (COALESCE_US - since)};
+        evtimer_add(p->coalesce, &tv);
+    }
+}
+
+void pub_now(struct publisher *p)
+{
+    if (p != NULL)
+        publish(p, 1);
+}
+
+int64_t pub_seq(const struct publisher *p)
+{
+    return p ? p->seq : 0;
+}
+
+uint64_t pub_sent(const struct publisher *p)
+{
+    return p ? p->sent : 0;
+}
+
+void pub_free(struct publisher *p)
+{
+    if (p == NULL)
+        return;
+    event_free(p->coalesce);
+    event_free(p->heartbeat);
+    if (nngc_close(p->sock, PUB_CLOSE_MS) != 0)
+        log_warn("closing the load publisher did not finish within %d ms (nng 1.5.2); "
+                 "leaving it to the exit",
+                 PUB_CLOSE_MS);
+    free(p);
+}

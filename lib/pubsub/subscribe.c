@@ -1,0 +1,85 @@
+/* subscribe: nng SUB socket + RECVFD watched by libevent. */
+#include "pubsub/subscribe.h"
+#include "admit/load.h"
+#include "core/log.h"
+#include "pubsub/nngclose.h"
+#include "core/xmalloc.h"
+
+#include <event2/event.h>
+#include <nng/nng.h>
+#include <nng/protocol/pubsub0/sub.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+/* How long sub_free waits for nng_close; a healthy close takes well under a millisecond. */
+#define SUB_CLOSE_MS 500
+
+struct subscriber {
+    nng_socket sock;
+    nng_dialer dialer;
+    struct event *ev;
+    char *url;
+    sub_cb cb;
+    void *arg;
+};
+
+static void on_readable(evutil_socket_t fd, short what, void *arg)
+{
+    struct subscriber *s = arg;
+
+    (void) fd;
+    (void) what;
+    for (;;) {
+        nng_msg *m;
+        if (nng_recvmsg(s->sock, &m, NNG_FLAG_NONBLOCK) != 0)
+            return; /* EAGAIN: drained (or closed) */
+        s->cb(s->arg, nng_msg_body(m), nng_msg_len(m));
+        nng_msg_free(m);
+    }
+}
+
+struct subscriber *sub_new(struct event_base *base, const char *url, sub_cb cb, void *arg,
+                           char *err, size_t errlen)
+{
+    struct subscriber *s = xcalloc(1, sizeof *s);
+    int rv, fd;
+
+    s->cb = cb;
+    s->arg = arg;
+    if ((rv = nng_sub0_open(&s->sock)) != 0) {
+        snprintf(err, errlen, "cannot open a subscriber: %s", nng_strerror(rv));
+        free(s);
+        return NULL;
+    }
+    if ((rv = nng_socket_set(s->sock, NNG_OPT_SUB_SUBSCRIBE, ADMIT_LOAD_TOPIC " ",
+                             sizeof ADMIT_LOAD_TOPIC)) != 0 ||
+        (rv = nng_dial(s->sock, url, &s->dialer, NNG_FLAG_NONBLOCK)) != 0 ||
+        (rv = nng_socket_get_int(s->sock, NNG_OPT_RECVFD, &fd)) != 0) {
+        snprintf(err, errlen, "cannot subscribe to %s: %s", url, nng_strerror(rv));
+        nngc_close(s->sock, SUB_CLOSE_MS);
+        free(s);
+        return NULL;
+    }
+    s->url = xstrdup(url);
+    s->ev = event_new(base, fd, EV_READ | EV_PERSIST, on_readable, s);
+    if (s->ev == NULL)
+        fatal("event_new failed");
+    event_add(s->ev, NULL);
+    return s;
+}
+
+void sub_free(struct subscriber *s)
+{
+    if (s == NULL)
+        return;
+    event_free(s->ev);
+    /* Stop the dialer first: nng 1.5.2 is more likely to hang closing a socket whose dialer
+     * is between attempts. Even so the close can hang, hence the deadline. */
+    nng_dialer_close(s->dialer);
+    if (nngc_close(s->sock, SUB_CLOSE_MS) != 0)
+        log_warn("closing the subscriber of %s did not finish within %d ms (nng 1.5.2); "
+                 "leaving it to the exit",
+                 s->url, SUB_CLOSE_MS);
+    free(s->url);
+    free(s);
+}

@@ -1,0 +1,170 @@
+#!/usr/bin/env python3
+"""The architecture as a check, run as a build step before the core is compiled.
+
+Each folder is a layer and may include only the layers beneath it:
+
+    lib/core     pure logic: no libevent, no nng, no sockets
+    lib/http     the HTTP engine (libevent, evhttp)            -> core
+    lib/pubsub   load messages over nng                         -> core
+    lib/daemon   what admitd and admit-router share above the HTTP seam -> core, http, pubsub
+    src/<prog>   one folder per program, with its main          -> any lib/ layer
+
+evhttp and the libevent buffer headers appear only in lib/http (and in the mock engine, a
+program of its own); nng only in lib/pubsub; and no two modules include each other, directly
+or through others. Exits 1 with one line per violation, naming file:line.
+
+  check_layers.py ROOT [--out FILE]   check (and touch FILE when clean)
+  check_layers.py ROOT --list         print the files checked, one per line
+"""
+import os
+import re
+import sys
+
+INCLUDE = re.compile(r'^\s*#\s*include\s*([<"])([^>"]+)[>"]')
+
+# Project folders a layer may include ("admit" is the public include/admit/).
+MAY_INCLUDE = {
+    "lib/core": {"admit", "core"},
+    "lib/http": {"admit", "core", "http"},
+    "lib/pubsub": {"admit", "core", "pubsub"},
+    "lib/daemon": {"admit", "core", "http", "pubsub", "daemon"},
+    "src/admitd": {"admit", "core", "http", "pubsub", "daemon", "mock"},
+    "src/router": {"admit", "core", "http", "pubsub", "daemon"},
+    "src/top": {"admit", "core", "pubsub"},
+    "src/mock": {"admit", "core", "http"},
+    "include/admit": {"admit"},
+    "tests/unit/core": {"admit", "core"},
+    "fuzz": {"admit", "core"},
+}
+
+# System headers, by what they are.
+LIBEVENT = re.compile(r"^(event2/|event\.h$|evhttp\.h$|evdns\.h$|evutil\.h$|evrpc\.h$)")
+HTTP_HEADERS = re.compile(
+    r"^(event2/(http|http_struct|http_compat|keyvalq_struct|buffer|buffer_compat|bufferevent"
+    r"|bufferevent_struct|bufferevent_compat|listener)\.h$|evhttp\.h$)")
+NNG = re.compile(r"^nng/")
+
+# Which system headers a layer may not include, and why.
+FORBIDDEN = {
+    "lib/core": [(LIBEVENT, "the core is pure: no libevent"), (NNG, "the core is pure: no nng")],
+    "lib/http": [(NNG, "nng belongs in lib/pubsub")],
+    "lib/pubsub": [(HTTP_HEADERS, "evhttp and libevent buffers belong in lib/http")],
+    "lib/daemon": [(HTTP_HEADERS, "speak http/httpreq.h, not evhttp"),
+                   (NNG, "nng belongs in lib/pubsub")],
+    "src/admitd": [(HTTP_HEADERS, "speak http/httpreq.h, not evhttp"),
+                   (NNG, "nng belongs in lib/pubsub")],
+    "src/router": [(HTTP_HEADERS, "speak http/httpreq.h, not evhttp"),
+                   (NNG, "nng belongs in lib/pubsub")],
+    "src/top": [(LIBEVENT, "admit-top has no event loop"), (NNG, "nng belongs in lib/pubsub")],
+    "src/mock": [(NNG, "nng belongs in lib/pubsub")],
+    "include/admit": [(LIBEVENT, "the public API is pure"), (NNG, "the public API is pure")],
+    "tests/unit/core": [(LIBEVENT, "core tests need no event loop"), (NNG, "no nng in core tests")],
+    "fuzz": [(LIBEVENT, "the fuzzed parsers are pure"), (NNG, "the fuzzed parsers are pure")],
+}
+
+# Modules of the public headers.
+PUBLIC = {"admit/gate.h": "lib/core/gate", "admit/load.h": "lib/core/load"}
+
+
+def sources(root):
+    out = []
+    for top in ("include/admit", "lib", "src", "tests/unit", "fuzz"):
+        for dirpath, _, names in os.walk(os.path.join(root, top)):
+            for n in sorted(names):
+                if n.endswith((".c", ".h")):
+                    out.append(os.path.relpath(os.path.join(dirpath, n), root))
+    return sorted(out)
+
+
+def layer_of(path):
+    parts = path.split("/")
+    if parts[0] in ("lib", "src") and len(parts) > 2:
+        return parts[0] + "/" + parts[1]
+    if parts[0] == "include":
+        return "include/admit"
+    if parts[0] == "tests" and len(parts) > 3:
+        return "tests/unit/" + parts[2]
+    return parts[0]
+
+
+def module_of(path):
+    if path.startswith("include/"):
+        return PUBLIC.get(path[len("include/"):], path[:-2])
+    return path[:-2]
+
+
+def resolve(root, path, name):
+    """The project file a quoted include names, or None for a system header."""
+    here = os.path.join(os.path.dirname(path), name)
+    if os.path.exists(os.path.join(root, here)):
+        return os.path.normpath(here)
+    for base in ("include", "lib", "src"):
+        cand = os.path.join(base, name)
+        if os.path.exists(os.path.join(root, cand)):
+            return cand
+    return None
+
+
+def main():
+    root = sys.argv[1]
+    files = sources(root)
+    if "--list" in sys.argv:
+        print("\n".join(os.path.join(root, f) for f in files))
+        return 0
+    problems, edges = [], {}
+    for f in files:
+        layer = layer_of(f)
+        allowed = MAY_INCLUDE.get(layer)
+        with open(os.path.join(root, f), encoding="utf-8") as fh:
+            for no, line in enumerate(fh, 1):
+                m = INCLUDE.match(line)
+                if not m:
+                    continue
+                kind, name = m.groups()
+                where = "%s:%d" % (f, no)
+                target = resolve(root, f, name) if kind == '"' else None
+                if target is None:
+                    if kind == '"':
+                        problems.append("%s: \"%s\" is not a project header" % (where, name))
+                    for rx, why in FORBIDDEN.get(layer, []):
+                        if rx.search(name):
+                            problems.append("%s: includes <%s>: %s" % (where, name, why))
+                    continue
+                tlayer = layer_of(target)
+                folder = tlayer.split("/")[-1]
+                if tlayer != layer and allowed is not None and folder not in allowed:
+                    problems.append("%s: %s may not include %s (layer %s)"
+                                    % (where, layer, name, tlayer))
+                src, dst = module_of(f), module_of(target)
+                if src != dst and not f.startswith(("tests/", "fuzz/")):
+                    edges.setdefault(src, {}).setdefault(dst, where)
+    # No cycles among modules: a depth-first search that reports each cycle once.
+    state, stack = {}, []
+
+    def visit(n):
+        state[n] = 1
+        stack.append(n)
+        for d in sorted(edges.get(n, {})):
+            if state.get(d) == 1:
+                cyc = stack[stack.index(d):] + [d]
+                problems.append("include cycle: %s (%s)" % (" -> ".join(cyc), edges[n][d]))
+            elif d not in state:
+                visit(d)
+        stack.pop()
+        state[n] = 2
+
+    for n in sorted(edges):
+        if n not in state:
+            visit(n)
+    for p in problems:
+        print("check_layers: " + p, file=sys.stderr)
+    if problems:
+        return 1
+    if "--out" in sys.argv:
+        with open(sys.argv[sys.argv.index("--out") + 1], "w") as fh:
+            fh.write("/* generated: the layer check passed */\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

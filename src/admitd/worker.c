@@ -1,0 +1,457 @@
+/* worker: wiring of one admitd, and the engine state its load messages are built from. */
+#include "worker.h"
+#include "daemon/admin.h"
+#include "core/book.h"
+#include "daemon/drain.h"
+#include "core/engine_metrics.h"
+#include "core/httputil.h"
+#include "core/loadsrc.h"
+#include "core/log.h"
+#include "core/metrics.h"
+#include "mock/mock.h"
+#include "http/poller.h"
+#include "http/proxy.h"
+#include "pubsub/publish.h"
+#include "core/xmalloc.h"
+
+#include <event2/event.h>
+#include <jansson.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/time.h>
+#include <unistd.h>
+
+struct worker {
+    struct event_base *base;
+    struct cfg *cfg;
+    struct drain *drain;
+    struct metrics m;
+    struct proxy *px;
+    struct admin *adm;
+    struct poller *ready, *scrape;
+    struct publisher *pub;
+    struct mock_engine *mock;
+    struct engine_snapshot engine; /* the last scrape that parsed */
+    int engine_ok;                 /* ... and the latest scrape was that one */
+    enum admit_load_state state;
+    char listen_at[NETADDR_HOST_MAX + 8];
+    char metrics_at[NETADDR_HOST_MAX + 8];
+    char publish_at[300];
+};
+
+/* ---- engine pollers ------------------------------------------------------------------- */
+
+static void on_ready_poll(void *arg, int status, const char *body, size_t len)
+{
+    struct worker *w = arg;
+    int ready = status >= 200 && status < 300;
+
+    (void) body;
+    (void) len;
+    if (ready != w->m.engine_ready)
+        log_info("engine at %s is %s", w->cfg->upstream.hostport, ready ? "ready" : "not ready");
+    w->m.engine_ready = ready;
+}
+
+static void on_scrape(void *arg, int status, const char *body, size_t len)
+{
+    struct worker *w = arg;
+    struct engine_snapshot snap;
+    int ok = status == 200 && engine_metrics_parse(body, len, &snap) == 0;
+
+    if (ok != w->engine_ok)
+        log_info("engine metrics at %s%s: %s", w->cfg->engine_metrics.hostport,
+                 w->cfg->engine_metrics_path,
+                 ok ? "scraped" : "not available, engine load fields are null");
+    w->engine_ok = ok;
+    if (ok) {
+        unsigned ranks = w->cfg->data_parallel_size ? w->cfg->data_parallel_size : snap.nranks;
+        int64_t bs = snap.nranks > 0 ? snap.ranks[0].block_size : ENGINE_UNKNOWN;
+
+        w->engine = snap;
+        w->m.scrapes_ok++;
+        book_configure(proxy_book(w->px), ranks ? ranks : 1,
+                       bs > 0 && bs <= 1048576 ? (unsigned) bs : w->cfg->block_size);
+    } else {
+        w->m.scrapes_failed++;
+    }
+    pub_changed(w->pub);
+}
+
+/* ---- load ----------------------------------------------------------------------------- */
+
+static void fill_load(void *arg, struct admit_load *msgs, unsigned *n)
+{
+    struct worker *w = arg;
+    struct gate_stats st;
+    struct loadsrc_in in = {
+        .gate = proxy_gate_stats(w->px, &st),
+        .inflight_nocap = w->m.inflight_nocap,
+        .book = proxy_book(w->px),
+        .engine = w->engine_ok ? &w->engine : NULL,
+        .fallback_max_batched_tokens = w->cfg->max_num_batched_tokens,
+        .state = w->state,
+    };
+
+    loadsrc_fill(&in, msgs, PUB_MAX_RANKS, n);
+}
+
+static void on_load_change(void *arg)
+{
+    struct worker *w = arg;
+
+    pub_changed(w->pub);
+    drain_check(w->drain);
+}
+
+/* ---- metrics listener hooks ------------------------------------------------------------- */
+
+static void render_metrics(void *arg, struct buf *out)
+{
+    struct worker *w = arg;
+    struct gate_stats st;
+    struct metrics_view v = {&w->m, proxy_gate_stats(w->px, &st), proxy_book(w->px), ADMIT_VERSION};
+
+    w->m.load_messages = pub_sent(w->pub);
+    metrics_render(&v, out);
+}
+
+static void render_load(void *arg, struct buf *out)
+{
+    struct worker *w = arg;
+    struct admit_load msgs[PUB_MAX_RANKS];
+    unsigned n = 0;
+    struct timeval tv;
+    char json[ADMIT_LOAD_MSG_MAX];
+
+    fill_load(w, msgs, &n);
+    gettimeofday(&tv, NULL);
+    buf_printf(out, "{\"worker_id\":\"%s\",\"publish\":", w->cfg->worker_id);
+    if (w->pub != NULL)
+        buf_printf(out, "\"%s\"", w->publish_at);
+    else
+        buf_puts(out, "null");
+    buf_puts(out, ",\"ranks\":[");
+    for (unsigned i = 0; i < n; i++) {
+        snprintf(msgs[i].worker_id, sizeof msgs[i].worker_id, "%s", w->cfg->worker_id);
+        msgs[i].dp_rank = i;
+        msgs[i].seq = pub_seq(w->pub); /* the last one published: this is no new message */
+        msgs[i].ts_ms = (int64_t) tv.tv_sec * 1000 + tv.tv_usec / 1000;
+        msgs[i].heartbeat_ms = w->cfg->heartbeat_ms;
+        if (admit_load_to_json(&msgs[i], json, sizeof json) > 0)
+            buf_printf(out, "%s%s", i ? "," : "", json);
+    }
+    buf_puts(out, "]}\n");
+}
+
+static int is_ready(void *arg)
+{
+    struct worker *w = arg;
+
+    return w->m.engine_ready && w->state == ADMIT_LOAD_SERVING;
+}
+
+/* The current limits and occupancy, as GET /admission and every POST answer them. */
+static void admission_state(struct worker *w, struct buf *out)
+{
+    struct gate_stats st;
+
+    if (proxy_gate_stats(w->px, &st) == NULL) {
+        buf_printf(out,
+                   "{\"engine_request_limit\":null,\"request_queue_limit\":null,"
+                   "\"engine_requests\":%u,\"queued_requests\":0}\n",
+                   w->m.inflight_nocap);
+        return;
+    }
+    buf_printf(out,
+               "{\"engine_request_limit\":%u,\"request_queue_limit\":%u,"
+               "\"engine_requests\":%u,\"queued_requests\":%u}\n",
+               st.limit, st.queue_limit, st.slots_used, st.queued);
+}
+
+static int admission_error(struct buf *out, int status, const char *msg)
+{
+    buf_reset(out);
+    httpu_error_field_json(out, msg);
+    return status;
+}
+
+/* Reads one optional limit field; 0 = absent. Same rules as at startup. */
+static int limit_field(json_t *root, const char *key, long long min, unsigned *out, char *msg,
+                       size_t msglen)
+{
+    json_t *v = json_object_get(root, key);
+
+    *out = 0;
+    if (v == NULL)
+        return 0;
+    if (!json_is_integer(v) || json_integer_value(v) < min || json_integer_value(v) > 1000000) {
+        snprintf(msg, msglen, "%s must be %s", key,
+                 min == 1 ? "a positive integer" : "an integer >= 2 (the queue limit Q)");
+        return -1;
+    }
+    *out = (unsigned) json_integer_value(v);
+    return 0;
+}
+
+static int on_admission(void *arg, const char *body, size_t len, const char *who, struct buf *out)
+{
+    struct worker *w = arg;
+    struct gate_stats before;
+    json_error_t je;
+    json_t *root;
+    const char *key;
+    json_t *val;
+    unsigned n, q;
+    char msg[256];
+
+    if (body == NULL) {
+        admission_state(w, out);
+        return 200;
+    }
+    if (proxy_gate_stats(w->px, &before) == NULL)
+        return admission_error(out, 409,
+                               "admitd runs without --engine-request-limit: there are no limits "
+                               "to change; restart it with one");
+    root = json_loadb(body, len, JSON_REJECT_DUPLICATES, &je);
+    if (!json_is_object(root)) {
+        snprintf(msg, sizeof msg, "the body must be a JSON object%s%s", root ? "" : ": ",
+                 root ? "" : je.text);
+        json_decref(root);
+        return admission_error(out, 400, msg);
+    }
+    json_object_foreach(root, key, val)
+    {
+        if (strcmp(key, "engine_request_limit") != 0 && strcmp(key, "request_queue_limit") != 0) {
+            snprintf(msg, sizeof msg, "unknown field '%.64s'", key);
+            json_decref(root);
+            return admission_error(out, 400, msg);
+        }
+    }
+    if (limit_field(root, "engine_request_limit", 1, &n, msg, sizeof msg) != 0 ||
+        limit_field(root, "request_queue_limit", 2, &q, msg, sizeof msg) != 0) {
+        json_decref(root);
+        return admission_error(out, 400, msg);
+    }
+    json_decref(root);
+    if (n == 0 && q == 0)
+        return admission_error(out, 400, "give engine_request_limit, request_queue_limit or both");
+    proxy_set_limits(w->px, n, q);
+    w->m.limit_changes++;
+    log_info("limits changed by POST /admission from %s: N %u -> %u, Q %u -> %u", who, before.limit,
+             n ? n : before.limit, before.queue_limit, q ? q : before.queue_limit);
+    admission_state(w, out);
+    return 200;
+}
+
+/* ---- reload (SIGHUP) ------------------------------------------------------------------ */
+
+/* Settings that only take effect after a restart: listeners, the engine's address and the
+ * publisher are bound once. */
+struct fixed {
+    const char *name;
+    size_t off, len;
+};
+#define FIXED(f)                                                                                   \
+    {                                                                                              \
+#f, offsetof(struct cfg, f), sizeof(((struct cfg *) 0)->f)                                 \
+    }
+static const struct fixed fixed_fields[] = {
+    FIXED(listen),
+    FIXED(metrics_listen),
+    FIXED(upstream),
+    FIXED(upstream_timeout_ms),
+    FIXED(client_timeout_ms),
+    FIXED(max_header_bytes),
+    FIXED(max_body_bytes),
+    FIXED(upstream_keepalive),
+    FIXED(health_path),
+    FIXED(health_interval_ms),
+    FIXED(mock_engine),
+    FIXED(publish),
+    FIXED(worker_id),
+    FIXED(heartbeat_ms),
+    FIXED(engine_metrics),
+    FIXED(engine_metrics_path),
+    FIXED(engine_metrics_interval_ms),
+    FIXED(data_parallel_size),
+    FIXED(admin_token),
+};
+
+int worker_reload(struct worker *w, int argc, char **argv, cfg_env_fn env)
+{
+    struct cfg *c = w->cfg, *nc = xmalloc(sizeof *nc);
+    struct gate_stats st;
+    char err[512];
+    enum cfg_result r = cfg_parse(nc, argc, argv, env, err, sizeof err);
+
+    if (r != CFG_RUN && r != CFG_CHECK) {
+        log_error("reload failed, the running configuration stays: %s", err);
+        free(nc);
+        return -1;
+    }
+    /* Fields derived at start (mock engine address, worker id) are not in the file. */
+    if (c->mock_engine)
+        nc->upstream = c->upstream, nc->engine_metrics = c->engine_metrics;
+    if (nc->worker_id[0] == '\0')
+        memcpy(nc->worker_id, c->worker_id, sizeof nc->worker_id);
+    for (size_t i = 0; i < sizeof fixed_fields / sizeof fixed_fields[0]; i++) {
+        const struct fixed *f = &fixed_fields[i];
+        if (memcmp((char *) c + f->off, (char *) nc + f->off, f->len) != 0)
+            log_warn("reload: %s changed; it takes effect after a restart", f->name);
+    }
+    if (proxy_gate_stats(w->px, &st) == NULL) {
+        if (nc->engine_request_limit > 0)
+            log_warn("reload: engine_request_limit set, but admitd started without a cap; "
+                     "it takes effect after a restart");
+    } else if (nc->engine_request_limit == 0) {
+        log_warn("reload: engine_request_limit removed; the cap stays until a restart");
+    } else if (nc->engine_request_limit != st.limit || nc->request_queue_limit != st.queue_limit) {
+        log_info("reload: N %u -> %u, Q %u -> %u", st.limit, nc->engine_request_limit,
+                 st.queue_limit, nc->request_queue_limit);
+        proxy_set_limits(w->px, nc->engine_request_limit, nc->request_queue_limit);
+        w->m.limit_changes++;
+    }
+    /* What is read at use time is simply replaced. */
+    c->engine_request_limit = nc->engine_request_limit;
+    c->request_queue_limit = nc->request_queue_limit;
+    c->queue_timeout_ms = nc->queue_timeout_ms;
+    c->retry_after_s = nc->retry_after_s;
+    c->overload_status = nc->overload_status;
+    c->stream_buffer_bytes = nc->stream_buffer_bytes;
+    c->drain_timeout_ms = nc->drain_timeout_ms;
+    c->chars_per_token = nc->chars_per_token;
+    c->block_size = nc->block_size;
+    c->max_num_batched_tokens = nc->max_num_batched_tokens;
+    c->access_log = nc->access_log;
+    c->log_level = nc->log_level;
+    c->log_json = nc->log_json;
+    log_set_level(c->log_level);
+    log_set_json(c->log_json);
+    proxy_reconfigure(w->px);
+    log_info("configuration reloaded%s%s", c->config_path[0] ? " from " : "", c->config_path);
+    free(nc);
+    pub_changed(w->pub);
+    return 0;
+}
+
+/* ---- drain ---------------------------------------------------------------------------- */
+
+int worker_drain(struct worker *w)
+{
+    if (drain_active(w->drain))
+        return 1;
+    /* Routers hear "draining" before anything else changes. */
+    w->state = ADMIT_LOAD_DRAINING;
+    pub_now(w->pub);
+    return drain_start(w->drain, "Server unavailable: worker draining", w->cfg->drain_timeout_ms);
+}
+
+/* ---- setup ---------------------------------------------------------------------------- */
+
+/* Starts the built-in mock engine on a free loopback port and points the upstream (and, if
+ * not given, the metrics URL) at it. */
+static int start_mock(struct worker *w, struct event_base *base, char *err, size_t errlen)
+{
+    struct cfg *c = w->cfg;
+    struct mock_opts o;
+    char bound[NETADDR_HOST_MAX + 8], url[NETADDR_HOST_MAX + 16];
+
+    mock_opts_defaults(&o);
+    w->mock = mock_engine_new(base, &o);
+    if (mock_engine_bind(w->mock, "127.0.0.1", 0, bound, sizeof bound, err, errlen) != 0)
+        return -1;
+    snprintf(url, sizeof url, "http://%s", bound);
+    if (http_url_parse(url, &c->upstream, err, errlen) != 0)
+        return -1;
+    if (!c->engine_metrics_set)
+        c->engine_metrics = c->upstream;
+    log_info("built-in mock engine listening on %s", bound);
+    return 0;
+}
+
+/* hostname:port of the client listener, unless --worker-id was given. */
+static void derive_worker_id(struct worker *w)
+{
+    char host[100] = "localhost";
+    const char *port = strrchr(w->listen_at, ':');
+
+    if (w->cfg->worker_id[0] != '\0')
+        return;
+    if (gethostname(host, sizeof host - 1) != 0 || host[0] == '\0')
+        strcpy(host, "localhost");
+    host[sizeof host - 1] = '\0';
+    snprintf(w->cfg->worker_id, sizeof w->cfg->worker_id, "%s%s", host, port ? port : "");
+}
+
+struct worker *worker_start(struct event_base *base, struct cfg *cfg, char *err, size_t errlen)
+{
+    struct worker *w = xcalloc(1, sizeof *w);
+    struct admin_hooks hooks = {render_metrics, render_load, is_ready, on_admission, w};
+    unsigned scrape_timeout = cfg->engine_metrics_interval_ms * 3;
+
+    w->base = base;
+    w->cfg = cfg;
+    w->state = ADMIT_LOAD_SERVING;
+    metrics_init(&w->m);
+    if (cfg->mock_engine && start_mock(w, base, err, errlen) != 0)
+        goto fail;
+    w->px = proxy_new(base, cfg, &w->m);
+    w->drain = drain_new(base, w->px, &w->m);
+    w->adm = admin_new(base, &hooks, cfg->admin_token);
+    if (proxy_bind(w->px, &cfg->listen, w->listen_at, sizeof w->listen_at, err, errlen) != 0 ||
+        admin_bind(w->adm, &cfg->metrics_listen, w->metrics_at, sizeof w->metrics_at, err,
+                   errlen) != 0)
+        goto fail;
+    derive_worker_id(w);
+    if (cfg->publish[0] != '\0') {
+        w->pub = pub_new(base, cfg->publish, cfg->worker_id, cfg->heartbeat_ms, fill_load, w,
+                         w->publish_at, sizeof w->publish_at, err, errlen);
+        if (w->pub == NULL)
+            goto fail;
+    }
+    proxy_set_change_cb(w->px, on_load_change, w);
+    w->ready = poller_new(base, &cfg->upstream, cfg->health_path, cfg->health_interval_ms,
+                          cfg->health_interval_ms < 1000 ? 1000 : cfg->health_interval_ms,
+                          on_ready_poll, w);
+    w->scrape = poller_new(base, &cfg->engine_metrics, cfg->engine_metrics_path,
+                           cfg->engine_metrics_interval_ms,
+                           scrape_timeout < 1000 ? 1000 : scrape_timeout, on_scrape, w);
+    return w;
+fail:
+    worker_free(w);
+    return NULL;
+}
+
+void worker_describe(const struct worker *w, char *out, size_t outlen)
+{
+    const struct cfg *c = w->cfg;
+    char limits[96];
+
+    if (c->engine_request_limit > 0)
+        snprintf(limits, sizeof limits, "engine-request-limit=%u request-queue-limit=%u",
+                 c->engine_request_limit, c->request_queue_limit);
+    else
+        snprintf(limits, sizeof limits, "engine-request-limit=none (no cap)");
+    snprintf(out, outlen, "ready listen=%s metrics=%s publish=%s upstream=%s worker-id=%s %s",
+             w->listen_at, w->metrics_at, w->pub ? w->publish_at : "none", c->upstream.hostport,
+             c->worker_id, limits);
+}
+
+void worker_free(struct worker *w)
+{
+    if (w == NULL)
+        return;
+    poller_free(w->ready);
+    poller_free(w->scrape);
+    if (w->px != NULL)
+        proxy_set_change_cb(w->px, NULL, NULL);
+    admin_free(w->adm);
+    proxy_free(w->px);
+    drain_free(w->drain);
+    pub_free(w->pub);
+    mock_engine_free(w->mock);
+    free(w);
+}

@@ -1,0 +1,370 @@
+/* mock: options, engine lifecycle and the HTTP surface of the mock engine.
+ *
+ * This file owns routing, request validation, the small GET endpoints and /metrics; the
+ * scheduling of generation requests lives in mock_sched.c. */
+#include "mock.h"
+#include "core/buf.h"
+#include "mock_sched.h"
+#include "http/netsock.h"
+#include "core/prom.h"
+#include "core/xmalloc.h"
+
+#include <event2/buffer.h>
+#include <event2/bufferevent.h>
+#include <event2/event.h>
+#include <event2/http.h>
+#include <ctype.h>
+#include <errno.h>
+#include <jansson.h>
+#include <limits.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#ifndef ADMIT_VERSION
+#define ADMIT_VERSION "unknown"
+#endif
+
+/* Request bodies larger than this are refused by evhttp with 413. */
+#define MOCK_MAX_BODY_BYTES (64 * 1024 * 1024)
+/* max_tokens when a request names none (the OpenAI completions default). */
+#define MOCK_DEFAULT_MAX_TOKENS 16
+
+/* ---- replies ---- */
+
+/* An OpenAI error object. msg may quote client bytes that are not UTF-8, which jansson
+ * refuses; then a generic message goes out instead. */
+static void reply_error(struct evhttp_request *req, int code, const char *type, const char *msg)
+{
+    json_t *j = json_pack("{s:{s:s, s:s, s:n, s:i}}", "error", "message", msg, "type", type,
+                          "param", "code", code);
+
+    if (j == NULL)
+        j = json_pack("{s:{s:s, s:s, s:n, s:i}}", "error", "message", "invalid request", "type",
+                      type, "param", "code", code);
+    mock_reply_json(req, code, j);
+}
+
+/* ---- generation requests ---- */
+
+/* Checks the fields the engine uses; err gets the OpenAI error message. */
+static int gen_parse(const struct mock_engine *e, const json_t *body, enum mock_api api,
+                     struct mock_gen *g, char *err, size_t errlen)
+{
+    const json_t *model = json_object_get(body, "model");
+    const json_t *stream = json_object_get(body, "stream");
+    const json_t *opts = json_object_get(body, "stream_options");
+    const json_t *mt = json_object_get(body, "max_tokens");
+    const char *mt_name = "max_tokens";
+    json_int_t n = MOCK_DEFAULT_MAX_TOKENS;
+
+    memset(g, 0, sizeof *g);
+    g->api = api;
+    if (model != NULL && !json_is_null(model) && !json_is_string(model)) {
+        snprintf(err, errlen, "'model' must be a string");
+        return -1;
+    }
+    g->model = json_is_string(model) ? json_string_value(model) : e->o.model;
+    if (stream != NULL && !json_is_null(stream) && !json_is_boolean(stream)) {
+        snprintf(err, errlen, "'stream' must be a boolean");
+        return -1;
+    }
+    g->stream = json_is_true(stream);
+    g->include_usage = json_is_true(json_object_get(opts, "include_usage"));
+    if (mt == NULL || json_is_null(mt)) {
+        mt = json_object_get(body, "max_completion_tokens");
+        mt_name = "max_completion_tokens";
+    }
+    if (mt != NULL && !json_is_null(mt)) {
+        if (!json_is_integer(mt)) {
+            snprintf(err, errlen, "'%s' must be an integer", mt_name);
+            return -1;
+        }
+        n = json_integer_value(mt);
+    }
+    if (n < 1) {
+        snprintf(err, errlen, "'%s' must be at least 1, got %lld", mt_name, (long long) n);
+        return -1;
+    }
+    g->max_tokens = n > MOCK_MAX_TOKENS_CAP ? MOCK_MAX_TOKENS_CAP : (unsigned) n;
+    g->prompt_tokens = mock_prompt_tokens(body, api);
+    return 0;
+}
+
+static void handle_generation(struct mock_engine *e, struct evhttp_request *req, enum mock_api api)
+{
+    struct evbuffer *in = evhttp_request_get_input_buffer(req);
+    size_t len = evbuffer_get_length(in);
+    json_t *body = NULL;
+    json_error_t jerr;
+    struct mock_gen g;
+    char err[256];
+
+    e->requests_total++;
+    if (len > 0)
+        body = json_loadb((const char *) evbuffer_pullup(in, -1), len, 0, &jerr);
+    if (body == NULL) {
+        if (len == 0)
+            snprintf(err, sizeof err, "the request body must be a JSON object");
+        else
+            snprintf(err, sizeof err, "invalid JSON at line %d column %d: %s", jerr.line,
+                     jerr.column, jerr.text);
+        reply_error(req, 400, "invalid_request_error", err);
+        return;
+    }
+    if (!json_is_object(body)) {
+        reply_error(req, 400, "invalid_request_error", "the request body must be a JSON object");
+    } else if (gen_parse(e, body, api, &g, err, sizeof err) != 0) {
+        reply_error(req, 400, "invalid_request_error", err);
+    } else {
+        mock_sched_submit(e, req, &g); /* copies g.model, which points into body */
+    }
+    json_decref(body);
+}
+
+/* ---- GET endpoints ---- */
+
+static void handle_models(const struct mock_engine *e, struct evhttp_request *req)
+{
+    mock_reply_json(req, 200,
+                    json_pack("{s:s, s:[{s:s, s:s, s:I, s:s}]}", "object", "list", "data", "id",
+                              e->o.model, "object", "model", "created", (json_int_t) e->started,
+                              "owned_by", "admit-mock-engine"));
+}
+
+enum rank_stat { RS_RUNNING, RS_WAITING, RS_KV_USAGE, RS_PROMPT, RS_GENERATION };
+
+static double rank_stat(const struct mock_engine *e, const struct mock_rank *r, enum rank_stat s)
+{
+    double kv = (double) r->blocks_used / e->o.num_gpu_blocks;
+
+    switch (s) {
+    case RS_RUNNING:
+        return r->nrunning;
+    case RS_WAITING:
+        return r->nwaiting;
+    case RS_KV_USAGE:
+        return kv > 1 ? 1 : kv;
+    case RS_PROMPT:
+        return (double) r->prompt_tokens_total;
+    case RS_GENERATION:
+        return (double) r->generation_tokens_total;
+    }
+    return 0;
+}
+
+static void rank_labels(const struct mock_engine *e, unsigned rank, struct buf *l)
+{
+    char idx[16];
+
+    snprintf(idx, sizeof idx, "%u", rank);
+    prom_label(l, "engine", idx);
+    prom_label(l, "model_name", e->o.model);
+}
+
+/* One family with a sample per data-parallel rank. */
+static void rank_family(struct buf *out, const struct mock_engine *e, const char *name,
+                        const char *type, const char *help, enum rank_stat s)
+{
+    struct buf l;
+
+    buf_init(&l);
+    prom_family(out, name, type, help);
+    for (unsigned i = 0; i < e->o.data_parallel_size; i++) {
+        buf_reset(&l);
+        rank_labels(e, i, &l);
+        prom_sample(out, name, l.data, rank_stat(e, &e->ranks[i], s));
+    }
+    buf_free(&l);
+}
+
+static void global_family(struct buf *out, const char *name, const char *type, const char *help,
+                          double v)
+{
+    prom_family(out, name, type, help);
+    prom_sample(out, name, NULL, v);
+}
+
+static void render_metrics(const struct mock_engine *e, struct buf *out)
+{
+    unsigned waiting = 0;
+    char num[32];
+    struct buf l;
+
+    rank_family(out, e, "vllm:num_requests_running", "gauge",
+                "Number of requests in model execution batches.", RS_RUNNING);
+    rank_family(out, e, "vllm:num_requests_waiting", "gauge",
+                "Number of requests waiting to be processed.", RS_WAITING);
+    rank_family(out, e, "vllm:kv_cache_usage_perc", "gauge",
+                "KV-cache usage. 1 means 100 percent usage.", RS_KV_USAGE);
+    prom_family(out, "vllm:cache_config_info", "gauge", "Information of the LLMEngine CacheConfig");
+    buf_init(&l);
+    for (unsigned i = 0; i < e->o.data_parallel_size; i++) {
+        buf_reset(&l);
+        snprintf(num, sizeof num, "%u", e->o.block_size);
+        prom_label(&l, "block_size", num);
+        snprintf(num, sizeof num, "%u", e->o.num_gpu_blocks);
+        prom_label(&l, "num_gpu_blocks", num);
+        rank_labels(e, i, &l);
+        prom_sample(out, "vllm:cache_config_info", l.data, 1);
+        waiting += e->ranks[i].nwaiting;
+    }
+    buf_free(&l);
+    rank_family(out, e, "vllm:prompt_tokens_total", "counter",
+                "Number of prefill tokens processed.", RS_PROMPT);
+    rank_family(out, e, "vllm:generation_tokens_total", "counter",
+                "Number of generation tokens processed.", RS_GENERATION);
+    global_family(out, "admit_mock_requests_running_peak", "gauge",
+                  "Most requests ever running at once, over all ranks", e->running_peak);
+    global_family(out, "admit_mock_requests_total", "counter",
+                  "Generation requests received (valid or not)", (double) e->requests_total);
+    global_family(out, "admit_mock_requests_cancelled_total", "counter",
+                  "Generation requests whose client left before the end",
+                  (double) e->cancelled_total);
+    global_family(out, "admit_mock_requests_in_flight", "gauge",
+                  "Generation requests running or waiting, over all ranks",
+                  (double) e->running_total + waiting);
+    global_family(out, "admit_mock_connections_total", "counter",
+                  "Client connections accepted (shows whether a proxy reuses them)",
+                  (double) e->connections_total);
+    global_family(out, "admit_mock_max_num_batched_tokens", "gauge",
+                  "Configured --max-num-batched-tokens", e->o.max_num_batched_tokens);
+}
+
+static void handle_metrics(const struct mock_engine *e, struct evhttp_request *req)
+{
+    struct evbuffer *b = evbuffer_new();
+    struct buf text;
+
+    if (b == NULL)
+        fatal("evbuffer_new failed");
+    buf_init(&text);
+    render_metrics(e, &text);
+    evhttp_add_header(evhttp_request_get_output_headers(req), "Content-Type", PROM_CONTENT_TYPE);
+    if (evhttp_request_get_command(req) != EVHTTP_REQ_HEAD)
+        evbuffer_add(b, text.data, text.len);
+    evhttp_send_reply(req, 200, "OK", b);
+    evbuffer_free(b);
+    buf_free(&text);
+}
+
+static void mock_on_request(struct evhttp_request *req, void *arg)
+{
+    struct mock_engine *e = arg;
+    const char *path = evhttp_uri_get_path(evhttp_request_get_evhttp_uri(req));
+    enum evhttp_cmd_type cmd = evhttp_request_get_command(req);
+    int get = cmd == EVHTTP_REQ_GET || cmd == EVHTTP_REQ_HEAD;
+    struct evhttp_connection *evcon = evhttp_request_get_connection(req);
+    char msg[160];
+
+    /* Tokens are small writes that must leave at once, not wait for Nagle. */
+    net_set_nodelay(bufferevent_getfd(evhttp_connection_get_bufferevent(evcon)));
+    if (path == NULL)
+        path = "";
+    if (cmd == EVHTTP_REQ_POST && strcmp(path, "/v1/chat/completions") == 0) {
+        handle_generation(e, req, MOCK_API_CHAT);
+    } else if (cmd == EVHTTP_REQ_POST && strcmp(path, "/v1/completions") == 0) {
+        handle_generation(e, req, MOCK_API_COMPLETIONS);
+    } else if (get && strcmp(path, "/v1/models") == 0) {
+        handle_models(e, req);
+    } else if (get && strcmp(path, "/health") == 0) {
+        evhttp_send_reply(req, 200, "OK", NULL);
+    } else if (get && strcmp(path, "/metrics") == 0) {
+        handle_metrics(e, req);
+    } else {
+        snprintf(msg, sizeof msg, "no route for %s %.100s",
+                 cmd == EVHTTP_REQ_POST   ? "POST"
+                 : cmd == EVHTTP_REQ_HEAD ? "HEAD"
+                                          : "GET",
+                 path);
+        reply_error(req, 404, "not_found_error", msg);
+    }
+}
+
+/* ---- lifecycle ---- */
+
+/* evhttp asks for a bufferevent once per accepted connection: the one place to count them. */
+static struct bufferevent *mock_on_connection(struct event_base *base, void *arg)
+{
+    struct mock_engine *e = arg;
+    struct bufferevent *bev = bufferevent_socket_new(base, -1, BEV_OPT_CLOSE_ON_FREE);
+
+    if (bev == NULL)
+        fatal("bufferevent_socket_new failed");
+    e->connections_total++;
+    return bev;
+}
+
+struct mock_engine *mock_engine_new(struct event_base *base, const struct mock_opts *o)
+{
+    struct mock_engine *e = xcalloc(1, sizeof *e);
+
+    e->base = base;
+    e->o = *o;
+    /* A caller that filled the struct by hand may leave zeros: they mean the defaults. */
+    if (e->o.block_size == 0)
+        e->o.block_size = MOCK_DEFAULT_BLOCK_SIZE;
+    if (e->o.num_gpu_blocks == 0)
+        e->o.num_gpu_blocks = MOCK_DEFAULT_NUM_GPU_BLOCKS;
+    if (e->o.max_num_seqs == 0)
+        e->o.max_num_seqs = MOCK_DEFAULT_MAX_NUM_SEQS;
+    if (e->o.data_parallel_size == 0)
+        e->o.data_parallel_size = 1;
+    if (e->o.model[0] == '\0')
+        snprintf(e->o.model, sizeof e->o.model, "%s", MOCK_DEFAULT_MODEL);
+    e->o.model[sizeof e->o.model - 1] = '\0';
+    e->started = (long long) time(NULL);
+    e->ranks = xcalloc(e->o.data_parallel_size, sizeof *e->ranks);
+    for (unsigned i = 0; i < e->o.data_parallel_size; i++) {
+        e->ranks[i].index = i;
+        TAILQ_INIT(&e->ranks[i].waiting);
+        TAILQ_INIT(&e->ranks[i].running);
+    }
+    e->scratch = evbuffer_new();
+    e->http = evhttp_new(base);
+    if (e->scratch == NULL || e->http == NULL)
+        fatal("cannot create the mock engine's HTTP server");
+    /* No evhttp_set_timeout: evhttp reads while it writes a reply, so a server timeout would
+     * cut long streams. Idle keep-alive connections stay until the client closes them. */
+    evhttp_set_allowed_methods(e->http, EVHTTP_REQ_GET | EVHTTP_REQ_POST | EVHTTP_REQ_HEAD);
+    evhttp_set_default_content_type(e->http, NULL);
+    evhttp_set_max_body_size(e->http, MOCK_MAX_BODY_BYTES);
+    evhttp_set_gencb(e->http, mock_on_request, e);
+    evhttp_set_bevcb(e->http, mock_on_connection, e);
+    return e;
+}
+
+int mock_engine_bind(struct mock_engine *e, const char *host, int port, char *bound,
+                     size_t boundlen, char *err, size_t errlen)
+{
+    struct evhttp_bound_socket *s;
+
+    if (port < 0 || port > 65535) {
+        snprintf(err, errlen, "port %d is out of range", port);
+        return -1;
+    }
+    errno = 0;
+    s = evhttp_bind_socket_with_handle(e->http, host, (ev_uint16_t) port);
+    if (s == NULL) {
+        snprintf(err, errlen, "cannot listen on %s:%d: %s", host, port,
+                 errno != 0 ? strerror(errno) : "address not usable");
+        return -1;
+    }
+    if (net_local_name(evhttp_bound_socket_get_fd(s), bound, boundlen) != 0)
+        snprintf(bound, boundlen, "%s:%d", host, port);
+    return 0;
+}
+
+void mock_engine_free(struct mock_engine *e)
+{
+    if (e == NULL)
+        return;
+    /* Requests first: freeing the server frees their connections and evhttp requests. */
+    mock_sched_drop_all(e);
+    evhttp_free(e->http);
+    evbuffer_free(e->scratch);
+    free(e->ranks);
+    free(e);
+}

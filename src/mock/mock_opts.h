@@ -1,0 +1,40 @@
+/* mock_opts: the mock engine's options (defaults, --flag parsing, --help).
+ *
+ * Both the HTTP surface (mock) and the scheduler (mock_sched) read the options; they live
+ * here so that neither of those two modules needs the other's header for them. */
+#ifndef ADMIT_MOCK_OPTS_H
+#define ADMIT_MOCK_OPTS_H
+
+#include "core/log.h"
+#include "core/netaddr.h"
+
+#include <stddef.h>
+
+/* Defaults of struct mock_opts. */
+#define MOCK_DEFAULT_BLOCK_SIZE             16
+#define MOCK_DEFAULT_NUM_GPU_BLOCKS         16384
+#define MOCK_DEFAULT_MAX_NUM_SEQS           256
+#define MOCK_DEFAULT_MAX_NUM_BATCHED_TOKENS 8192
+#define MOCK_DEFAULT_MODEL                  "mock-model"
+#define MOCK_DEFAULT_LISTEN                 "127.0.0.1:8000"
+/* Largest max_tokens honoured; larger requests are cut to it. */
+#define MOCK_MAX_TOKENS_CAP 100000
+
+struct mock_opts {
+    double speedup_ratio;            /* divides all model delays; 0 = no delay at all */
+    unsigned block_size;             /* tokens per KV block */
+    unsigned num_gpu_blocks;         /* KV blocks per data-parallel rank */
+    unsigned max_num_seqs;           /* per rank: requests that run at once; the rest wait */
+    unsigned max_num_batched_tokens; /* only reported in metrics */
+    unsigned data_parallel_size;     /* ranks */
+    unsigned token_interval_ms;      /* > 0: fixed gap per token instead of the decode model */
+    char model[128];                 /* model name served */
+    struct hostport listen;          /* --listen, used by the program's main */
+    enum log_level log_level;        /* --log-level, used by the program's main */
+};
+
+/** fills o with the defaults (speedup 1, the MOCK_DEFAULT_* values, info logging) */
+void mock_opts_defaults(struct mock_opts *o);
+/** parses argv over o; 0 = run, 1 = --help/--version printed on stdout, -1 = err set */
+int mock_opts_parse(struct mock_opts *o, int argc, char **argv, char *err, size_t errlen);
+#endif

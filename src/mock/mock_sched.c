@@ -1,0 +1,446 @@
+/* mock_sched: per-rank sequence slots, the prefill/decode clock and token streaming.
+ *
+ * Life of a request (an mreq): it waits FIFO on its rank until a sequence slot is free, then
+ * runs: one timer fires for prefill, then once per decode step, each step producing one token
+ * (a batch of tokens per loop turn when steps take no time). It ends in exactly one of three
+ * ways, each of which calls mreq_free(), the only release path:
+ *   - finished: the reply is handed to evhttp (mreq_finish);
+ *   - the client hung up while no reply had started: cwatch tells us and we close the
+ *     connection, which frees the evhttp request (mreq_on_hangup);
+ *   - the connection went down while the reply streamed: evhttp fires the connection's close
+ *     callback (mreq_on_close) and, if the client left first, hands the request to us.
+ * A request never outlives its rank's lists; the engine frees the rest at shutdown. */
+#include "mock_sched.h"
+#include "core/buf.h"
+#include "http/cwatch.h"
+#include "core/xmalloc.h"
+
+#include <event2/buffer.h>
+#include <event2/bufferevent.h>
+#include <event2/event.h>
+#include <event2/http.h>
+#include <jansson.h>
+#include <limits.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/time.h>
+#include <time.h>
+
+/* Above this many unsent bytes for a client, generation pauses until they are written. */
+#define MREQ_BACKPRESSURE_BYTES (256 * 1024)
+/* Tokens produced per loop turn when a step takes no time, so that one huge request cannot
+ * keep the loop from serving everyone else. */
+#define MREQ_BATCH_TOKENS 64
+/* Longest single timer; a prompt of billions of tokens would otherwise overflow timeval. */
+#define MREQ_MAX_DELAY_MS 1e9
+
+enum mreq_state { MR_WAITING = 0, MR_PREFILL, MR_DECODE };
+
+struct mreq {
+    TAILQ_ENTRY(mreq) link; /* on rank->waiting (MR_WAITING) or rank->running (otherwise) */
+    struct mock_engine *e;
+    struct mock_rank *rank;
+    struct evhttp_request *req;
+    struct evhttp_connection *evcon; /* NULL once its close callback is no longer ours */
+    int req_owned;                   /* evhttp detached req from a dead connection: ours to free */
+    struct cwatch *watch;            /* hang-up watch while no reply has started */
+    struct event *timer;             /* prefill, then each decode step */
+    enum mreq_state state;
+    uint64_t due_us; /* CLOCK_MONOTONIC deadline of the pending timer */
+    int paused;      /* the client has too much unsent: wait for the flush callback */
+    enum mock_api api;
+    int stream;
+    int include_usage;
+    unsigned prompt_tokens;
+    unsigned max_tokens;
+    unsigned generated;
+    unsigned blocks; /* KV blocks this request holds on its rank while running */
+    long long created;
+    char id[48];
+    char *model;      /* echoed in replies */
+    char *model_json; /* the same as a JSON string literal, quotes included */
+};
+
+void mock_reply_json(struct evhttp_request *req, int code, json_t *j)
+{
+    char *s = json_dumps(j, JSON_COMPACT);
+    struct evbuffer *b = evbuffer_new();
+
+    json_decref(j);
+    if (s == NULL || b == NULL)
+        fatal("out of memory rendering a reply");
+    evhttp_add_header(evhttp_request_get_output_headers(req), "Content-Type", "application/json");
+    /* evhttp 2.1 would send a body even to HEAD; it sets no Content-Length for HEAD either. */
+    if (evhttp_request_get_command(req) != EVHTTP_REQ_HEAD)
+        evbuffer_add(b, s, strlen(s));
+    evhttp_send_reply(req, code, NULL, b);
+    evbuffer_free(b);
+    free(s);
+}
+
+static void rank_pump(struct mock_engine *e, struct mock_rank *r);
+static void mreq_on_flushed(struct evhttp_connection *evcon, void *arg);
+
+/* The single release path. The caller has already settled what happens to the evhttp
+ * request: evhttp keeps it (attached to a live connection, or answered), or req_owned says
+ * it was detached and is ours. */
+static void mreq_free(struct mreq *m)
+{
+    struct mock_rank *r = m->rank;
+
+    if (m->state == MR_WAITING) {
+        TAILQ_REMOVE(&r->waiting, m, link);
+        r->nwaiting--;
+    } else {
+        TAILQ_REMOVE(&r->running, m, link);
+        r->nrunning--;
+        r->blocks_used -= m->blocks;
+        m->e->running_total--;
+    }
+    event_free(m->timer);
+    cwatch_free(m->watch);
+    if (m->evcon != NULL)
+        evhttp_connection_set_closecb(m->evcon, NULL, NULL);
+    if (m->req_owned)
+        evhttp_request_free(m->req);
+    free(m->model);
+    free(m->model_json);
+    free(m);
+}
+
+static uint64_t mono_us(void)
+{
+    struct timespec ts;
+
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t) ts.tv_sec * 1000000 + (uint64_t) ts.tv_nsec / 1000;
+}
+
+/* Arms the timer ms after the previous deadline, or after now when restart is set. Counting
+ * from the deadline keeps timer latency (epoll rounds up to whole ms) from adding up over
+ * thousands of tokens; a deadline already past fires at once but builds no further debt. */
+static void mreq_arm(struct mreq *m, double ms, int restart)
+{
+    uint64_t now = mono_us(), due, delay;
+    struct timeval tv;
+
+    if (!(ms > 0))
+        ms = 0;
+    if (ms > MREQ_MAX_DELAY_MS)
+        ms = MREQ_MAX_DELAY_MS;
+    due = (restart ? now : m->due_us) + (uint64_t) (ms * 1000);
+    if (due < now)
+        due = now;
+    m->due_us = due;
+    delay = due - now;
+    tv.tv_sec = (time_t) (delay / 1000000);
+    tv.tv_usec = (suseconds_t) (delay % 1000000);
+    evtimer_add(m->timer, &tv);
+}
+
+/* The delay before the next token, from the KV fill of the rank as it is now. */
+static double mreq_step_ms(const struct mreq *m)
+{
+    const struct mock_opts *o = &m->e->o;
+
+    if (o->token_interval_ms > 0)
+        return o->token_interval_ms;
+    return mock_decode_ms((double) m->rank->blocks_used / o->num_gpu_blocks, o->speedup_ratio);
+}
+
+/* `data: {"id":...,"object":...,"created":...,"model":...,` of every SSE event */
+static void sse_head(const struct mreq *m, struct evbuffer *b)
+{
+    evbuffer_add_printf(b, "data: {\"id\":\"%s\",\"object\":\"%s\",\"created\":%lld,\"model\":%s,",
+                        m->id,
+                        m->api == MOCK_API_CHAT ? "chat.completion.chunk" : "text_completion",
+                        m->created, m->model_json);
+}
+
+/* Hands the event in the scratch buffer to evhttp as its own chunk, so that each token
+ * leaves as soon as it exists. Pauses generation when the client is not keeping up. */
+static void mreq_send_event(struct mreq *m)
+{
+    struct evbuffer *b = m->e->scratch;
+    struct bufferevent *bev = evhttp_connection_get_bufferevent(m->evcon);
+    size_t pending = evbuffer_get_length(bufferevent_get_output(bev)) + evbuffer_get_length(b);
+
+    if (pending > MREQ_BACKPRESSURE_BYTES) {
+        /* The flush callback belongs to the connection and every chunk replaces it; no chunk
+         * follows until it has fired, so it cannot be lost. */
+        m->paused = 1;
+        evhttp_send_reply_chunk_with_cb(m->req, b, mreq_on_flushed, m);
+    } else {
+        evhttp_send_reply_chunk(m->req, b);
+    }
+    evbuffer_drain(b, evbuffer_get_length(b));
+}
+
+static void mreq_emit_token(struct mreq *m)
+{
+    struct mock_rank *r = m->rank;
+    unsigned tok = m->generated++;
+    unsigned ctx =
+        m->prompt_tokens > UINT_MAX - m->generated ? UINT_MAX : m->prompt_tokens + m->generated;
+    unsigned blocks = mock_blocks_for(ctx, m->e->o.block_size);
+    struct evbuffer *b = m->e->scratch;
+
+    r->generation_tokens_total++;
+    r->blocks_used += blocks - m->blocks;
+    m->blocks = blocks;
+    if (!m->stream)
+        return;
+    sse_head(m, b);
+    if (m->api == MOCK_API_CHAT)
+        evbuffer_add_printf(b,
+                            "\"choices\":[{\"index\":0,\"delta\":{%s\"content\":\"tok%u \"},"
+                            "\"logprobs\":null,\"finish_reason\":null}]}\n\n",
+                            tok == 0 ? "\"role\":\"assistant\"," : "", tok);
+    else
+        evbuffer_add_printf(b,
+                            "\"choices\":[{\"index\":0,\"text\":\"tok%u \",\"logprobs\":null,"
+                            "\"finish_reason\":null}]}\n\n",
+                            tok);
+    mreq_send_event(m);
+}
+
+/* The end of a stream: finish_reason, usage if asked for, [DONE], each its own event. */
+static void mreq_reply_stream_end(struct mreq *m)
+{
+    struct evbuffer *b = m->e->scratch;
+
+    sse_head(m, b);
+    if (m->api == MOCK_API_CHAT)
+        evbuffer_add_printf(b, "\"choices\":[{\"index\":0,\"delta\":{},\"logprobs\":null,"
+                               "\"finish_reason\":\"length\"}]}\n\n");
+    else
+        evbuffer_add_printf(b, "\"choices\":[{\"index\":0,\"text\":\"\",\"logprobs\":null,"
+                               "\"finish_reason\":\"length\"}]}\n\n");
+    evhttp_send_reply_chunk(m->req, b);
+    if (m->include_usage) {
+        sse_head(m, b);
+        evbuffer_add_printf(b,
+                            "\"choices\":[],\"usage\":{\"prompt_tokens\":%u,"
+                            "\"completion_tokens\":%u,\"total_tokens\":%llu}}\n\n",
+                            m->prompt_tokens, m->generated,
+                            (unsigned long long) m->prompt_tokens + m->generated);
+        evhttp_send_reply_chunk(m->req, b);
+    }
+    evbuffer_add_printf(b, "data: [DONE]\n\n");
+    evhttp_send_reply_chunk(m->req, b);
+    evbuffer_drain(b, evbuffer_get_length(b));
+    evhttp_send_reply_end(m->req);
+}
+
+/* The whole completion in one JSON reply; the text is what the stream deltas would add up to. */
+static void mreq_reply_full(struct mreq *m)
+{
+    struct buf text;
+    json_t *choice, *body;
+
+    buf_init(&text);
+    for (unsigned i = 0; i < m->generated; i++)
+        buf_printf(&text, "tok%u ", i);
+    if (m->api == MOCK_API_CHAT)
+        choice =
+            json_pack("{s:i, s:{s:s, s:s%}, s:n, s:s}", "index", 0, "message", "role", "assistant",
+                      "content", text.data, text.len, "logprobs", "finish_reason", "length");
+    else
+        choice = json_pack("{s:i, s:s%, s:n, s:s}", "index", 0, "text", text.data, text.len,
+                           "logprobs", "finish_reason", "length");
+    body = json_pack("{s:s, s:s, s:I, s:s, s:[o], s:{s:I, s:I, s:I}}", "id", m->id, "object",
+                     m->api == MOCK_API_CHAT ? "chat.completion" : "text_completion", "created",
+                     (json_int_t) m->created, "model", m->model, "choices", choice, "usage",
+                     "prompt_tokens", (json_int_t) m->prompt_tokens, "completion_tokens",
+                     (json_int_t) m->generated, "total_tokens",
+                     (json_int_t) m->prompt_tokens + m->generated);
+    buf_free(&text);
+    if (body == NULL)
+        fatal("cannot build a completion reply");
+    mock_reply_json(m->req, 200, body);
+}
+
+static void mreq_finish(struct mreq *m)
+{
+    struct mock_engine *e = m->e;
+    struct mock_rank *r = m->rank;
+
+    log_debug("%s: done, %u prompt + %u generated tokens", m->id, m->prompt_tokens, m->generated);
+    /* From here the reply belongs to evhttp. The connection is keep-alive, so its close
+     * callback must not outlive this request with a dangling argument. */
+    cwatch_free(m->watch);
+    m->watch = NULL;
+    evhttp_connection_set_closecb(m->evcon, NULL, NULL);
+    m->evcon = NULL;
+    if (m->stream)
+        mreq_reply_stream_end(m);
+    else
+        mreq_reply_full(m);
+    mreq_free(m);
+    rank_pump(e, r);
+}
+
+static void mreq_decode(struct mreq *m)
+{
+    unsigned n = 0;
+    double ms;
+
+    do {
+        mreq_emit_token(m);
+        ms = mreq_step_ms(m);
+    } while (m->generated < m->max_tokens && !m->paused && ms <= 0 && ++n < MREQ_BATCH_TOKENS);
+    if (m->generated == m->max_tokens)
+        mreq_finish(m);
+    else if (!m->paused)
+        mreq_arm(m, ms, 0);
+}
+
+static void mreq_on_timer(evutil_socket_t fd, short what, void *arg)
+{
+    struct mreq *m = arg;
+
+    (void) fd;
+    (void) what;
+    if (m->state == MR_PREFILL) {
+        m->rank->prompt_tokens_total += m->prompt_tokens;
+        m->state = MR_DECODE;
+        mreq_arm(m, mreq_step_ms(m), 0);
+        return;
+    }
+    mreq_decode(m);
+}
+
+/* evhttp wrote everything we gave it: resume a paused stream. */
+static void mreq_on_flushed(struct evhttp_connection *evcon, void *arg)
+{
+    struct mreq *m = arg;
+
+    (void) evcon;
+    if (!m->paused)
+        return;
+    m->paused = 0;
+    mreq_arm(m, mreq_step_ms(m), 1);
+}
+
+/* The connection is going down (the client left mid-stream, or the server frees it). */
+static void mreq_on_close(struct evhttp_connection *evcon, void *arg)
+{
+    struct mreq *m = arg;
+    struct mock_engine *e = m->e;
+    struct mock_rank *r = m->rank;
+
+    (void) evcon;
+    e->cancelled_total++;
+    log_debug("%s: client left after %u of %u tokens", m->id, m->generated, m->max_tokens);
+    /* When the client left first, evhttp detached the request (its connection is NULL) and
+     * it is ours to free; otherwise the connection frees it right after this callback. */
+    m->req_owned = evhttp_request_get_connection(m->req) == NULL;
+    m->evcon = NULL;
+    mreq_free(m);
+    rank_pump(e, r);
+}
+
+/* The client hung up before any reply: evhttp is not reading and would never notice. */
+static void mreq_on_hangup(void *arg)
+{
+    struct mreq *m = arg;
+    struct mock_engine *e = m->e;
+    struct mock_rank *r = m->rank;
+    struct evhttp_connection *evcon = m->evcon;
+
+    e->cancelled_total++;
+    log_debug("%s: client left before the reply started", m->id);
+    /* mreq_free() drops the watcher while the fd is still open and clears the close callback;
+     * freeing the connection then frees the evhttp request with it. */
+    mreq_free(m);
+    evhttp_connection_free(evcon);
+    rank_pump(e, r);
+}
+
+static void mreq_start(struct mreq *m)
+{
+    struct mock_engine *e = m->e;
+    struct mock_rank *r = m->rank;
+
+    TAILQ_REMOVE(&r->waiting, m, link);
+    r->nwaiting--;
+    TAILQ_INSERT_TAIL(&r->running, m, link);
+    r->nrunning++;
+    if (++e->running_total > e->running_peak)
+        e->running_peak = e->running_total;
+    m->blocks = mock_blocks_for(m->prompt_tokens, e->o.block_size);
+    r->blocks_used += m->blocks;
+    m->state = MR_PREFILL;
+    if (m->stream) {
+        struct evkeyvalq *h = evhttp_request_get_output_headers(m->req);
+
+        /* Once the reply starts evhttp reads the connection again and reports a hang-up
+         * through the close callback; a second watcher on the fd is no longer needed. */
+        cwatch_free(m->watch);
+        m->watch = NULL;
+        evhttp_add_header(h, "Content-Type", "text/event-stream");
+        evhttp_add_header(h, "Cache-Control", "no-cache");
+        evhttp_send_reply_start(m->req, 200, "OK");
+    }
+    mreq_arm(m, mock_prefill_ms(m->prompt_tokens, e->o.speedup_ratio), 1);
+}
+
+static void rank_pump(struct mock_engine *e, struct mock_rank *r)
+{
+    struct mreq *m;
+
+    while (r->nrunning < e->o.max_num_seqs && (m = TAILQ_FIRST(&r->waiting)) != NULL)
+        mreq_start(m);
+}
+
+void mock_sched_submit(struct mock_engine *e, struct evhttp_request *req, const struct mock_gen *g)
+{
+    struct mreq *m = xcalloc(1, sizeof *m);
+    json_t *model = json_string(g->model);
+    int fd;
+
+    m->e = e;
+    m->req = req;
+    m->api = g->api;
+    m->stream = g->stream;
+    m->include_usage = g->include_usage;
+    m->prompt_tokens = g->prompt_tokens;
+    m->max_tokens = g->max_tokens;
+    m->created = (long long) time(NULL);
+    snprintf(m->id, sizeof m->id, "%s-mock-%llu", g->api == MOCK_API_CHAT ? "chatcmpl" : "cmpl",
+             (unsigned long long) ++e->next_id);
+    m->model = xstrdup(g->model);
+    /* The model name comes from jansson or from validated options, so it is valid UTF-8. */
+    m->model_json = model != NULL ? json_dumps(model, JSON_ENCODE_ANY) : NULL;
+    json_decref(model);
+    if (m->model_json == NULL)
+        fatal("cannot encode the model name");
+    m->timer = evtimer_new(e->base, mreq_on_timer, m);
+    if (m->timer == NULL)
+        fatal("evtimer_new failed");
+    m->rank = &e->ranks[e->next_rank];
+    e->next_rank = (e->next_rank + 1) % e->o.data_parallel_size;
+    m->evcon = evhttp_request_get_connection(req);
+    fd = bufferevent_getfd(evhttp_connection_get_bufferevent(m->evcon));
+    evhttp_connection_set_closecb(m->evcon, mreq_on_close, m);
+    m->watch = cwatch_new(e->base, fd, mreq_on_hangup, m);
+    m->state = MR_WAITING;
+    TAILQ_INSERT_TAIL(&m->rank->waiting, m, link);
+    m->rank->nwaiting++;
+    log_debug("%s: rank %u, %u prompt tokens, %u to generate%s", m->id, m->rank->index,
+              m->prompt_tokens, m->max_tokens, m->stream ? ", streaming" : "");
+    rank_pump(e, m->rank);
+}
+
+void mock_sched_drop_all(struct mock_engine *e)
+{
+    for (unsigned i = 0; i < e->o.data_parallel_size; i++) {
+        struct mock_rank *r = &e->ranks[i];
+        struct mreq *m;
+
+        while ((m = TAILQ_FIRST(&r->running)) != NULL)
+            mreq_free(m);
+        while ((m = TAILQ_FIRST(&r->waiting)) != NULL)
+            mreq_free(m);
+    }
+}

@@ -1,0 +1,69 @@
+/* mock_sched: the mock engine's scheduler (ranks, timers, token generation, cancellation)
+ * and the engine state it shares with the HTTP surface in mock.c, which is the only user of
+ * this header: the dependency runs one way, mock -> mock_sched -> mock_opts.
+ *
+ * Invariant: every accepted generation request is an mreq on exactly one list of exactly one
+ * rank, waiting or running, until mreq_free() unlinks it; the rank counters always equal the
+ * list lengths, and blocks_used equals the sum of the blocks held by its running requests. */
+#ifndef ADMIT_MOCK_SCHED_H
+#define ADMIT_MOCK_SCHED_H
+
+#include "mock_opts.h"
+#include "core/mock_model.h"
+
+#include <sys/queue.h>
+
+#include <stdint.h>
+
+struct evhttp;
+struct evhttp_request;
+struct evbuffer;
+
+struct mreq;
+TAILQ_HEAD(mreq_list, mreq);
+
+/* One data-parallel rank: its own sequence slots, queue and KV cache. */
+struct mock_rank {
+    unsigned index;
+    struct mreq_list waiting; /* FIFO of requests that have no sequence slot yet */
+    struct mreq_list running; /* at most max_num_seqs */
+    unsigned nwaiting, nrunning;
+    uint64_t blocks_used; /* KV blocks held by the running requests */
+    uint64_t prompt_tokens_total;
+    uint64_t generation_tokens_total;
+};
+
+struct mock_engine {
+    struct event_base *base;
+    struct evhttp *http;
+    struct mock_opts o;
+    struct mock_rank *ranks;    /* o.data_parallel_size of them */
+    unsigned next_rank;         /* round robin cursor */
+    struct evbuffer *scratch;   /* one SSE event at a time, handed to evhttp */
+    unsigned running_total;     /* over all ranks */
+    unsigned running_peak;      /* highest running_total ever */
+    uint64_t requests_total;    /* generation requests received, valid or not */
+    uint64_t cancelled_total;   /* clients that left before the end */
+    uint64_t connections_total; /* client connections accepted */
+    uint64_t next_id;
+    long long started; /* Unix time of creation, the "created" of the served model */
+};
+
+/* A validated generation request, as the HTTP surface hands it over. */
+struct mock_gen {
+    enum mock_api api;
+    int stream;
+    int include_usage;
+    unsigned prompt_tokens;
+    unsigned max_tokens; /* 1..MOCK_MAX_TOKENS_CAP */
+    const char *model;   /* echoed back; the engine copies it */
+};
+
+/** answers req with status code and the JSON value j (which it releases); no body for HEAD */
+void mock_reply_json(struct evhttp_request *req, int code, json_t *j);
+/** takes over req: queues it on the next rank and answers it when its tokens are done */
+void mock_sched_submit(struct mock_engine *e, struct evhttp_request *req, const struct mock_gen *g);
+/** frees every request of every rank without answering; the connections stay with evhttp */
+void mock_sched_drop_all(struct mock_engine *e);
+
+#endif

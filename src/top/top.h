@@ -1,0 +1,13 @@
+/* top: the table admit-top prints, rendered from a load table. Pure, so tests can read it. */
+#ifndef ADMIT_TOP_H
+#define ADMIT_TOP_H
+
+#include "admit/load.h"
+#include "core/buf.h"
+
+#include <stdint.h>
+
+/** renders one row per (worker, rank) with a header line, as of now_ms */
+void top_render(const struct admit_loadtab *t, int64_t now_ms, struct buf *out);
+
+#endif

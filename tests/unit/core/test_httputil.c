@@ -1,0 +1,124 @@
+/* Unit tests for header rules, reason phrases and the OpenAI-shaped error body. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include "core/httputil.h"
+
+#include <jansson.h>
+#include <string.h>
+
+static void test_hop_by_hop(void **state)
+{
+    (void) state;
+    assert_true(httpu_is_hop_by_hop("Connection"));
+    assert_true(httpu_is_hop_by_hop("TRANSFER-ENCODING"));
+    assert_true(httpu_is_hop_by_hop("keep-alive"));
+    assert_true(httpu_is_hop_by_hop("Upgrade"));
+    assert_false(httpu_is_hop_by_hop("Content-Type"));
+    assert_false(httpu_is_hop_by_hop("Authorization"));
+    assert_false(httpu_is_hop_by_hop("Connections"));
+    assert_true(httpu_connection_lists("close, X-Secret", "x-secret"));
+    assert_true(httpu_connection_lists(" X-A ,X-B ", "X-B"));
+    assert_false(httpu_connection_lists("close, X-Secrets", "x-secret"));
+    assert_false(httpu_connection_lists("", "close"));
+    assert_false(httpu_connection_lists(NULL, "close"));
+}
+
+static void test_reasons(void **state)
+{
+    (void) state;
+    assert_string_equal(httpu_reason(529), "Site is overloaded");
+    assert_string_equal(httpu_reason(503), "Service Unavailable");
+    assert_string_equal(httpu_reason(200), "OK");
+    assert_string_equal(httpu_reason(777), "Unknown");
+}
+
+static void test_error_json_shape(void **state)
+{
+    struct buf b;
+    json_error_t je;
+    json_t *root;
+
+    (void) state;
+    buf_init(&b);
+    httpu_error_json(&b, 529, "overloaded_error", HTTPU_OVERLOAD_MESSAGE " \"quoted\"");
+    root = json_loads(b.data, 0, &je);
+    assert_non_null(root);
+    assert_string_equal(
+        json_string_value(json_object_get(json_object_get(root, "error"), "message")),
+        "Server overloaded: worker at capacity \"quoted\"");
+    assert_int_equal(json_integer_value(json_object_get(json_object_get(root, "error"), "code")),
+                     529);
+    assert_true(json_is_null(json_object_get(json_object_get(root, "error"), "param")));
+    json_decref(root);
+    buf_free(&b);
+}
+
+static void test_framing_and_tokens(void **state)
+{
+    const char *cl2[] = {"2", "2"}, *cl_bad[] = {"2", "3"}, *cl_plus[] = {"+2"}, *cl_empty[] = {""};
+    const char *te[] = {"chunked"}, *te_gzip[] = {"gzip, chunked"}, *te2[] = {"chunked", "chunked"};
+
+    (void) state;
+    assert_null(httpu_framing_problem(NULL, 0, NULL, 0));
+    assert_null(httpu_framing_problem(cl2, 2, NULL, 0));
+    assert_null(httpu_framing_problem(NULL, 0, te, 1));
+    assert_non_null(httpu_framing_problem(cl_bad, 2, NULL, 0));
+    assert_non_null(httpu_framing_problem(cl_plus, 1, NULL, 0));
+    assert_non_null(httpu_framing_problem(cl_empty, 1, NULL, 0));
+    assert_non_null(httpu_framing_problem(cl2, 1, te, 1));
+    assert_non_null(httpu_framing_problem(NULL, 0, te_gzip, 1));
+    assert_non_null(httpu_framing_problem(NULL, 0, te2, 2));
+    assert_true(httpu_is_token("Content-Type"));
+    assert_true(httpu_is_token("x-a_b.c!~"));
+    assert_false(httpu_is_token("Transfer-Encoding "));
+    assert_false(httpu_is_token("a b"));
+    assert_false(httpu_is_token(""));
+    assert_false(httpu_is_token("a:b"));
+    assert_false(httpu_is_token("a\tb"));
+}
+
+static void test_bearer_token(void **state)
+{
+    const char *tok = "s3cret-token-0123456789";
+
+    (void) state;
+    assert_true(httpu_bearer_ok("Bearer s3cret-token-0123456789", tok));
+    assert_false(httpu_bearer_ok(NULL, tok));
+    assert_false(httpu_bearer_ok("", tok));
+    assert_false(httpu_bearer_ok("s3cret-token-0123456789", tok));         /* no scheme */
+    assert_false(httpu_bearer_ok("Basic s3cret-token-0123456789", tok));   /* other scheme */
+    assert_false(httpu_bearer_ok("Bearer s3cret-token-012345678", tok));   /* a prefix */
+    assert_false(httpu_bearer_ok("Bearer s3cret-token-01234567890", tok)); /* longer */
+    assert_false(httpu_bearer_ok("Bearer s3cret-token-0123456788", tok));  /* last differs */
+    assert_false(httpu_bearer_ok("Bearer ", tok));
+}
+
+static void test_http_date(void **state)
+{
+    char d[HTTPU_DATE_LEN];
+
+    (void) state;
+    httpu_date(0, d);
+    assert_string_equal(d, "Thu, 01 Jan 1970 00:00:00 GMT");
+    httpu_date(784111777, d); /* RFC 9110's example */
+    assert_string_equal(d, "Sun, 06 Nov 1994 08:49:37 GMT");
+    httpu_date(1795996799, d);
+    assert_string_equal(d, "Sun, 29 Nov 2026 23:59:59 GMT");
+    httpu_date(951782400, d); /* a leap day */
+    assert_string_equal(d, "Tue, 29 Feb 2000 00:00:00 GMT");
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_hop_by_hop),       cmocka_unit_test(test_reasons),
+        cmocka_unit_test(test_error_json_shape), cmocka_unit_test(test_framing_and_tokens),
+        cmocka_unit_test(test_bearer_token),     cmocka_unit_test(test_http_date),
+    };
+
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
