@@ -87,10 +87,19 @@ def layer_of(path):
     return parts[0]
 
 
-def module_of(path):
+def module_of(path, root="."):
+    """A module is X.h and X.c; it may span more files: X_impl.h (its private header) and
+    X_*.c (its other parts), when X_impl.h exists."""
     if path.startswith("include/"):
         return PUBLIC.get(path[len("include/"):], path[:-2])
-    return path[:-2]
+    stem = path[:-2]
+    if stem.endswith("_impl"):
+        return stem[:-len("_impl")]
+    d, base = os.path.split(stem)
+    for i in range(len(base)):
+        if base[i] == "_" and os.path.exists(os.path.join(root, d, base[:i] + "_impl.h")):
+            return os.path.join(d, base[:i])
+    return stem
 
 
 def resolve(root, path, name):
@@ -135,7 +144,7 @@ def main():
                 if tlayer != layer and allowed is not None and folder not in allowed:
                     problems.append("%s: %s may not include %s (layer %s)"
                                     % (where, layer, name, tlayer))
-                src, dst = module_of(f), module_of(target)
+                src, dst = module_of(f, root), module_of(target, root)
                 if src != dst and not f.startswith(("tests/", "fuzz/")):
                     edges.setdefault(src, {}).setdefault(dst, where)
     # No cycles among modules: a depth-first search that reports each cycle once.

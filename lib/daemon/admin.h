@@ -1,8 +1,10 @@
-/* admin: the metrics listener (/metrics, /load, /health, /ready).
+/* admin: the metrics listener (/metrics, /load, /admission, /health, /ready).
  *
  * Kept apart from the client listener so that scrapes and probes never queue behind client
- * traffic and can be firewalled separately. Read-only. What each page shows comes from
- * hooks, so this module knows HTTP and nothing of the proxy. */
+ * traffic and can be firewalled separately. Reading is open; the one mutation, POST
+ * /admission, needs a loopback peer or the bearer token. What each page shows comes from
+ * hooks, so this module knows the pages and nothing of the proxy; HTTP itself is the
+ * engine's (http/server.h). */
 #ifndef ADMIT_ADMIN_H
 #define ADMIT_ADMIN_H
 

@@ -1,63 +1,126 @@
-/* proxy: the client-facing HTTP server that admits, queues, rejects and forwards.
+/* proxy: the client-facing HTTP server that forwards requests to an engine and streams the
+ * replies back.
  *
- * This is the I/O glue around the gate: it owns each exchange (one client request and, once
- * admitted, one engine request), streams the engine's reply back chunk by chunk with
- * backpressure, and releases the slot on every exit. See README "How a request flows". */
+ * It owns each exchange (a struct pxreq: one client request and, once forwarded, one engine
+ * request), streams the engine's reply chunk by chunk with backpressure, notices clients that
+ * hang up at every stage, answers what it must answer itself (bad framing, draining, engine
+ * failures) and ends every exchange exactly once.
+ *
+ * What may go to the engine, and when, is not its business. That is decided above the seam,
+ * in admitd's own types (http/httpreq.h), by two sets of hooks:
+ *   - admission (lib/daemon/admission.c, the gate's wiring): lets a request through, holds it
+ *     (the proxy keeps watching the client until it is let through or answered), or answers
+ *     it; books what it sends; releases it when the exchange ends;
+ *   - route (admit-router): picks the engine per request, answers some requests itself, and
+ *     hears about engines that refused with their overload answer.
+ * Neither hook set sees a socket or an evhttp type, so the HTTP code can change underneath. */
 #ifndef ADMIT_PROXY_H
 #define ADMIT_PROXY_H
 
-#include "admit/gate.h"
-#include "core/config.h"
 #include "core/metrics.h"
+#include "core/netaddr.h"
+#include "http/httpreq.h"
 
 #include <stddef.h>
 
 struct event_base;
-struct evhttp_request;
-struct book;
 struct proxy;
+struct pxreq;
 struct upstream;
+
+/* The proxy's settings. The proxy keeps the pointer: fields marked live are read at use. */
+struct proxy_opts {
+    unsigned client_timeout_ms;   /* client idle while sending, between requests, not reading */
+    unsigned max_header_bytes;    /* larger request header blocks: 400 */
+    unsigned max_body_bytes;      /* larger request bodies: 413 */
+    unsigned upstream_timeout_ms; /* engine silent this long: 504, or a cut stream */
+    unsigned upstream_keepalive;  /* idle engine connections kept for reuse */
+    unsigned stream_buffer_bytes; /* live: unsent reply bytes above which the engine is not read */
+    int access_log;               /* live: one log line per finished request */
+};
+
+/* What admission decides for a request that passed the proxy's own checks. */
+enum px_verdict {
+    PX_FORWARD,  /* to the engine now */
+    PX_WAIT,     /* held: the hook calls proxy_forward() or proxy_answer*() later */
+    PX_ANSWERED, /* the hook answered it with proxy_answer*() */
+};
+
+/* The admission hooks (all optional but arrive and finish go together). The per-exchange
+ * state of `size` bytes is zeroed at arrival and lives until finish returns. */
+struct proxy_admission {
+    /* every request, first of all (counters); r is the request */
+    void (*begin)(void *arg, struct pxreq *x, const struct http_req *r);
+    /* a request that passed the checks (framing, target, not draining): what to do with it */
+    enum px_verdict (*arrive)(void *arg, struct pxreq *x, const struct http_req *r);
+    /* a held request's deadline (proxy_wait_deadline) passed: answer it */
+    void (*expired)(void *arg, struct pxreq *x);
+    /* the request is about to reach an engine for the first time: book it; returns 1 to be
+     * told of the reply's progress through output() */
+    int (*forwarding)(void *arg, struct pxreq *x, const struct http_req *r);
+    /* reply body bytes went to the client; first for the first ones; tokens: SSE events */
+    void (*output)(void *arg, struct pxreq *x, int first, unsigned tokens);
+    /* the exchange ended with outcome o (already counted): release what it holds */
+    void (*finish)(void *arg, struct pxreq *x, enum outcome o);
+    /* seconds for the Retry-After of the proxy's own 503 answers */
+    int (*retry_after)(void *arg);
+    size_t size;
+    void *arg;
+};
 
 /* Router mode: the engine is chosen per request among several (admit-router). */
 struct proxy_route {
     /* picks an engine; exclude is the one that just refused (or NULL); NULL when none can
-     * take the request, with the status and message to answer in *status and *msg */
-    struct upstream *(*pick)(void *arg, struct evhttp_request *creq, const struct upstream *exclude,
-                             int *status, const char **msg);
+     * take the request, with the status and message to answer, and busy = 1 when that is
+     * an overload answer (every engine busy) rather than "none available" */
+    struct upstream *(*pick)(void *arg, const struct http_req *r, const struct upstream *exclude,
+                             int *status, const char **msg, int *busy);
     /* the engine answered with its overload status before anything was sent */
     void (*overloaded)(void *arg, struct upstream *up);
     /* a second engine refused too: its overload answer goes to the client */
-    void (*refused)(void *arg, struct evhttp_request *creq);
+    void (*refused)(void *arg, const struct http_req *r);
     /* answers requests the router handles itself (e.g. /busy_threshold); 1 if it did */
-    int (*local)(void *arg, struct evhttp_request *creq);
+    int (*local)(void *arg, const struct http_req *r, struct http_reply *rep);
     void *arg;
 };
 
-/** creates the proxy (gate, upstream pool, server) on base; does not bind yet */
-struct proxy *proxy_new(struct event_base *base, const struct cfg *cfg, struct metrics *m);
+/** creates the proxy on base, forwarding to upstream (NULL in router mode); not bound yet */
+struct proxy *proxy_new(struct event_base *base, const struct proxy_opts *o,
+                        const struct http_url *upstream, struct metrics *m);
 /** binds the client listener; writes the bound "host:port" into bound; 0 or -1 with err */
 int proxy_bind(struct proxy *px, const struct hostport *hp, char *bound, size_t boundlen, char *err,
                size_t errlen);
-/** current gate occupancy; returns NULL when there is no cap (N unset) */
-const struct gate_stats *proxy_gate_stats(struct proxy *px, struct gate_stats *st);
+/** installs the admission hooks; before any request arrives */
+void proxy_set_admission(struct proxy *px, const struct proxy_admission *a);
 /** switches to router mode: every request goes to the engine r->pick chooses */
 void proxy_set_route(struct proxy *px, const struct proxy_route *r);
-/** calls cb whenever the load changes (gate occupancy, queue, booked tokens) */
-void proxy_set_change_cb(struct proxy *px, void (*cb)(void *arg), void *arg);
-/** the book of admitted load (the caller may reconfigure ranks and block size) */
-struct book *proxy_book(struct proxy *px);
-/** number of exchanges alive (queued, in a slot, or passing through) */
+/** number of exchanges alive (held, at an engine, or passing through) */
 unsigned proxy_active(const struct proxy *px);
-/** re-reads what the proxy derives from its cfg (after a reload changed it) */
-void proxy_reconfigure(struct proxy *px);
-/** stops admitting: new requests get 503 with msg (e.g. "Server unavailable: worker draining");
- * queued and running ones go on */
+/** true while proxy_cancel_all or proxy_free ends every exchange: let nothing new through */
+int proxy_closing(const struct proxy *px);
+/** stops taking work: new requests get 503 with msg (static storage); the rest go on */
 void proxy_drain(struct proxy *px, const char *msg);
-/** changes N and/or Q live (0 keeps a value); -1 when admitd runs without a cap */
-int proxy_set_limits(struct proxy *px, unsigned n, unsigned q);
 /** cancels every exchange at once; returns how many there were */
 unsigned proxy_cancel_all(struct proxy *px);
-/** aborts every exchange and frees everything */
+/** aborts every exchange and frees everything (the hooks' owners must still be alive) */
 void proxy_free(struct proxy *px);
+
+/** the admission's per-exchange state (proxy_admission.size bytes, max_align_t aligned) */
+void *pxreq_state(struct pxreq *x);
+/** the exchange whose admission state this is */
+struct pxreq *pxreq_of_state(void *state);
+/** records how long admission held the request: X-Admitd-Queue-Wait-Ms and the access log */
+void pxreq_set_queue_wait(struct pxreq *x, double seconds);
+/** a held request: call the expired hook after ms unless it goes on or ends first */
+void proxy_wait_deadline(struct pxreq *x, unsigned ms);
+/** a held request goes on to the engine */
+void proxy_forward(struct pxreq *x);
+/** answers with a JSON body (Retry-After when retry_after > 0, X-Admitd-Reason when reason is
+ *  not NULL) and ends the exchange with outcome o */
+void proxy_answer(struct pxreq *x, int status, const char *json, size_t len, int retry_after,
+                  const char *reason, enum outcome o);
+/** the same with an OpenAI-shaped error body of the given type and message */
+void proxy_answer_error(struct pxreq *x, int status, const char *type, const char *msg,
+                        int retry_after, const char *reason, enum outcome o);
 
 #endif

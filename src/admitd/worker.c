@@ -1,6 +1,7 @@
 /* worker: wiring of one admitd, and the engine state its load messages are built from. */
 #include "worker.h"
 #include "daemon/admin.h"
+#include "daemon/admission.h"
 #include "core/book.h"
 #include "daemon/drain.h"
 #include "core/engine_metrics.h"
@@ -28,7 +29,10 @@ struct worker {
     struct cfg *cfg;
     struct drain *drain;
     struct metrics m;
+    struct proxy_opts popts;     /* what the proxy reads of cfg (live fields follow reloads) */
+    struct admission_opts aopts; /* what admission reads of cfg (likewise) */
     struct proxy *px;
+    struct admission *gate;
     struct admin *adm;
     struct poller *ready, *scrape;
     struct publisher *pub;
@@ -72,7 +76,7 @@ static void on_scrape(void *arg, int status, const char *body, size_t len)
 
         w->engine = snap;
         w->m.scrapes_ok++;
-        book_configure(proxy_book(w->px), ranks ? ranks : 1,
+        book_configure(admission_book(w->gate), ranks ? ranks : 1,
                        bs > 0 && bs <= 1048576 ? (unsigned) bs : w->cfg->block_size);
     } else {
         w->m.scrapes_failed++;
@@ -87,9 +91,9 @@ static void fill_load(void *arg, struct admit_load *msgs, unsigned *n)
     struct worker *w = arg;
     struct gate_stats st;
     struct loadsrc_in in = {
-        .gate = proxy_gate_stats(w->px, &st),
+        .gate = admission_gate_stats(w->gate, &st),
         .inflight_nocap = w->m.inflight_nocap,
-        .book = proxy_book(w->px),
+        .book = admission_book(w->gate),
         .engine = w->engine_ok ? &w->engine : NULL,
         .fallback_max_batched_tokens = w->cfg->max_num_batched_tokens,
         .state = w->state,
@@ -112,7 +116,8 @@ static void render_metrics(void *arg, struct buf *out)
 {
     struct worker *w = arg;
     struct gate_stats st;
-    struct metrics_view v = {&w->m, proxy_gate_stats(w->px, &st), proxy_book(w->px), ADMIT_VERSION};
+    struct metrics_view v = {&w->m, admission_gate_stats(w->gate, &st), admission_book(w->gate),
+                             ADMIT_VERSION};
 
     w->m.load_messages = pub_sent(w->pub);
     metrics_render(&v, out);
@@ -158,7 +163,7 @@ static void admission_state(struct worker *w, struct buf *out)
 {
     struct gate_stats st;
 
-    if (proxy_gate_stats(w->px, &st) == NULL) {
+    if (admission_gate_stats(w->gate, &st) == NULL) {
         buf_printf(out,
                    "{\"engine_request_limit\":null,\"request_queue_limit\":null,"
                    "\"engine_requests\":%u,\"queued_requests\":0}\n",
@@ -211,7 +216,7 @@ static int on_admission(void *arg, const char *body, size_t len, const char *who
         admission_state(w, out);
         return 200;
     }
-    if (proxy_gate_stats(w->px, &before) == NULL)
+    if (admission_gate_stats(w->gate, &before) == NULL)
         return admission_error(out, 409,
                                "admitd runs without --engine-request-limit: there are no limits "
                                "to change; restart it with one");
@@ -238,7 +243,7 @@ static int on_admission(void *arg, const char *body, size_t len, const char *who
     json_decref(root);
     if (n == 0 && q == 0)
         return admission_error(out, 400, "give engine_request_limit, request_queue_limit or both");
-    proxy_set_limits(w->px, n, q);
+    admission_set_limits(w->gate, n, q);
     w->m.limit_changes++;
     log_info("limits changed by POST /admission from %s: N %u -> %u, Q %u -> %u", who, before.limit,
              n ? n : before.limit, before.queue_limit, q ? q : before.queue_limit);
@@ -302,7 +307,7 @@ int worker_reload(struct worker *w, int argc, char **argv, cfg_env_fn env)
         if (memcmp((char *) c + f->off, (char *) nc + f->off, f->len) != 0)
             log_warn("reload: %s changed; it takes effect after a restart", f->name);
     }
-    if (proxy_gate_stats(w->px, &st) == NULL) {
+    if (admission_gate_stats(w->gate, &st) == NULL) {
         if (nc->engine_request_limit > 0)
             log_warn("reload: engine_request_limit set, but admitd started without a cap; "
                      "it takes effect after a restart");
@@ -311,7 +316,7 @@ int worker_reload(struct worker *w, int argc, char **argv, cfg_env_fn env)
     } else if (nc->engine_request_limit != st.limit || nc->request_queue_limit != st.queue_limit) {
         log_info("reload: N %u -> %u, Q %u -> %u", st.limit, nc->engine_request_limit,
                  st.queue_limit, nc->request_queue_limit);
-        proxy_set_limits(w->px, nc->engine_request_limit, nc->request_queue_limit);
+        admission_set_limits(w->gate, nc->engine_request_limit, nc->request_queue_limit);
         w->m.limit_changes++;
     }
     /* What is read at use time is simply replaced. */
@@ -330,7 +335,13 @@ int worker_reload(struct worker *w, int argc, char **argv, cfg_env_fn env)
     c->log_json = nc->log_json;
     log_set_level(c->log_level);
     log_set_json(c->log_json);
-    proxy_reconfigure(w->px);
+    w->popts.stream_buffer_bytes = c->stream_buffer_bytes;
+    w->popts.access_log = c->access_log;
+    w->aopts.queue_timeout_ms = c->queue_timeout_ms;
+    w->aopts.retry_after_s = c->retry_after_s;
+    w->aopts.overload_status = c->overload_status;
+    w->aopts.chars_per_token = c->chars_per_token;
+    admission_reconfigure(w->gate);
     log_info("configuration reloaded%s%s", c->config_path[0] ? " from " : "", c->config_path);
     free(nc);
     pub_changed(w->pub);
@@ -398,7 +409,27 @@ struct worker *worker_start(struct event_base *base, struct cfg *cfg, char *err,
     metrics_init(&w->m);
     if (cfg->mock_engine && start_mock(w, base, err, errlen) != 0)
         goto fail;
-    w->px = proxy_new(base, cfg, &w->m);
+    w->popts = (struct proxy_opts){
+        .client_timeout_ms = cfg->client_timeout_ms,
+        .max_header_bytes = cfg->max_header_bytes,
+        .max_body_bytes = cfg->max_body_bytes,
+        .upstream_timeout_ms = cfg->upstream_timeout_ms,
+        .upstream_keepalive = cfg->upstream_keepalive,
+        .stream_buffer_bytes = cfg->stream_buffer_bytes,
+        .access_log = cfg->access_log,
+    };
+    w->aopts = (struct admission_opts){
+        .engine_request_limit = cfg->engine_request_limit,
+        .request_queue_limit = cfg->request_queue_limit,
+        .queue_timeout_ms = cfg->queue_timeout_ms,
+        .retry_after_s = cfg->retry_after_s,
+        .overload_status = cfg->overload_status,
+        .chars_per_token = cfg->chars_per_token,
+        .nranks = cfg->data_parallel_size,
+        .block_size = cfg->block_size,
+    };
+    w->px = proxy_new(base, &w->popts, &cfg->upstream, &w->m);
+    w->gate = admission_new(w->px, &w->m, &w->aopts);
     w->drain = drain_new(base, w->px, &w->m);
     w->adm = admin_new(base, &hooks, cfg->admin_token);
     if (proxy_bind(w->px, &cfg->listen, w->listen_at, sizeof w->listen_at, err, errlen) != 0 ||
@@ -412,7 +443,7 @@ struct worker *worker_start(struct event_base *base, struct cfg *cfg, char *err,
         if (w->pub == NULL)
             goto fail;
     }
-    proxy_set_change_cb(w->px, on_load_change, w);
+    admission_set_change_cb(w->gate, on_load_change, w);
     w->ready = poller_new(base, &cfg->upstream, cfg->health_path, cfg->health_interval_ms,
                           cfg->health_interval_ms < 1000 ? 1000 : cfg->health_interval_ms,
                           on_ready_poll, w);
@@ -446,10 +477,11 @@ void worker_free(struct worker *w)
         return;
     poller_free(w->ready);
     poller_free(w->scrape);
-    if (w->px != NULL)
-        proxy_set_change_cb(w->px, NULL, NULL);
+    if (w->gate != NULL)
+        admission_set_change_cb(w->gate, NULL, NULL);
     admin_free(w->adm);
-    proxy_free(w->px);
+    proxy_free(w->px); /* its exchanges release into the gate: admission goes after it */
+    admission_free(w->gate);
     drain_free(w->drain);
     pub_free(w->pub);
     mock_engine_free(w->mock);

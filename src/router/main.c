@@ -4,6 +4,7 @@
  *                --active-decode-blocks-threshold 0.85 --model meta-llama/Llama-3.1-8B
  */
 #include "daemon/admin.h"
+#include "daemon/admission.h"
 #include "core/busy.h"
 #include "core/cfgfile.h"
 #include "core/config.h"
@@ -26,7 +27,10 @@
 
 struct app {
     struct metrics m;
+    struct proxy_opts popts;
+    struct admission_opts aopts;
     struct proxy *px;
+    struct admission *adm; /* no cap: counts what is in flight, and tells the drain */
     struct router *r;
     struct event_base *base;
     unsigned drain_timeout_ms;
@@ -348,9 +352,18 @@ int main(int argc, char **argv)
     metrics_init(&app.m);
     app.base = base;
     app.drain_timeout_ms = cfg->drain_timeout_ms;
-    app.px = proxy_new(base, cfg, &app.m);
+    app.popts = (struct proxy_opts){cfg->client_timeout_ms,  cfg->max_header_bytes,
+                                    cfg->max_body_bytes,     cfg->upstream_timeout_ms,
+                                    cfg->upstream_keepalive, cfg->stream_buffer_bytes,
+                                    cfg->access_log};
+    app.aopts = (struct admission_opts){.retry_after_s = cfg->retry_after_s,
+                                        .overload_status = cfg->overload_status,
+                                        .chars_per_token = cfg->chars_per_token,
+                                        .block_size = cfg->block_size};
+    app.px = proxy_new(base, &app.popts, NULL, &app.m);
+    app.adm = admission_new(app.px, &app.m, &app.aopts);
     app.drain = drain_new(base, app.px, &app.m);
-    proxy_set_change_cb(app.px, on_change, &app);
+    admission_set_change_cb(app.adm, on_change, &app);
     app.r = router_new(base, app.px, cfg, &st.t, (unsigned) st.missed);
     for (size_t i = 0; i < st.nmodels; i++)
         router_add_model(app.r, st.models[i]);
@@ -388,6 +401,7 @@ int main(int argc, char **argv)
     }
     admin_free(adm);
     proxy_free(app.px); /* may report a last change: the drain goes after it */
+    admission_free(app.adm);
     drain_free(app.drain);
     router_free(app.r);
     event_base_free(base);

@@ -12,8 +12,6 @@
 #include "http/upstream.h"
 #include "core/xmalloc.h"
 
-#include <event2/buffer.h>
-#include <event2/http.h>
 #include <jansson.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -57,7 +55,6 @@ struct router {
     size_t rr; /* round-robin start for ties */
     struct reject_key rejects[MAX_REJECT_KEYS];
     size_t nrejects;
-    struct buf scratch;
 };
 
 static int64_t now_ms(void)
@@ -147,16 +144,14 @@ static const char *endpoint_of(const char *uri)
 }
 
 /* The request's "model", read from its JSON body ("" when there is none). */
-static void model_of(struct evhttp_request *creq, char *out, size_t outlen)
+static void model_of(const struct http_req *req, char *out, size_t outlen)
 {
-    struct evbuffer *in = evhttp_request_get_input_buffer(creq);
-    size_t len = evbuffer_get_length(in);
     json_t *root, *m;
 
     out[0] = '\0';
-    if (len == 0)
+    if (req->body_len == 0)
         return;
-    root = json_loadb((const char *) evbuffer_pullup(in, -1), len, 0, NULL);
+    root = json_loadb(req->body, req->body_len, 0, NULL);
     m = json_object_get(root, "model");
     if (json_is_string(m))
         snprintf(out, outlen, "%s", json_string_value(m));
@@ -183,8 +178,8 @@ static void count_reject(struct router *r, const char *model, const char *endpoi
     r->rejects[i].count++;
 }
 
-static struct upstream *pick(void *arg, struct evhttp_request *creq, const struct upstream *exclude,
-                             int *status, const char **msg)
+static struct upstream *pick(void *arg, const struct http_req *req, const struct upstream *exclude,
+                             int *status, const char **msg, int *busy)
 {
     struct router *r = arg;
     struct busy_thresholds t;
@@ -193,7 +188,7 @@ static struct upstream *pick(void *arg, struct evhttp_request *creq, const struc
     struct rworker *best = NULL;
     size_t nroutable = 0;
 
-    model_of(creq, model, sizeof model);
+    model_of(req, model, sizeof model);
     bt_registry_get(r->bt, model, &t);
     for (size_t k = 0; k < r->n; k++) {
         struct rworker *w = r->w[(r->rr + k) % r->n];
@@ -218,7 +213,8 @@ static struct upstream *pick(void *arg, struct evhttp_request *creq, const struc
     }
     *status = r->cfg->overload_status;
     *msg = "All workers are busy, please retry later";
-    count_reject(r, model, endpoint_of(evhttp_request_get_uri(creq)));
+    *busy = 1;
+    count_reject(r, model, endpoint_of(req->target));
     return NULL;
 }
 
@@ -234,51 +230,32 @@ static void overloaded(void *arg, struct upstream *up)
         }
 }
 
-static void refused(void *arg, struct evhttp_request *creq)
+static void refused(void *arg, const struct http_req *req)
 {
     struct router *r = arg;
     char model[128];
 
-    model_of(creq, model, sizeof model);
-    count_reject(r, model, endpoint_of(evhttp_request_get_uri(creq)));
+    model_of(req, model, sizeof model);
+    count_reject(r, model, endpoint_of(req->target));
 }
 
 /* /busy_threshold is answered by the router itself. */
-static int local(void *arg, struct evhttp_request *creq)
+static int local(void *arg, const struct http_req *req, struct http_reply *rep)
 {
     struct router *r = arg;
-    const char *uri = evhttp_request_get_uri(creq);
-    struct evbuffer *in = evhttp_request_get_input_buffer(creq), *out;
-    enum evhttp_cmd_type cmd = evhttp_request_get_command(creq);
-    size_t len = evbuffer_get_length(in);
-    int status;
 
-    if (strncmp(uri, "/busy_threshold", 15) != 0 || (uri[15] != '\0' && uri[15] != '?'))
+    if (!http_req_path_is(req, "/busy_threshold"))
         return 0;
-    buf_reset(&r->scratch);
     /* Dynamo leaves threshold changes open to whoever reaches the frontend; with a token
      * configured, changes need it (reads stay open, as on admitd's metrics listener). */
-    if (r->cfg->admin_token[0] != '\0' && cmd != EVHTTP_REQ_GET &&
-        !httpu_bearer_ok(
-            evhttp_find_header(evhttp_request_get_input_headers(creq), "Authorization"),
-            r->cfg->admin_token)) {
-        httpu_error_field_json(&r->scratch, "a valid Authorization: Bearer token is required");
-        status = 401;
+    if (r->cfg->admin_token[0] != '\0' && req->method != HTTP_GET &&
+        !httpu_bearer_ok(http_req_header(req, "Authorization"), r->cfg->admin_token)) {
+        httpu_error_field_json(&rep->body, "a valid Authorization: Bearer token is required");
+        rep->status = 401;
     } else
-        status = bt_api_handle(
-            r->bt,
-            cmd == EVHTTP_REQ_GET    ? "GET"
-            : cmd == EVHTTP_REQ_POST ? "POST"
-                                     : "OTHER",
-            evhttp_find_header(evhttp_request_get_input_headers(creq), "Content-Type"),
-            len ? (const char *) evbuffer_pullup(in, -1) : "", len, &r->scratch);
-    out = evbuffer_new();
-    if (out == NULL)
-        fatal("evbuffer_new failed");
-    evbuffer_add(out, r->scratch.data, r->scratch.len);
-    evhttp_add_header(evhttp_request_get_output_headers(creq), "Content-Type", "application/json");
-    evhttp_send_reply(creq, status, status == 200 ? "OK" : "Error", out);
-    evbuffer_free(out);
+        rep->status = bt_api_handle(r->bt, http_method_name(req->method),
+                                    http_req_header(req, "Content-Type"), req->body, req->body_len,
+                                    &rep->body);
     return 1;
 }
 
@@ -295,7 +272,6 @@ struct router *router_new(struct event_base *base, struct proxy *px, const struc
     r->cfg = cfg;
     r->missed = missed_heartbeats ? missed_heartbeats : 3;
     r->bt = bt_registry_new(defaults);
-    buf_init(&r->scratch);
     proxy_set_route(px, &route);
     return r;
 }
@@ -430,6 +406,5 @@ void router_free(struct router *r)
     }
     free(r->w);
     bt_registry_free(r->bt);
-    buf_free(&r->scratch);
     free(r);
 }
