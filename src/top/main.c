@@ -6,14 +6,11 @@
 #include "admit/load.h"
 #include "core/buf.h"
 #include "core/log.h"
-#include "pubsub/nngclose.h"
+#include "pubsub/feed.h"
 #include "top.h"
 
 #include <errno.h>
 #include <getopt.h>
-#include <nng/nng.h>
-#include <nng/protocol/pubsub0/sub.h>
-#include <poll.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -45,6 +42,38 @@ static int64_t mono_us(void)
 
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return (int64_t) ts.tv_sec * 1000000 + ts.tv_nsec / 1000;
+}
+
+/* What a received message updates: one JSON line or the table. */
+struct sink {
+    int json, stamp, bad;
+    long count, got;
+    struct admit_loadtab *tab;
+};
+
+static void on_message(void *arg, const void *msg, size_t len)
+{
+    struct sink *k = arg;
+    int64_t recv_us = mono_us(); /* first, so decoding does not count in the stamp */
+    struct admit_load m;
+    char err[256];
+
+    if (admit_load_decode(msg, len, &m, err, sizeof err) != 0) {
+        if (k->bad++ < 10)
+            fprintf(stderr, "admit-top: dropped an invalid message: %s\n", err);
+    } else if (k->json) {
+        char out[ADMIT_LOAD_MSG_MAX];
+        if (admit_load_to_json(&m, out, sizeof out) > 0) {
+            if (k->stamp)
+                printf("%lld ", (long long) recv_us);
+            printf("%s\n", out);
+        }
+        fflush(stdout);
+        if (k->count > 0 && ++k->got >= k->count)
+            stop = 1;
+    } else {
+        admit_loadtab_update(k->tab, &m, now_ms());
+    }
 }
 
 static void usage(FILE *out)
@@ -90,10 +119,11 @@ int main(int argc, char **argv)
                                              {"help", no_argument, NULL, 'h'},
                                              {"version", no_argument, NULL, 'V'},
                                              {NULL, 0, NULL, 0}};
-    long count = 0, refresh = 1000, iterations = 0, missed = 3, got = 0, drawn = 0;
-    int json = 0, stamp = 0, ch, rv, bad = 0, recv_fd = -1;
-    nng_socket sock;
-    struct admit_loadtab *tab;
+    long count = 0, refresh = 1000, iterations = 0, missed = 3, drawn = 0;
+    int json = 0, stamp = 0, ch;
+    struct feed *feed;
+    struct sink sink;
+    char err[256];
     int64_t next_draw;
 
     log_set_ident("admit-top");
@@ -136,67 +166,36 @@ int main(int argc, char **argv)
         usage(stderr);
         return 2;
     }
-    if ((rv = nng_sub0_open(&sock)) != 0 ||
-        (rv = nng_socket_set(sock, NNG_OPT_SUB_SUBSCRIBE, ADMIT_LOAD_TOPIC " ",
-                             sizeof ADMIT_LOAD_TOPIC)) != 0 ||
-        (rv = nng_socket_get_int(sock, NNG_OPT_RECVFD, &recv_fd)) != 0) {
-        fprintf(stderr, "admit-top: error: cannot open a subscriber: %s\n", nng_strerror(rv));
+    if ((feed = feed_open(err, sizeof err)) == NULL) {
+        fprintf(stderr, "admit-top: error: %s\n", err);
         return 1;
     }
     for (int i = optind; i < argc; i++) {
-        /* Non-blocking dial: a publisher that is not up yet is retried in the background. */
-        if ((rv = nng_dial(sock, argv[i], NULL, NNG_FLAG_NONBLOCK)) != 0) {
-            fprintf(stderr, "admit-top: error: cannot dial %s: %s\n", argv[i], nng_strerror(rv));
-            nngc_close(sock, 500);
-            nngc_finish(2, 500);
+        if (feed_dial(feed, argv[i], err, sizeof err) != 0) {
+            fprintf(stderr, "admit-top: error: %s\n", err);
+            feed_close(feed, 500);
+            feed_finish(2, 500);
             return 2;
         }
     }
     signal(SIGINT, on_signal);
     signal(SIGTERM, on_signal);
-    tab = admit_loadtab_new((unsigned) missed);
+    sink = (struct sink){.json = json, .stamp = stamp, .count = count};
+    sink.tab = admit_loadtab_new((unsigned) missed);
     next_draw = now_ms() + refresh;
     while (!stop) {
-        char *msg = NULL;
-        size_t len = 0;
-        struct admit_load m;
-        char err[256];
-
-        /* Wait on the receive descriptor with poll(), never inside nng_recv: nng 1.5.2 can
-         * block there past NNG_OPT_RECVTIMEO, and poll() returns on a signal. */
-        struct pollfd pfd = {recv_fd, POLLIN, 0};
-        if (poll(&pfd, 1, 100) < 0 && errno != EINTR)
+        /* A bounded wait that a signal cuts short (see feed.h), then at most one message. */
+        if (feed_wait(feed, 100) < 0)
             break;
-        rv = nng_recv(sock, &msg, &len, NNG_FLAG_ALLOC | NNG_FLAG_NONBLOCK);
-        if (rv == 0) {
-            int64_t recv_us = mono_us();
-
-            if (admit_load_decode(msg, len, &m, err, sizeof err) != 0) {
-                if (bad++ < 10)
-                    fprintf(stderr, "admit-top: dropped an invalid message: %s\n", err);
-            } else if (json) {
-                char out[ADMIT_LOAD_MSG_MAX];
-                if (admit_load_to_json(&m, out, sizeof out) > 0) {
-                    if (stamp)
-                        printf("%lld ", (long long) recv_us);
-                    printf("%s\n", out);
-                }
-                fflush(stdout);
-                if (count > 0 && ++got >= count)
-                    stop = 1;
-            } else {
-                admit_loadtab_update(tab, &m, now_ms());
-            }
-            nng_free(msg, len);
-        } else if (rv != NNG_EAGAIN && rv != NNG_ETIMEDOUT) {
-            fprintf(stderr, "admit-top: receive failed: %s\n", nng_strerror(rv));
+        if (feed_recv(feed, on_message, &sink, err, sizeof err) < 0) {
+            fprintf(stderr, "admit-top: %s\n", err);
             break;
         }
         if (!json && now_ms() >= next_draw) {
             struct buf b;
 
             buf_init(&b);
-            top_render(tab, now_ms(), &b);
+            top_render(sink.tab, now_ms(), &b);
             /* Clear the screen only on a terminal, so output can be piped and read. */
             fputs(isatty(1) ? "\033[H\033[2J" : "\n", stdout);
             fputs(b.data, stdout);
@@ -207,11 +206,11 @@ int main(int argc, char **argv)
                 stop = 1;
         }
     }
-    admit_loadtab_free(tab);
+    admit_loadtab_free(sink.tab);
     fflush(stdout);
-    if (nngc_close(sock, 500) != 0)
+    if (feed_close(feed, 500) != 0)
         fprintf(stderr, "admit-top: closing the subscriber did not finish (nng 1.5.2); "
                         "exiting anyway\n");
-    nngc_finish(0, 500);
+    feed_finish(0, 500);
     return 0;
 }
