@@ -63,7 +63,7 @@ struct opt_def {
     double min, max;      /* range of OPT_UINT, OPT_STATUS, OPT_DOUBLE, OPT_RETRY, OPT_COUNT */
     const char *def;      /* the default as text, parsed like any value; NULL = zero/empty */
     const char *help;     /* one line for --help */
-    const char *expect;   /* replaces "must be ..." for a bad number, e.g. "must be odd" */
+    const char *expect;   /* replaces the "must be ..." of a bad value's message */
     const char *requires; /* flag of an option that must be given for this one to be read:
                              without it, env and flags are ignored and a file value is
                              checked but the default stays (Dynamo reads Q only with N) */
@@ -98,16 +98,14 @@ enum opt_result { OPT_RUN = 0, OPT_HELP, OPT_VERSION, OPT_CHECK, OPT_ERROR };
 /** looks up an environment variable; NULL when unset */
 typedef const char *(*opt_env_fn)(const char *name);
 
-/** fills the zeroed obj from defaults < file < env < argv; OPT_ERROR with the reason in err
- *  (after OPT_RUN or OPT_CHECK release the lists with opt_free; otherwise none are kept) */
+/** fills the zeroed obj: defaults < file < env < argv; on OPT_ERROR err says what and where */
 enum opt_result opt_parse(const struct opt_spec *s, void *obj, int argc, char **argv,
                           opt_env_fn env, char *err, size_t errlen);
-/** frees obj's lists and leaves them empty; safe to call twice */
+/** frees obj's lists (kept only after OPT_RUN or OPT_CHECK); safe to call twice */
 void opt_free(const struct opt_spec *s, void *obj);
 /** prints --help: the usage line, the intro, then every option with its env var and default */
 void opt_usage(const struct opt_spec *s, FILE *out);
-/** s as a decimal in [min, max] (blanks around it allowed), else fallback: Dynamo's lenient
- *  rule for the overload status */
+/** s as a decimal in [min, max], blanks around it allowed, else fallback (Dynamo's status) */
 int opt_lenient_int(const char *s, long min, long max, int fallback);
 /** 1 if s is tcp://HOST:PORT or ipc:///PATH, shorter than size and without blanks */
 int opt_nng_url_ok(const char *s, size_t size);

@@ -41,8 +41,7 @@ struct router_cfg {
     char config_path[512]; /* the YAML file read ("" = none) */
 };
 
-/** fills c from defaults < the config file < env < argv; CFG_CHECK for --check-config; on
- *  CFG_ERROR err names the flag, the variable or the file's file:line:column */
+/** fills c: defaults < file < env < argv, workers checked; on CFG_ERROR err says what, where */
 enum cfg_result router_cfg_parse(struct router_cfg *c, int argc, char **argv, cfg_env_fn env,
                                  char *err, size_t errlen);
 /** frees c's lists; safe after any result and twice */
