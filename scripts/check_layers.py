@@ -33,7 +33,8 @@ MAY_INCLUDE = {
     "src/top": {"admit", "core", "pubsub"},
     "src/mock": {"admit", "core", "http"},
     "include/admit": {"admit"},
-    "tests/unit/core": {"admit", "core"},
+    "tests/unit/core": {"admit", "core", "tests"},  # tests: the shared fixtures (testenv)
+    "tests/unit/router": {"admit", "core", "router", "tests"},
     "fuzz": {"admit", "core"},
 }
 
@@ -59,6 +60,8 @@ FORBIDDEN = {
     "src/mock": [(NNG, "nng belongs in lib/pubsub")],
     "include/admit": [(LIBEVENT, "the public API is pure"), (NNG, "the public API is pure")],
     "tests/unit/core": [(LIBEVENT, "core tests need no event loop"), (NNG, "no nng in core tests")],
+    "tests/unit/router": [(LIBEVENT, "the router's unit tests link only its pure modules"),
+                          (NNG, "the router's unit tests link only its pure modules")],
     "fuzz": [(LIBEVENT, "the fuzzed parsers are pure"), (NNG, "the fuzzed parsers are pure")],
 }
 

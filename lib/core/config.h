@@ -1,14 +1,17 @@
-/* config: admitd's settings from flags, environment and defaults.
+/* config: admitd's settings from flags, environment, a YAML file and defaults.
  *
- * Every option has a long flag and an environment variable; the flag wins over the
- * environment, which wins over the default. Parsing is pure: the environment comes in
- * through a lookup function so tests can feed a table. Errors name where the bad value came
- * from ("--engine-request-limit" or "DYN_ENGINE_REQUEST_LIMIT") and what was expected. */
+ * Every option has a long flag, an environment variable and a key of the config file; the
+ * flag wins over the environment, which wins over the file, which wins over the default.
+ * The table of admitd's options lives in config.c; the engine that reads it is core/opt.h.
+ * Parsing is pure: the environment comes in through a lookup function so tests can feed a
+ * table. Errors name where the bad value came from ("--engine-request-limit",
+ * "DYN_ENGINE_REQUEST_LIMIT" or the file's file:line:column) and what was expected. */
 #ifndef ADMIT_CONFIG_H
 #define ADMIT_CONFIG_H
 
 #include "core/log.h"
 #include "core/netaddr.h"
+#include "core/opt.h"
 
 #include <stddef.h>
 #include <stdio.h>
@@ -17,6 +20,18 @@
 #define CFG_DEFAULT_OVERLOAD_STATUS 529
 /* Dynamo's default queue limit Q. */
 #define CFG_DEFAULT_QUEUE_LIMIT 16
+
+/* Range and default (min, max, "default") of the settings admit-router shares with admitd,
+ * for the two option tables: the rule is written once, so the daemons cannot drift apart. */
+#define CFG_DEF_OVERLOAD_STATUS     200, 999, "529"
+#define CFG_DEF_RETRY_AFTER         1, 3600, "auto"
+#define CFG_DEF_UPSTREAM_TIMEOUT_MS 1, 86400000, "600000"
+#define CFG_DEF_CLIENT_TIMEOUT_MS   1, 86400000, "60000"
+#define CFG_DEF_MAX_HEADER_BYTES    1024, 16777216, "65536"
+#define CFG_DEF_MAX_BODY_BYTES      1, 1073741824, "33554432"
+#define CFG_DEF_UPSTREAM_KEEPALIVE  0, 100000, "64"
+#define CFG_DEF_STREAM_BUFFER_BYTES 4096, 1073741824, "262144"
+#define CFG_DEF_DRAIN_TIMEOUT_MS    0, 86400000, "30000"
 
 struct cfg {
     struct hostport listen;         /* client listener */
@@ -57,11 +72,17 @@ struct cfg {
     char config_path[512];     /* --config: the YAML file read ("" = none) */
 };
 
-/* What cfg_parse asks the caller to do. */
-enum cfg_result { CFG_RUN = 0, CFG_HELP, CFG_VERSION, CFG_CHECK, CFG_ERROR };
+/* What cfg_parse asks the caller to do (the engine's results, under admitd's names). */
+enum cfg_result {
+    CFG_RUN = OPT_RUN,
+    CFG_HELP = OPT_HELP,
+    CFG_VERSION = OPT_VERSION,
+    CFG_CHECK = OPT_CHECK,
+    CFG_ERROR = OPT_ERROR
+};
 
-/** looks up an environment variable; NULL when unset */
-typedef const char *(*cfg_env_fn)(const char *name);
+/* Looks up an environment variable; NULL when unset. */
+typedef opt_env_fn cfg_env_fn;
 
 /** fills c from defaults, then the --config file, then env, then argv (each wins over the
  *  ones before); CFG_CHECK for --check-config; on CFG_ERROR err holds the reason, with

@@ -1,0 +1,168 @@
+/* config: admit-router's option table, read by the engine in core/opt.c. */
+#include "config.h"
+#include "core/xmalloc.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+/* Longest load publisher URL, as admitd's --publish. */
+#define ROUTER_PUB_URL_MAX 256
+
+/* A worker is "PROXY_URL=PUB_URL": checked here, at parse time, so that --check-config and
+ * a bad start fail the same way before anything is dialled. */
+static int check_worker(void *obj, const char *item, char *msg, size_t msglen)
+{
+    const char *eq = strchr(item, '=');
+    struct http_url url;
+    char sub[192], *proxy;
+    int rc;
+
+    (void) obj;
+    if (eq == NULL) {
+        snprintf(msg, msglen, "'%.120s' must be PROXY_URL=PUB_URL", item);
+        return -1;
+    }
+    proxy = xstrndup(item, (size_t) (eq - item));
+    rc = http_url_parse(proxy, &url, sub, sizeof sub);
+    free(proxy);
+    if (rc != 0) {
+        snprintf(msg, msglen, "'%.120s': %s", item, sub);
+        return -1;
+    }
+    if (!opt_nng_url_ok(eq + 1, ROUTER_PUB_URL_MAX)) {
+        snprintf(msg, msglen, "'%.120s': the load publisher must be tcp://HOST:PORT or ipc:///PATH",
+                 item);
+        return -1;
+    }
+    return 0;
+}
+
+#define AT(member) OPT_AT(struct router_cfg, member)
+
+/* The order here is the order of --help. Where admitd has the option too, the range and
+ * default are admitd's (config.h). */
+static const struct opt_def opts[] = {
+    OPT("worker", "ADMIT_ROUTER_WORKER", OPT_LIST, AT(workers), 0, 0, NULL,
+        "admitd http://HOST:PORT=its --publish URL; repeatable, at least one", NULL, NULL,
+        check_worker),
+    OPT("model", "ADMIT_ROUTER_MODEL", OPT_LIST, AT(models), 0, 0, NULL,
+        "a model whose thresholds POST /busy_threshold may change, repeatable"),
+    OPT("listen", "ADMIT_ROUTER_LISTEN", OPT_HOSTPORT, AT(listen), 0, 0, "0.0.0.0:8090",
+        "client listener HOST:PORT; port 0 picks a free port"),
+    OPT("metrics-listen", "ADMIT_ROUTER_METRICS_LISTEN", OPT_HOSTPORT, AT(metrics_listen), 0, 0,
+        "0.0.0.0:9092", "listener for /metrics, /load, /health and /ready"),
+    OPT("active-decode-blocks-threshold", "ADMIT_ROUTER_ACTIVE_DECODE_BLOCKS_THRESHOLD",
+        OPT_FRACTION, AT(t.active_decode_blocks_threshold), 0, 0, "None",
+        "busy above this fraction (0..1) of KV blocks in use, or None"),
+    OPT("active-prefill-tokens-threshold", "ADMIT_ROUTER_ACTIVE_PREFILL_TOKENS_THRESHOLD",
+        OPT_COUNT, AT(t.active_prefill_tokens_threshold), 0, 1e18, "None",
+        "busy above this many prompt tokens being prefilled, or None",
+        "must be a token count (an integer >= 0), or None"),
+    OPT("active-prefill-tokens-threshold-frac", "ADMIT_ROUTER_ACTIVE_PREFILL_TOKENS_THRESHOLD_FRAC",
+        OPT_SCALE, AT(t.active_prefill_tokens_threshold_frac), 0, 0, "None",
+        "busy above this multiple (>= 0) of max_num_batched_tokens, or None"),
+    OPT("overload-status-code", "DYN_HTTP_OVERLOAD_STATUS_CODE", OPT_STATUS, AT(overload_status),
+        CFG_DEF_OVERLOAD_STATUS, "status when every worker is busy (200-999; else 529)"),
+    OPT("missed-heartbeats", "ADMIT_ROUTER_MISSED_HEARTBEATS", OPT_UINT, AT(missed_heartbeats), 1,
+        1000, "3", "a worker silent this many heartbeats is not routable"),
+    OPT("upstream-timeout-ms", "ADMIT_ROUTER_UPSTREAM_TIMEOUT_MS", OPT_UINT,
+        AT(upstream_timeout_ms), CFG_DEF_UPSTREAM_TIMEOUT_MS,
+        "worker silent this long (connect, first byte or between bytes): 504"),
+    OPT("client-timeout-ms", "ADMIT_ROUTER_CLIENT_TIMEOUT_MS", OPT_UINT, AT(client_timeout_ms),
+        CFG_DEF_CLIENT_TIMEOUT_MS,
+        "client idle this long (request, keep-alive, unread reply): closed"),
+    OPT("max-header-bytes", "ADMIT_ROUTER_MAX_HEADER_BYTES", OPT_UINT, AT(max_header_bytes),
+        CFG_DEF_MAX_HEADER_BYTES, "largest request header block (larger: 400)"),
+    OPT("max-body-bytes", "ADMIT_ROUTER_MAX_BODY_BYTES", OPT_UINT, AT(max_body_bytes),
+        CFG_DEF_MAX_BODY_BYTES, "largest request body (larger: 413)"),
+    OPT("upstream-keepalive", "ADMIT_ROUTER_UPSTREAM_KEEPALIVE", OPT_UINT, AT(upstream_keepalive),
+        CFG_DEF_UPSTREAM_KEEPALIVE, "idle keep-alive connections per worker kept for reuse"),
+    OPT("stream-buffer-bytes", "ADMIT_ROUTER_STREAM_BUFFER_BYTES", OPT_UINT,
+        AT(stream_buffer_bytes), CFG_DEF_STREAM_BUFFER_BYTES,
+        "unsent reply bytes per client above which the worker is not read"),
+    OPT("retry-after", "ADMIT_ROUTER_RETRY_AFTER", OPT_RETRY, AT(retry_after_s),
+        CFG_DEF_RETRY_AFTER, "Retry-After seconds on overload answers, or auto"),
+    OPT("drain-timeout-ms", "ADMIT_ROUTER_DRAIN_TIMEOUT_MS", OPT_UINT, AT(drain_timeout_ms),
+        CFG_DEF_DRAIN_TIMEOUT_MS, "on SIGTERM, how long requests in flight may take"),
+    OPT("admin-token", "ADMIT_ROUTER_ADMIN_TOKEN", OPT_TOKEN, AT(admin_token), 0, 0, NULL,
+        "bearer token for POST /busy_threshold (default: open, as Dynamo)"),
+    OPT("log-level", "ADMIT_ROUTER_LOG_LEVEL", OPT_LOGLEVEL, AT(log_level), 0, 0, "info",
+        "error, warn, info or debug"),
+    OPT("log-format", "ADMIT_ROUTER_LOG_FORMAT", OPT_LOGFMT, AT(log_json), 0, 0, "text",
+        "text or json (one JSON object per line)"),
+    OPT("access-log", "ADMIT_ROUTER_ACCESS_LOG", OPT_BOOL, AT(access_log), 0, 0, "0",
+        "one log line per finished request (status, outcome, timings, bytes)"),
+};
+
+static const struct opt_spec spec = {
+    "admit-router",
+    "--worker=PROXY_URL=PUB_URL [--worker=...] [--option=value ...]",
+    "Routes OpenAI-compatible requests to admitd workers that have room, judged from\n"
+    "their load messages, and answers the overload status when every worker is busy.\n"
+    "Each option can also be set by the environment variable shown, or in a YAML file\n"
+    "(--config, key = the option with '_' for '-'); a flag wins over the environment,\n"
+    "which wins over the file. A list from one source replaces those of the sources\n"
+    "below it; in the environment and the file a list is comma-separated.\n",
+    "ADMIT_ROUTER_CONFIG",
+    "examples/admit-router.yaml",
+    opts,
+    sizeof opts / sizeof opts[0],
+    AT(config_path),
+};
+
+enum cfg_result router_cfg_parse(struct router_cfg *c, int argc, char **argv, cfg_env_fn env,
+                                 char *err, size_t errlen)
+{
+    enum opt_result r;
+
+    memset(c, 0, sizeof *c);
+    r = opt_parse(&spec, c, argc, argv, env, err, errlen);
+    if (r != OPT_RUN && r != OPT_CHECK)
+        return (enum cfg_result) r;
+    if (c->workers.n == 0) {
+        snprintf(err, errlen,
+                 "no worker: name at least one with --worker=PROXY_URL=PUB_URL, "
+                 "ADMIT_ROUTER_WORKER or worker in the config file");
+        r = OPT_ERROR;
+    } else if (busy_thresholds_validate(&c->t, err, errlen) != 0) {
+        r = OPT_ERROR; /* the kinds check the ranges already: this is the router's own rule */
+    }
+    if (r == OPT_ERROR)
+        router_cfg_free(c);
+    return (enum cfg_result) r;
+}
+
+void router_cfg_free(struct router_cfg *c)
+{
+    opt_free(&spec, c);
+}
+
+void router_cfg_usage(FILE *out)
+{
+    opt_usage(&spec, out);
+}
+
+int router_cfg_proxy(const struct router_cfg *c, struct cfg *out, char *err, size_t errlen)
+{
+    char *def_argv[] = {"admit-router", NULL};
+
+    _Static_assert(sizeof c->admin_token == sizeof out->admin_token, "admin tokens differ");
+    if (cfg_parse(out, 1, def_argv, NULL, err, errlen) != CFG_RUN)
+        return -1;
+    out->listen = c->listen;
+    out->metrics_listen = c->metrics_listen;
+    out->overload_status = c->overload_status;
+    out->upstream_timeout_ms = c->upstream_timeout_ms;
+    out->client_timeout_ms = c->client_timeout_ms;
+    out->max_header_bytes = c->max_header_bytes;
+    out->max_body_bytes = c->max_body_bytes;
+    out->upstream_keepalive = c->upstream_keepalive;
+    out->stream_buffer_bytes = c->stream_buffer_bytes;
+    out->retry_after_s = c->retry_after_s;
+    out->drain_timeout_ms = c->drain_timeout_ms;
+    memcpy(out->admin_token, c->admin_token, sizeof out->admin_token);
+    out->log_level = c->log_level;
+    out->log_json = c->log_json;
+    out->access_log = c->access_log;
+    return 0;
+}

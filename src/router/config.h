@@ -1,0 +1,54 @@
+/* config: admit-router's settings, from the same option engine as admitd's (core/opt.h).
+ *
+ * Every option is a flag, an environment variable (ADMIT_ROUTER_<FLAG>, or Dynamo's name
+ * where there is one) and a key of the YAML file (--config or ADMIT_ROUTER_CONFIG); flag >
+ * environment > file > default. Lists (worker, model) come from repeated flags or from
+ * comma-separated values, and the highest source that gives one replaces the others. All
+ * of it is checked at parse time, workers included, so --check-config catches what a start
+ * would refuse. Pure: nothing here binds or dials. */
+#ifndef ADMIT_ROUTER_CONFIG_H
+#define ADMIT_ROUTER_CONFIG_H
+
+#include "core/busy.h"
+#include "core/config.h"
+#include "core/log.h"
+#include "core/netaddr.h"
+#include "core/opt.h"
+
+#include <stddef.h>
+#include <stdio.h>
+
+struct router_cfg {
+    struct opt_list workers;        /* "PROXY_URL=PUB_URL", each checked; at least one */
+    struct opt_list models;         /* models whose thresholds /busy_threshold may change */
+    struct hostport listen;         /* client listener */
+    struct hostport metrics_listen; /* /metrics, /load, /health, /ready */
+    struct busy_thresholds t;       /* the defaults of every model; unset = never busy */
+    int overload_status;            /* every worker busy: 200..999 */
+    unsigned missed_heartbeats;     /* a worker silent this many heartbeats is not routable */
+    unsigned upstream_timeout_ms;   /* a worker silent this long: 504 (or a cut stream) */
+    unsigned client_timeout_ms;     /* a client idle this long: closed */
+    unsigned max_header_bytes;      /* request headers larger than this: 400 */
+    unsigned max_body_bytes;        /* request bodies larger than this: 413 */
+    unsigned upstream_keepalive;    /* idle worker connections kept for reuse */
+    unsigned stream_buffer_bytes;   /* pause reading a worker above this much unsent */
+    unsigned retry_after_s;         /* Retry-After on overload answers; 0 = estimate it */
+    unsigned drain_timeout_ms;      /* on SIGTERM, wait this long for requests in flight */
+    char admin_token[128];          /* "" = POST /busy_threshold open to anyone (Dynamo) */
+    enum log_level log_level;
+    int log_json;          /* log lines as JSON objects */
+    int access_log;        /* one line per finished request */
+    char config_path[512]; /* the YAML file read ("" = none) */
+};
+
+/** fills c: defaults < file < env < argv, workers checked; on CFG_ERROR err says what, where */
+enum cfg_result router_cfg_parse(struct router_cfg *c, int argc, char **argv, cfg_env_fn env,
+                                 char *err, size_t errlen);
+/** frees c's lists; safe after any result and twice */
+void router_cfg_free(struct router_cfg *c);
+/** prints the --help text */
+void router_cfg_usage(FILE *out);
+/** fills out, the settings the proxy and router read, with admitd's defaults and c's values */
+int router_cfg_proxy(const struct router_cfg *c, struct cfg *out, char *err, size_t errlen);
+
+#endif
