@@ -35,6 +35,7 @@ MAY_INCLUDE = {
     "include/admit": {"admit"},
     "tests/unit/core": {"admit", "core", "tests"},  # tests: the shared fixtures (testenv)
     "tests/unit/router": {"admit", "core", "router", "tests"},
+    "tests/unit/admitd": {"admit", "core", "admitd", "tests"},
     "fuzz": {"admit", "core"},
 }
 
@@ -62,6 +63,8 @@ FORBIDDEN = {
     "tests/unit/core": [(LIBEVENT, "core tests need no event loop"), (NNG, "no nng in core tests")],
     "tests/unit/router": [(LIBEVENT, "the router's unit tests link only its pure modules"),
                           (NNG, "the router's unit tests link only its pure modules")],
+    "tests/unit/admitd": [(LIBEVENT, "admitd's unit tests link only its pure modules"),
+                          (NNG, "admitd's unit tests link only its pure modules")],
     "fuzz": [(LIBEVENT, "the fuzzed parsers are pure"), (NNG, "the fuzzed parsers are pure")],
 }
 

@@ -1,6 +1,7 @@
 /* evreq: the seam's request type filled from evhttp's, and answers sent through evhttp. */
 #include "http/evreq.h"
 #include "core/httputil.h"
+#include "core/xmalloc.h"
 
 #include <event2/buffer.h>
 #include <event2/http.h>
@@ -72,4 +73,32 @@ void evreq_reply(struct evhttp_request *req, int status, const char *content_typ
         evhttp_add_header(h, "Date", date);
     evhttp_add_header(h, "Content-Type", content_type);
     evhttp_send_reply(req, status, httpu_reason(status), NULL);
+}
+
+static const enum evhttp_cmd_type ev_methods[] = {
+    [HTTP_GET] = EVHTTP_REQ_GET,       [HTTP_HEAD] = EVHTTP_REQ_HEAD,
+    [HTTP_POST] = EVHTTP_REQ_POST,     [HTTP_PUT] = EVHTTP_REQ_PUT,
+    [HTTP_DELETE] = EVHTTP_REQ_DELETE, [HTTP_OPTIONS] = EVHTTP_REQ_OPTIONS,
+    [HTTP_PATCH] = EVHTTP_REQ_PATCH,
+};
+
+struct evhttp *evreq_server(struct event_base *base, unsigned methods, unsigned max_header_bytes,
+                            unsigned max_body_bytes, const struct timeval *timeout,
+                            void (*cb)(struct evhttp_request *, void *), void *arg)
+{
+    struct evhttp *http = evhttp_new(base);
+    ev_uint16_t allowed = 0;
+
+    if (http == NULL)
+        fatal("evhttp_new failed");
+    for (size_t m = 0; m < sizeof ev_methods / sizeof ev_methods[0]; m++)
+        if (methods & (1u << m))
+            allowed |= (ev_uint16_t) ev_methods[m];
+    evhttp_set_allowed_methods(http, allowed);
+    evhttp_set_max_headers_size(http, max_header_bytes);
+    evhttp_set_max_body_size(http, max_body_bytes);
+    evhttp_set_timeout_tv(http, timeout);
+    evhttp_set_default_content_type(http, NULL);
+    evhttp_set_gencb(http, cb, arg);
+    return http;
 }

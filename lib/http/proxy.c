@@ -362,20 +362,12 @@ struct proxy *proxy_new(struct event_base *base, const struct proxy_opts *o,
         px->up = upstream_new(base, upstream, o->upstream_timeout_ms, o->upstream_keepalive,
                               UPSTREAM_IDLE_MS);
 
-    px->http = evhttp_new(base);
-    if (px->http == NULL)
-        fatal("evhttp_new failed");
-    evhttp_set_max_headers_size(px->http, o->max_header_bytes);
-    evhttp_set_max_body_size(px->http, o->max_body_bytes);
-    evhttp_set_timeout_tv(px->http, &px->client_tv);
-    evhttp_set_allowed_methods(px->http, EVHTTP_REQ_GET | EVHTTP_REQ_POST | EVHTTP_REQ_HEAD |
-                                             EVHTTP_REQ_PUT | EVHTTP_REQ_DELETE |
-                                             EVHTTP_REQ_OPTIONS | EVHTTP_REQ_PATCH);
-    evhttp_set_default_content_type(px->http, NULL);
+    /* TRACE, CONNECT and unknown methods: evhttp's 501. */
+    px->http = evreq_server(base, EVREQ_ALL_METHODS, o->max_header_bytes, o->max_body_bytes,
+                            &px->client_tv, on_request, px);
     /* Read the rest of an oversized body before answering 413, so the client sees the
      * answer instead of a reset. */
     evhttp_set_flags(px->http, EVHTTP_SERVER_LINGERING_CLOSE);
-    evhttp_set_gencb(px->http, on_request, px);
     return px;
 }
 

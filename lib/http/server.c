@@ -6,19 +6,13 @@
 
 #include <event2/http.h>
 #include <stdlib.h>
+#include <sys/time.h>
 
 struct hsrv {
     struct evhttp *http;
     hsrv_handler handler;
     void *arg;
     struct http_reply rep; /* its body buffer is reused across requests */
-};
-
-static const enum evhttp_cmd_type ev_methods[] = {
-    [HTTP_GET] = EVHTTP_REQ_GET,       [HTTP_HEAD] = EVHTTP_REQ_HEAD,
-    [HTTP_POST] = EVHTTP_REQ_POST,     [HTTP_PUT] = EVHTTP_REQ_PUT,
-    [HTTP_DELETE] = EVHTTP_REQ_DELETE, [HTTP_OPTIONS] = EVHTTP_REQ_OPTIONS,
-    [HTTP_PATCH] = EVHTTP_REQ_PATCH,
 };
 
 static void on_request(struct evhttp_request *req, void *arg)
@@ -38,23 +32,13 @@ struct hsrv *hsrv_new(struct event_base *base, const struct hsrv_limits *lim, hs
                       void *arg)
 {
     struct hsrv *s = xcalloc(1, sizeof *s);
-    ev_uint16_t allowed = 0;
+    struct timeval idle = {lim->timeout_s, 0};
 
-    for (size_t m = 0; m < sizeof ev_methods / sizeof ev_methods[0]; m++)
-        if (lim->methods & (1u << m))
-            allowed |= (ev_uint16_t) ev_methods[m];
     s->handler = h;
     s->arg = arg;
     buf_init(&s->rep.body);
-    s->http = evhttp_new(base);
-    if (s->http == NULL)
-        fatal("evhttp_new failed");
-    evhttp_set_allowed_methods(s->http, allowed);
-    evhttp_set_max_headers_size(s->http, lim->max_header_bytes);
-    evhttp_set_max_body_size(s->http, lim->max_body_bytes);
-    evhttp_set_timeout(s->http, (int) lim->timeout_s);
-    evhttp_set_default_content_type(s->http, NULL);
-    evhttp_set_gencb(s->http, on_request, s);
+    s->http = evreq_server(base, lim->methods, lim->max_header_bytes, lim->max_body_bytes, &idle,
+                           on_request, s);
     return s;
 }
 

@@ -1,5 +1,5 @@
 /* admitd: the worker-side admission shim. Parses options, runs the loop, cleans up. */
-#include "core/config.h"
+#include "config.h"
 #include "core/log.h"
 #include "pubsub/nngclose.h"
 #include "worker.h"

@@ -7,7 +7,7 @@
 #ifndef ADMIT_WORKER_H
 #define ADMIT_WORKER_H
 
-#include "core/config.h"
+#include "config.h"
 
 #include <stddef.h>
 

@@ -110,7 +110,7 @@ static const struct opt_spec spec = {
     AT(config_path),
 };
 
-enum cfg_result router_cfg_parse(struct router_cfg *c, int argc, char **argv, cfg_env_fn env,
+enum opt_result router_cfg_parse(struct router_cfg *c, int argc, char **argv, opt_env_fn env,
                                  char *err, size_t errlen)
 {
     enum opt_result r;
@@ -118,7 +118,7 @@ enum cfg_result router_cfg_parse(struct router_cfg *c, int argc, char **argv, cf
     memset(c, 0, sizeof *c);
     r = opt_parse(&spec, c, argc, argv, env, err, errlen);
     if (r != OPT_RUN && r != OPT_CHECK)
-        return (enum cfg_result) r;
+        return r;
     if (c->workers.n == 0) {
         snprintf(err, errlen,
                  "no worker: name at least one with --worker=PROXY_URL=PUB_URL, "
@@ -129,7 +129,7 @@ enum cfg_result router_cfg_parse(struct router_cfg *c, int argc, char **argv, cf
     }
     if (r == OPT_ERROR)
         router_cfg_free(c);
-    return (enum cfg_result) r;
+    return r;
 }
 
 void router_cfg_free(struct router_cfg *c)
@@ -140,29 +140,4 @@ void router_cfg_free(struct router_cfg *c)
 void router_cfg_usage(FILE *out)
 {
     opt_usage(&spec, out);
-}
-
-int router_cfg_proxy(const struct router_cfg *c, struct cfg *out, char *err, size_t errlen)
-{
-    char *def_argv[] = {"admit-router", NULL};
-
-    _Static_assert(sizeof c->admin_token == sizeof out->admin_token, "admin tokens differ");
-    if (cfg_parse(out, 1, def_argv, NULL, err, errlen) != CFG_RUN)
-        return -1;
-    out->listen = c->listen;
-    out->metrics_listen = c->metrics_listen;
-    out->overload_status = c->overload_status;
-    out->upstream_timeout_ms = c->upstream_timeout_ms;
-    out->client_timeout_ms = c->client_timeout_ms;
-    out->max_header_bytes = c->max_header_bytes;
-    out->max_body_bytes = c->max_body_bytes;
-    out->upstream_keepalive = c->upstream_keepalive;
-    out->stream_buffer_bytes = c->stream_buffer_bytes;
-    out->retry_after_s = c->retry_after_s;
-    out->drain_timeout_ms = c->drain_timeout_ms;
-    memcpy(out->admin_token, c->admin_token, sizeof out->admin_token);
-    out->log_level = c->log_level;
-    out->log_json = c->log_json;
-    out->access_log = c->access_log;
-    return 0;
 }

@@ -10,10 +10,10 @@
 #define ADMIT_ROUTER_CONFIG_H
 
 #include "core/busy.h"
-#include "core/config.h"
 #include "core/log.h"
 #include "core/netaddr.h"
 #include "core/opt.h"
+#include "core/optdefs.h"
 
 #include <stddef.h>
 #include <stdio.h>
@@ -41,14 +41,12 @@ struct router_cfg {
     char config_path[512]; /* the YAML file read ("" = none) */
 };
 
-/** fills c: defaults < file < env < argv, workers checked; on CFG_ERROR err says what, where */
-enum cfg_result router_cfg_parse(struct router_cfg *c, int argc, char **argv, cfg_env_fn env,
+/** fills c: defaults < file < env < argv, workers checked; on OPT_ERROR err says what, where */
+enum opt_result router_cfg_parse(struct router_cfg *c, int argc, char **argv, opt_env_fn env,
                                  char *err, size_t errlen);
 /** frees c's lists; safe after any result and twice */
 void router_cfg_free(struct router_cfg *c);
 /** prints the --help text */
 void router_cfg_usage(FILE *out);
-/** fills out, the settings the proxy and router read, with admitd's defaults and c's values */
-int router_cfg_proxy(const struct router_cfg *c, struct cfg *out, char *err, size_t errlen);
 
 #endif

@@ -6,7 +6,6 @@
 #include "daemon/admin.h"
 #include "daemon/admission.h"
 #include "core/busy.h"
-#include "core/config.h"
 #include "daemon/drain.h"
 #include "core/log.h"
 #include "core/metrics.h"
@@ -92,41 +91,34 @@ static const char *env_lookup(const char *name)
 int main(int argc, char **argv)
 {
     static struct router_cfg rcfg;
-    static struct cfg proxy_cfg;
     static struct app app;
     char err[512], listen_at[NETADDR_HOST_MAX + 8], metrics_at[NETADDR_HOST_MAX + 8];
     struct event_base *base;
     struct admin *adm;
     struct event *sigterm, *sigint;
     struct admin_hooks hooks = {render_metrics, render_workers, is_ready, no_admission, &app};
-    struct cfg *cfg = &proxy_cfg;
+    const struct router_cfg *cfg = &rcfg;
     int rc = 0;
 
     log_set_ident("admit-router");
     signal(SIGPIPE, SIG_IGN);
     switch (router_cfg_parse(&rcfg, argc, argv, env_lookup, err, sizeof err)) {
-    case CFG_HELP:
+    case OPT_HELP:
         router_cfg_usage(stdout);
         return 0;
-    case CFG_VERSION:
+    case OPT_VERSION:
         printf("admit-router %s\n", ADMIT_VERSION);
         return 0;
-    case CFG_CHECK:
+    case OPT_CHECK:
         printf("admit-router: configuration OK%s%s\n", rcfg.config_path[0] ? ": " : "",
                rcfg.config_path);
         router_cfg_free(&rcfg);
         return 0;
-    case CFG_ERROR:
+    case OPT_ERROR:
         fprintf(stderr, "admit-router: error: %s\n", err);
         return 2;
-    case CFG_RUN:
+    case OPT_RUN:
         break;
-    }
-    /* The proxy and the router read admitd's settings: its defaults, with the router's own. */
-    if (router_cfg_proxy(&rcfg, cfg, err, sizeof err) != 0) {
-        fprintf(stderr, "admit-router: error: %s\n", err);
-        router_cfg_free(&rcfg);
-        return 2;
     }
     log_set_level(cfg->log_level);
     log_set_json(cfg->log_json);
@@ -140,15 +132,16 @@ int main(int argc, char **argv)
                                     cfg->max_body_bytes,     cfg->upstream_timeout_ms,
                                     cfg->upstream_keepalive, cfg->stream_buffer_bytes,
                                     cfg->access_log};
+    /* No cap: admission only counts what is in flight (and books it, unread for now). */
     app.aopts = (struct admission_opts){.retry_after_s = cfg->retry_after_s,
                                         .overload_status = cfg->overload_status,
-                                        .chars_per_token = cfg->chars_per_token,
-                                        .block_size = cfg->block_size};
+                                        .chars_per_token = 4.0,
+                                        .block_size = 16};
     app.px = proxy_new(base, &app.popts, NULL, &app.m);
     app.adm = admission_new(app.px, &app.m, &app.aopts);
     app.drain = drain_new(base, app.px, &app.m);
     admission_set_change_cb(app.adm, on_change, &app);
-    app.r = router_new(base, app.px, cfg, &rcfg.t, rcfg.missed_heartbeats);
+    app.r = router_new(base, app.px, cfg);
     for (size_t i = 0; i < rcfg.models.n; i++)
         router_add_model(app.r, rcfg.models.items[i]);
     adm = admin_new(base, &hooks, "");

@@ -47,7 +47,7 @@ struct reject_key {
 struct router {
     struct event_base *base;
     struct proxy *px;
-    const struct cfg *cfg;
+    const struct router_cfg *cfg;
     struct bt_registry *bt;
     unsigned missed;
     struct rworker **w;
@@ -261,8 +261,7 @@ static int local(void *arg, const struct http_req *req, struct http_reply *rep)
 
 /* ---- setup and reporting ------------------------------------------------------------ */
 
-struct router *router_new(struct event_base *base, struct proxy *px, const struct cfg *cfg,
-                          const struct busy_thresholds *defaults, unsigned missed_heartbeats)
+struct router *router_new(struct event_base *base, struct proxy *px, const struct router_cfg *cfg)
 {
     struct router *r = xcalloc(1, sizeof *r);
     struct proxy_route route = {pick, overloaded, refused, local, r};
@@ -270,8 +269,8 @@ struct router *router_new(struct event_base *base, struct proxy *px, const struc
     r->base = base;
     r->px = px;
     r->cfg = cfg;
-    r->missed = missed_heartbeats ? missed_heartbeats : 3;
-    r->bt = bt_registry_new(defaults);
+    r->missed = cfg->missed_heartbeats ? cfg->missed_heartbeats : 3;
+    r->bt = bt_registry_new(&cfg->t);
     proxy_set_route(px, &route);
     return r;
 }

@@ -12,7 +12,7 @@
 
 #include "core/busy.h"
 #include "core/buf.h"
-#include "core/config.h"
+#include "config.h"
 
 #include <stddef.h>
 
@@ -20,9 +20,8 @@ struct event_base;
 struct proxy;
 struct router;
 
-/** creates a router on base for the proxy px (which it switches to router mode) */
-struct router *router_new(struct event_base *base, struct proxy *px, const struct cfg *cfg,
-                          const struct busy_thresholds *defaults, unsigned missed_heartbeats);
+/** creates a router on base for the proxy px (which it switches to router mode); it keeps c */
+struct router *router_new(struct event_base *base, struct proxy *px, const struct router_cfg *c);
 /** adds a worker: its admitd URL and its load publisher URL; 0 or -1 with err */
 int router_add_worker(struct router *r, const char *proxy_url, const char *pub_url, char *err,
                       size_t errlen);

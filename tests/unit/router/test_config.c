@@ -20,7 +20,7 @@
 static char err[512];
 
 /* Parses the NULL-terminated flags with env; the previous result's lists are freed first. */
-static enum cfg_result parse(struct router_cfg *c, const char *const *env, ...)
+static enum opt_result parse(struct router_cfg *c, const char *const *env, ...)
 {
     char *argv[32];
     int argc;
@@ -45,10 +45,9 @@ static void assert_items(const struct opt_list *l, const char *want)
 static void test_defaults(void **state)
 {
     static struct router_cfg c;
-    struct cfg px;
 
     (void) state;
-    assert_int_equal(parse(&c, NULL, "--worker=" W1, NULL), CFG_RUN);
+    assert_int_equal(parse(&c, NULL, "--worker=" W1, NULL), OPT_RUN);
     assert_items(&c.workers, W1);
     assert_int_equal(c.models.n, 0);
     assert_string_equal(c.listen.host, "0.0.0.0");
@@ -72,20 +71,15 @@ static void test_defaults(void **state)
     assert_int_equal(c.log_level, LOG_INFO);
     assert_int_equal(c.log_json, 0);
     assert_int_equal(c.access_log, 0);
-    /* What the proxy is handed: admitd's defaults with the router's listeners. */
-    assert_int_equal(router_cfg_proxy(&c, &px, err, sizeof err), 0);
-    assert_int_equal(px.listen.port, 8090);
-    assert_int_equal(px.metrics_listen.port, 9092);
-    assert_int_equal(px.engine_request_limit, 0);
-    assert_int_equal(px.upstream_timeout_ms, 600000);
+    assert_int_equal(c.listen.port, 8090);
+    assert_int_equal(c.metrics_listen.port, 9092);
     router_cfg_free(&c);
 }
 
-/* Every router setting reaches the proxy's struct cfg. */
+/* Every setting the proxy, admission and the router read is parsed into its field. */
 static void test_proxy_copy(void **state)
 {
     static struct router_cfg c;
-    struct cfg px;
 
     (void) state;
     assert_int_equal(
@@ -95,24 +89,23 @@ static void test_proxy_copy(void **state)
               "--stream-buffer-bytes=8192", "--retry-after=17", "--drain-timeout-ms=18",
               "--admin-token=0123456789abcdef", "--log-level=debug", "--log-format=json",
               "--access-log", NULL),
-        CFG_RUN);
-    assert_int_equal(router_cfg_proxy(&c, &px, err, sizeof err), 0);
-    assert_string_equal(px.listen.host, "127.0.0.1");
-    assert_int_equal(px.listen.port, 0);
-    assert_int_equal(px.metrics_listen.port, 7);
-    assert_int_equal(px.overload_status, 503);
-    assert_int_equal(px.upstream_timeout_ms, 11);
-    assert_int_equal(px.client_timeout_ms, 12);
-    assert_int_equal(px.max_header_bytes, 2048);
-    assert_int_equal(px.max_body_bytes, 14);
-    assert_int_equal(px.upstream_keepalive, 15);
-    assert_int_equal(px.stream_buffer_bytes, 8192);
-    assert_int_equal(px.retry_after_s, 17);
-    assert_int_equal(px.drain_timeout_ms, 18);
-    assert_string_equal(px.admin_token, "0123456789abcdef");
-    assert_int_equal(px.log_level, LOG_DEBUG);
-    assert_int_equal(px.log_json, 1);
-    assert_int_equal(px.access_log, 1);
+        OPT_RUN);
+    assert_string_equal(c.listen.host, "127.0.0.1");
+    assert_int_equal(c.listen.port, 0);
+    assert_int_equal(c.metrics_listen.port, 7);
+    assert_int_equal(c.overload_status, 503);
+    assert_int_equal(c.upstream_timeout_ms, 11);
+    assert_int_equal(c.client_timeout_ms, 12);
+    assert_int_equal(c.max_header_bytes, 2048);
+    assert_int_equal(c.max_body_bytes, 14);
+    assert_int_equal(c.upstream_keepalive, 15);
+    assert_int_equal(c.stream_buffer_bytes, 8192);
+    assert_int_equal(c.retry_after_s, 17);
+    assert_int_equal(c.drain_timeout_ms, 18);
+    assert_string_equal(c.admin_token, "0123456789abcdef");
+    assert_int_equal(c.log_level, LOG_DEBUG);
+    assert_int_equal(c.log_json, 1);
+    assert_int_equal(c.access_log, 1);
     router_cfg_free(&c);
 }
 
@@ -132,7 +125,7 @@ static void test_worker_errors(void **state)
 
     (void) state;
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
-        assert_int_equal(parse(&c, NULL, cases[i].arg, NULL), CFG_ERROR);
+        assert_int_equal(parse(&c, NULL, cases[i].arg, NULL), OPT_ERROR);
         if (strstr(err, cases[i].want) == NULL)
             fail_msg("%s: got '%s', want '%s'", cases[i].arg, err, cases[i].want);
         assert_int_equal(c.workers.n, 0); /* nothing is kept after an error */
@@ -140,7 +133,7 @@ static void test_worker_errors(void **state)
     /* A bad worker in the environment names the variable. */
     {
         const char *const env[] = {"ADMIT_ROUTER_WORKER", W1 ",nonsense", NULL};
-        assert_int_equal(parse(&c, env, NULL), CFG_ERROR);
+        assert_int_equal(parse(&c, env, NULL), OPT_ERROR);
         assert_string_equal(err, "ADMIT_ROUTER_WORKER: 'nonsense' must be PROXY_URL=PUB_URL");
     }
 }
@@ -151,15 +144,15 @@ static void test_missing_worker(void **state)
     static struct router_cfg c;
 
     (void) state;
-    assert_int_equal(parse(&c, NULL, NULL), CFG_ERROR);
+    assert_int_equal(parse(&c, NULL, NULL), OPT_ERROR);
     assert_non_null(strstr(err, "no worker"));
     assert_non_null(strstr(err, "--worker=PROXY_URL=PUB_URL"));
-    assert_int_equal(parse(&c, NULL, "--check-config", NULL), CFG_ERROR);
+    assert_int_equal(parse(&c, NULL, "--check-config", NULL), OPT_ERROR);
     assert_non_null(strstr(err, "no worker"));
-    assert_int_equal(parse(&c, NULL, "--check-config", "--worker=" W1, NULL), CFG_CHECK);
-    assert_int_equal(parse(&c, NULL, "--worker=,", NULL), CFG_ERROR); /* no item in it */
-    assert_int_equal(parse(&c, NULL, "--help", NULL), CFG_HELP);      /* help needs no worker */
-    assert_int_equal(parse(&c, NULL, "--version", NULL), CFG_VERSION);
+    assert_int_equal(parse(&c, NULL, "--check-config", "--worker=" W1, NULL), OPT_CHECK);
+    assert_int_equal(parse(&c, NULL, "--worker=,", NULL), OPT_ERROR); /* no item in it */
+    assert_int_equal(parse(&c, NULL, "--help", NULL), OPT_HELP);      /* help needs no worker */
+    assert_int_equal(parse(&c, NULL, "--version", NULL), OPT_VERSION);
     router_cfg_free(&c);
 }
 
@@ -171,36 +164,36 @@ static void test_thresholds(void **state)
     assert_int_equal(parse(&c, NULL, "--worker=" W1, "--active-decode-blocks-threshold=0.85",
                            "--active-prefill-tokens-threshold=5000",
                            "--active-prefill-tokens-threshold-frac=1.5", NULL),
-                     CFG_RUN);
+                     OPT_RUN);
     assert_true(c.t.active_decode_blocks_threshold == 0.85);
     assert_int_equal(c.t.active_prefill_tokens_threshold, 5000);
     assert_true(c.t.active_prefill_tokens_threshold_frac == 1.5);
     assert_int_equal(parse(&c, NULL, "--worker=" W1, "--active-decode-blocks-threshold=1.5", NULL),
-                     CFG_ERROR);
+                     OPT_ERROR);
     assert_non_null(strstr(err, "--active-decode-blocks-threshold"));
     assert_non_null(strstr(err, "between 0"));
     assert_int_equal(parse(&c, NULL, "--worker=" W1, "--active-decode-blocks-threshold=-0.1", NULL),
-                     CFG_ERROR);
+                     OPT_ERROR);
     assert_non_null(strstr(err, "between 0"));
     assert_int_equal(parse(&c, NULL, "--worker=" W1, "--active-prefill-tokens-threshold=-1", NULL),
-                     CFG_ERROR);
+                     OPT_ERROR);
     assert_non_null(strstr(err, "must be a token count"));
     assert_int_equal(parse(&c, NULL, "--worker=" W1, "--active-prefill-tokens-threshold=1.5", NULL),
-                     CFG_ERROR);
+                     OPT_ERROR);
     assert_int_equal(
         parse(&c, NULL, "--worker=" W1, "--active-prefill-tokens-threshold-frac=-2", NULL),
-        CFG_ERROR);
+        OPT_ERROR);
     assert_non_null(strstr(err, ">= 0"));
     /* None unsets, whatever a lower source said. */
     {
         const char *const env[] = {"ADMIT_ROUTER_ACTIVE_DECODE_BLOCKS_THRESHOLD", "0.5",
                                    "ADMIT_ROUTER_ACTIVE_PREFILL_TOKENS_THRESHOLD", "7", NULL};
-        assert_int_equal(parse(&c, env, "--worker=" W1, NULL), CFG_RUN);
+        assert_int_equal(parse(&c, env, "--worker=" W1, NULL), OPT_RUN);
         assert_true(c.t.active_decode_blocks_threshold == 0.5);
         assert_int_equal(c.t.active_prefill_tokens_threshold, 7);
         assert_int_equal(parse(&c, env, "--worker=" W1, "--active-decode-blocks-threshold=None",
                                "--active-prefill-tokens-threshold", "None", NULL),
-                         CFG_RUN);
+                         OPT_RUN);
         assert_true(isnan(c.t.active_decode_blocks_threshold));
         assert_int_equal(c.t.active_prefill_tokens_threshold, -1);
     }
@@ -214,7 +207,7 @@ static void test_env(void **state)
     (void) state;
     {
         const char *const env[] = {"ADMIT_ROUTER_ADMIN_TOKEN", "short", NULL};
-        assert_int_equal(parse(&c, env, "--worker=" W1, NULL), CFG_ERROR);
+        assert_int_equal(parse(&c, env, "--worker=" W1, NULL), OPT_ERROR);
         assert_non_null(strstr(err, "ADMIT_ROUTER_ADMIN_TOKEN must be 16"));
         assert_null(strstr(err, "short")); /* a secret is not repeated */
     }
@@ -232,7 +225,7 @@ static void test_env(void **state)
                                    "ADMIT_ROUTER_WORKER",
                                    W1 "," W2,
                                    NULL};
-        assert_int_equal(parse(&c, env, NULL), CFG_RUN);
+        assert_int_equal(parse(&c, env, NULL), OPT_RUN);
         assert_string_equal(c.admin_token, "router-token-0123456789");
         assert_int_equal(c.listen.port, 0);
         assert_int_equal(c.overload_status, 503);
@@ -240,13 +233,13 @@ static void test_env(void **state)
         assert_int_equal(c.log_json, 1);
         assert_items(&c.workers, W1 "," W2);
         /* Flags win over the environment. */
-        assert_int_equal(parse(&c, env, "--missed-heartbeats=2", "--worker=" W2, NULL), CFG_RUN);
+        assert_int_equal(parse(&c, env, "--missed-heartbeats=2", "--worker=" W2, NULL), OPT_RUN);
         assert_int_equal(c.missed_heartbeats, 2);
         assert_items(&c.workers, W2);
     }
     {
         const char *const env[] = {"ADMIT_ROUTER_MISSED_HEARTBEATS", "0", NULL};
-        assert_int_equal(parse(&c, env, "--worker=" W1, NULL), CFG_ERROR);
+        assert_int_equal(parse(&c, env, "--worker=" W1, NULL), OPT_ERROR);
         assert_string_equal(
             err, "ADMIT_ROUTER_MISSED_HEARTBEATS: '0' must be an integer from 1 to 1000");
     }
@@ -267,7 +260,7 @@ static void test_file(void **state)
                         "active_decode_blocks_threshold: None\n"
                         "retry_after: 3\n");
     snprintf(arg, sizeof arg, "--config=%s", path);
-    assert_int_equal(parse(&c, NULL, arg, NULL), CFG_RUN);
+    assert_int_equal(parse(&c, NULL, arg, NULL), OPT_RUN);
     assert_items(&c.workers, W1 "," W2);
     assert_items(&c.models, "m1,m2");
     assert_int_equal(c.t.active_prefill_tokens_threshold, 5000);
@@ -275,23 +268,23 @@ static void test_file(void **state)
     assert_int_equal(c.retry_after_s, 3);
     assert_string_equal(c.config_path, path);
     assert_int_equal(parse(&c, NULL, arg, "--model=m3", "--worker=" W2, "--worker=" W1, NULL),
-                     CFG_RUN);
+                     OPT_RUN);
     assert_items(&c.models, "m3");
     assert_items(&c.workers, W2 "," W1);
     {
         const char *const env[] = {"ADMIT_ROUTER_CONFIG", path, "ADMIT_ROUTER_MODEL", "m4", NULL};
-        assert_int_equal(parse(&c, env, NULL), CFG_RUN);
+        assert_int_equal(parse(&c, env, NULL), OPT_RUN);
         assert_items(&c.models, "m4");
         assert_items(&c.workers, W1 "," W2);
     }
     testenv_write(path, "worker: \"http://h:1=tcp://h:2\"\nbogus: 1\n");
-    assert_int_equal(parse(&c, NULL, arg, NULL), CFG_ERROR);
+    assert_int_equal(parse(&c, NULL, arg, NULL), OPT_ERROR);
     assert_non_null(strstr(err, ":2:1: unknown setting 'bogus' (examples/admit-router.yaml"));
     testenv_write(path, "worker: \"http://h:1\"\n");
-    assert_int_equal(parse(&c, NULL, arg, "--check-config", NULL), CFG_ERROR);
+    assert_int_equal(parse(&c, NULL, arg, "--check-config", NULL), OPT_ERROR);
     assert_non_null(strstr(err, ":1:9: worker: 'http://h:1' must be PROXY_URL=PUB_URL"));
     testenv_write(path, "model: m\n");
-    assert_int_equal(parse(&c, NULL, arg, "--check-config", NULL), CFG_ERROR);
+    assert_int_equal(parse(&c, NULL, arg, "--check-config", NULL), OPT_ERROR);
     assert_non_null(strstr(err, "no worker"));
     unlink(path);
     router_cfg_free(&c);
@@ -305,7 +298,7 @@ static void test_example(void **state)
     (void) state;
     assert_int_equal(parse(&c, NULL, "--config=" ADMIT_SOURCE_ROOT "/examples/admit-router.yaml",
                            "--check-config", NULL),
-                     CFG_CHECK);
+                     OPT_CHECK);
     assert_int_equal(c.workers.n, 2);
     assert_true(c.t.active_decode_blocks_threshold == 0.85);
     router_cfg_free(&c);

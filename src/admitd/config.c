@@ -7,7 +7,7 @@
  * the file but keeps the default. And the engine's metrics URL defaults to the upstream's,
  * which is known only once everything else is parsed. Ranges that admit-router shares are
  * the CFG_DEF_ macros of config.h. */
-#include "core/config.h"
+#include "config.h"
 
 #include <string.h>
 

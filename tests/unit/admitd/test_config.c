@@ -5,7 +5,7 @@
 #include <stdint.h>
 #include <cmocka.h>
 
-#include "core/config.h"
+#include "admitd/config.h"
 
 #include <fcntl.h>
 #include <stdlib.h>
