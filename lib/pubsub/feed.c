@@ -3,6 +3,7 @@
 #include "admit/load.h"
 #include "core/xmalloc.h"
 #include "pubsub/nngclose.h"
+#include "pubsub/nngrecv.h"
 
 #include <errno.h>
 #include <nng/nng.h>
@@ -72,8 +73,9 @@ int feed_wait(const struct feed *f, int timeout_ms)
 
 int feed_recv(struct feed *f, feed_cb cb, void *arg, char *err, size_t errlen)
 {
-    nng_msg *m;
-    int rv = nng_recvmsg(f->sock, &m, NNG_FLAG_NONBLOCK);
+    char buf[NNGRECV_BUF];
+    size_t len;
+    int rv = nngrecv(f->sock, buf, &len);
 
     if (rv == NNG_EAGAIN || rv == NNG_ETIMEDOUT)
         return 0;
@@ -81,23 +83,12 @@ int feed_recv(struct feed *f, feed_cb cb, void *arg, char *err, size_t errlen)
         snprintf(err, errlen, "receive failed: %s", nng_strerror(rv));
         return -1;
     }
-    cb(arg, nng_msg_body(m), nng_msg_len(m));
-    nng_msg_free(m);
+    cb(arg, buf, len);
     return 1;
 }
 
-int feed_close(struct feed *f, int timeout_ms)
+void feed_free(struct feed *f)
 {
-    int rc;
-
-    if (f == NULL)
-        return 0;
-    rc = nngc_close(f->sock, timeout_ms);
+    /* The socket is not closed: see nngclose.h, "at exit". */
     free(f);
-    return rc;
-}
-
-void feed_finish(int rc, int timeout_ms)
-{
-    nngc_finish(rc, timeout_ms);
 }

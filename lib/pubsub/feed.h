@@ -32,10 +32,7 @@ int feed_wait(const struct feed *f, int timeout_ms);
 /** takes one message without blocking and passes it to cb; 1 when one was delivered, 0 when
  *  none was waiting, -1 with err ("receive failed: why") when the socket failed */
 int feed_recv(struct feed *f, feed_cb cb, void *arg, char *err, size_t errlen);
-/** closes the socket waiting at most timeout_ms (see nngclose.h) and frees f; 0 when closed,
- *  -1 when the close was left running; NULL is a no-op returning 0 */
-int feed_close(struct feed *f, int timeout_ms);
-/** the last step of the main of a program that used a feed: nngc_finish (see nngclose.h) */
-void feed_finish(int rc, int timeout_ms);
+/** frees f when the program ends; its socket is left to the exit (nngclose.h); NULL: no-op */
+void feed_free(struct feed *f);
 
 #endif

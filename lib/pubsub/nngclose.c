@@ -109,14 +109,3 @@ int nngc_fini(int timeout_ms)
     c->fini = 1;
     return run_bounded(c, timeout_ms);
 }
-
-void nngc_finish(int rc, int timeout_ms)
-{
-    if (nngc_fini(timeout_ms) == 0)
-        return;
-    log_warn("nng did not shut down within %d ms (nng 1.5.2); exiting without exit-time cleanup",
-             timeout_ms);
-    fflush(stdout);
-    fflush(stderr);
-    _exit(rc);
-}

@@ -2,10 +2,19 @@
  *
  * nng 1.5.2 (Debian 12's) can block forever in nng_close: now and then a pipe that was being
  * set up or torn down is never reaped, and the close waits for it (nng issues #1543, #1813;
- * reworked in later releases). We only close sockets when a program is ending, so the close
- * runs on a helper thread and the caller waits a bounded time: a close that does not finish
- * is abandoned, and the operating system reclaims the socket when the process exits. The
- * same goes for nng_fini, which closes whatever is left and waits for nng's reaper. */
+ * reworked in later releases). A socket closed while its dialer connects can also lose the
+ * dialer and its pipe, memory nobody frees. Hence two rules:
+ *
+ * At exit nothing of nng is torn down. pub_free, sub_free and feed_free free our side and
+ * leave every socket open; there is no nng_close and no nng_fini, and the operating system
+ * reclaims sockets and threads when the process ends, as it would after SIGKILL. Shutdown
+ * cannot hang on nng, and everything nng allocated is still reachable from nng's own lists
+ * and threads when LeakSanitizer looks, so the leak check needs no suppression and sees
+ * every allocation of ours, messages received from nng included.
+ *
+ * A socket closed while the program runs (none yet; a worker that leaves the fleet will need
+ * it) is closed on a helper thread with a deadline, nngc_close: a close that does not finish
+ * is abandoned to the exit. */
 #ifndef ADMIT_NNGCLOSE_H
 #define ADMIT_NNGCLOSE_H
 
@@ -13,14 +22,8 @@
 
 /** closes s, waiting at most timeout_ms; 0 when closed, -1 when the close was left running */
 int nngc_close(nng_socket s, int timeout_ms);
-/** nng_fini() with the same deadline, last thing before a program returns from main: nng
- *  frees closed sockets' pipes and endpoints on its own reaper thread, and exiting while
- *  it works makes the leak checker report them; nng_fini waits for the reaper */
+/** nng_fini() with the same deadline, for tests that close every socket they opened and
+ *  want nng's reaper done before the leak check; 0, or -1 when it did not finish */
 int nngc_fini(int timeout_ms);
-/** the last step of a program's main: nngc_fini, and when nng is wedged (a close or the fini
- *  did not finish) a warning and _exit(rc) at once. Exit-time handlers are skipped on
- *  purpose: the leak checker would report the wedged socket's memory, which only the
- *  operating system can take back now */
-void nngc_finish(int rc, int timeout_ms);
 
 #endif

@@ -15,7 +15,7 @@
 
 /* Changes closer together than this go out as one message per rank. */
 #define COALESCE_US 1000
-/* How long pub_free waits for nng_close (see nngclose.h). */
+/* How long closing a socket that could not be set up may take (see nngclose.h). */
 #define PUB_CLOSE_MS 500
 
 struct publisher {
@@ -191,9 +191,6 @@ void pub_free(struct publisher *p)
         return;
     event_free(p->coalesce);
     event_free(p->heartbeat);
-    if (nngc_close(p->sock, PUB_CLOSE_MS) != 0)
-        log_warn("closing the load publisher did not finish within %d ms (nng 1.5.2); "
-                 "leaving it to the exit",
-                 PUB_CLOSE_MS);
+    /* The socket is not closed: see nngclose.h, "at exit". */
     free(p);
 }

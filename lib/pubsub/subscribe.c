@@ -3,6 +3,7 @@
 #include "admit/load.h"
 #include "core/log.h"
 #include "pubsub/nngclose.h"
+#include "pubsub/nngrecv.h"
 #include "core/xmalloc.h"
 
 #include <event2/event.h>
@@ -11,7 +12,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 
-/* How long sub_free waits for nng_close; a healthy close takes well under a millisecond. */
+/* How long closing a socket that could not be set up may take (see nngclose.h). */
 #define SUB_CLOSE_MS 500
 
 struct subscriber {
@@ -30,11 +31,12 @@ static void on_readable(evutil_socket_t fd, short what, void *arg)
     (void) fd;
     (void) what;
     for (;;) {
-        nng_msg *m;
-        if (nng_recvmsg(s->sock, &m, NNG_FLAG_NONBLOCK) != 0)
-            return; /* EAGAIN: drained (or closed) */
-        s->cb(s->arg, nng_msg_body(m), nng_msg_len(m));
-        nng_msg_free(m);
+        char buf[NNGRECV_BUF];
+        size_t len;
+
+        if (nngrecv(s->sock, buf, &len) != 0)
+            return; /* EAGAIN: drained */
+        s->cb(s->arg, buf, len);
     }
 }
 
@@ -73,13 +75,7 @@ void sub_free(struct subscriber *s)
     if (s == NULL)
         return;
     event_free(s->ev);
-    /* Stop the dialer first: nng 1.5.2 is more likely to hang closing a socket whose dialer
-     * is between attempts. Even so the close can hang, hence the deadline. */
-    nng_dialer_close(s->dialer);
-    if (nngc_close(s->sock, SUB_CLOSE_MS) != 0)
-        log_warn("closing the subscriber of %s did not finish within %d ms (nng 1.5.2); "
-                 "leaving it to the exit",
-                 s->url, SUB_CLOSE_MS);
+    /* Neither the dialer nor the socket is closed: see nngclose.h, "at exit". */
     free(s->url);
     free(s);
 }

@@ -1,7 +1,6 @@
 /* admitd: the worker-side admission shim. Parses options, runs the loop, cleans up. */
 #include "config.h"
 #include "core/log.h"
-#include "pubsub/nngclose.h"
 #include "worker.h"
 
 #include <event2/event.h>
@@ -13,9 +12,6 @@ static const char *env_lookup(const char *name)
 {
     return getenv(name);
 }
-
-/* How long the last step, nng_fini, may take (see nngclose.h). */
-#define NNG_FINI_MS 500
 
 static struct event_base *base;
 
@@ -78,7 +74,6 @@ int main(int argc, char **argv)
     if (w == NULL) {
         log_error("%s", err);
         event_base_free(base);
-        nngc_finish(1, NNG_FINI_MS);
         return 1;
     }
     sigterm = evsignal_new(base, SIGTERM, on_signal, w);
@@ -98,6 +93,5 @@ int main(int argc, char **argv)
     event_free(sighup);
     worker_free(w);
     event_base_free(base);
-    nngc_finish(0, NNG_FINI_MS);
-    return 0;
+    return 0; /* nng's sockets are left to the exit (see nngclose.h) */
 }

@@ -9,7 +9,6 @@
 #include "daemon/drain.h"
 #include "core/log.h"
 #include "core/metrics.h"
-#include "pubsub/nngclose.h"
 #include "http/proxy.h"
 #include "config.h"
 #include "router.h"
@@ -178,6 +177,5 @@ int main(int argc, char **argv)
     router_free(app.r);
     event_base_free(base);
     router_cfg_free(&rcfg);
-    nngc_finish(rc, 500); /* nng's reaper finishes before the exit (see nngclose.h) */
-    return rc;
+    return rc; /* nng's sockets are left to the exit (see nngclose.h) */
 }

@@ -173,8 +173,7 @@ int main(int argc, char **argv)
     for (int i = optind; i < argc; i++) {
         if (feed_dial(feed, argv[i], err, sizeof err) != 0) {
             fprintf(stderr, "admit-top: error: %s\n", err);
-            feed_close(feed, 500);
-            feed_finish(2, 500);
+            feed_free(feed);
             return 2;
         }
     }
@@ -208,9 +207,6 @@ int main(int argc, char **argv)
     }
     admit_loadtab_free(sink.tab);
     fflush(stdout);
-    if (feed_close(feed, 500) != 0)
-        fprintf(stderr, "admit-top: closing the subscriber did not finish (nng 1.5.2); "
-                        "exiting anyway\n");
-    feed_finish(0, 500);
+    feed_free(feed); /* its socket is left to the exit (see pubsub/nngclose.h) */
     return 0;
 }
