@@ -24,4 +24,10 @@ if [ ! -f "$vgdir/build.ninja" ]; then
 fi
 ninja -C "$vgdir" admitd admit-mock-engine
 meson test -C "$vgdir" --print-errorlogs --suite valgrind || rc=$?
+
+# The mutation check: every deliberate bug in tests/mutants/mutants.txt must make one of
+# its tests fail (a copy of the tree in build-mutants/; MUTANTS=0 leaves it out locally).
+if [ "${MUTANTS:-1}" != 0 ]; then
+    python3 tests/mutants/run.py --dir "${MUTANTS_DIR:-build-mutants}" || rc=$?
+fi
 exit $rc
