@@ -200,8 +200,12 @@ static int on_up_headers(struct evhttp_request *ureq, void *arg)
         return 0;
     }
     if (px->route.refused != NULL && x->retried &&
-        (code == 529 || (why && strncmp(why, "queue-", 6) == 0)))
+        (code == 529 || (why && strncmp(why, "queue-", 6) == 0))) {
+        /* The second refusal goes to the client; that worker is skipped too, as the first. */
+        if (px->route.overloaded != NULL)
+            px->route.overloaded(px->route.arg, x->up);
         px->route.refused(px->route.arg, &x->req);
+    }
     copy_headers(uh, oh, 0);
     if (x->has_wait) {
         /* Tells clients and load balancers how long admission held the request. */
