@@ -200,8 +200,12 @@ static int on_up_headers(struct evhttp_request *ureq, void *arg)
         return 0;
     }
     if (px->route.refused != NULL && x->retried &&
-        (code == 529 || (why && strncmp(why, "queue-", 6) == 0)))
+        (code == 529 || (why && strncmp(why, "queue-", 6) == 0))) {
+        /* The second refusal goes to the client; that worker is skipped too, as the first. */
+        if (px->route.overloaded != NULL)
+            px->route.overloaded(px->route.arg, x->up);
         px->route.refused(px->route.arg, &x->req);
+    }
     copy_headers(uh, oh, 0);
     if (x->has_wait) {
         /* Tells clients and load balancers how long admission held the request. */
@@ -325,6 +329,7 @@ static struct upstream *choose(struct pxreq *x)
 void px_start_upstream(struct pxreq *x)
 {
     struct proxy *px = x->px;
+    struct upstream *up;
     struct evhttp_request *ureq;
     struct evbuffer *body = evhttp_request_get_input_buffer(x->creq);
     struct evkeyvalq *oh;
@@ -334,8 +339,10 @@ void px_start_upstream(struct pxreq *x)
     x->state = X_UPSTREAM;
     if (x->watch == NULL)
         x->watch = cwatch_new(px->base, px_client_fd(x->cevcon), px_on_client_gone, x);
-    if ((x->up = choose(x)) == NULL)
+    /* choose() may answer the request, and a retry holds no reference: x may be gone. */
+    if ((up = choose(x)) == NULL)
         return;
+    x->up = up;
     if (!x->forwarded) {
         x->forwarded = 1;
         if (px->adm.forwarding != NULL && px->adm.forwarding(px->adm.arg, x, &x->req)) {

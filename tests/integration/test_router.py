@@ -98,7 +98,7 @@ def test_overload_prefill_tokens():
 
 def test_thresholds_none_disable_rejection():
     mock = Mock("--speedup-ratio", "0.01", "--block-size", "4", "--num-gpu-blocks", "64")
-    ad, w = worker(mock)
+    ad, w = worker(mock, "--worker-id", "w")
     rt = Router([w], "--active-decode-blocks-threshold", "None",
                 "--active-prefill-tokens-threshold", "None",
                 "--active-prefill-tokens-threshold-frac", "None")
@@ -108,13 +108,16 @@ def test_thresholds_none_disable_rejection():
     assert status == 200 and got["active_decode_blocks_threshold"] is None, got
     assert got["active_prefill_tokens_threshold"] is None, got
     assert got["active_prefill_tokens_threshold_frac"] is None, got
+    # Each request goes in only once the router has heard the load of those before it (from
+    # the first on, over half the KV blocks and 100 prompt tokens in prefill): a threshold
+    # that None failed to unset would reject it.
     held = []
     for _ in range(4):
         c = RawClient(rt.addr)
         c.post("/v1/chat/completions", chat_body(max_tokens=50, content=PROMPT))
         assert c.read_head()[0] == 200
         held.append(c)
-        time.sleep(0.1)
+        wait_heard(rt, ad, "w")
     assert rejections(rt) == 0
     for c in held:
         c.close()
@@ -158,34 +161,88 @@ def test_busy_threshold_endpoint():
     assert post({"model": MODEL}, ct="text/plain")[0] == 415
     assert request(rt.addr, "POST", "/busy_threshold", b"{nope",
                    headers={"Content-Type": "application/json"})[0] == 400
+
+    def sized(n):
+        """A read of MODEL's thresholds, padded with JSON whitespace to exactly n bytes."""
+        head = json.dumps({"model": MODEL}).encode()
+        return head[:-1] + b" " * (n - len(head)) + b"}"
+
+    status, _, out = request(rt.addr, "POST", "/busy_threshold", sized(64 * 1024),
+                             headers={"Content-Type": "application/json"})
+    assert status == 200 and json.loads(out)["active_prefill_tokens_threshold_frac"] == 0.8, out
+    status, _, out = request(rt.addr, "POST", "/busy_threshold", sized(64 * 1024 + 1),
+                             headers={"Content-Type": "application/json"})
+    assert status == 413 and list(json.loads(out)) == ["error"], (status, out)
+    assert "larger than 65536 bytes" in json.loads(out)["error"], out
+    # A set for a model not named with --model: 404, and the known one is untouched.
+    s, o = post({"model": "no-such-model", "active_decode_blocks_threshold": 0.3})
+    assert s == 404 and list(o) == ["error"] and "'no-such-model' not found" in o["error"], o
+    s, o = post({"model": MODEL})
+    assert s == 200 and o["active_decode_blocks_threshold"] == 0.5, o
     rt.stop()
     ad.stop()
     mock.stop()
 
 
+def stream_to(addr, content="hello there", max_tokens=1000, stream=True):
+    """A request (streaming by default) held open on a raw connection (close it to let go)."""
+    c = RawClient(addr)
+    c.post("/v1/chat/completions", chat_body(max_tokens=max_tokens, content=content,
+                                             stream=stream))
+    return c
+
+
+def gauge(rt, family, worker_id, rank=0):
+    return rt.metrics().get('%s{worker_id="%s",dp_rank="%d",worker_type="decode"}' %
+                            (family, worker_id, rank))
+
+
+def wait_heard(rt, ad, worker_id):
+    """Waits until the router's view of ad includes every request ad holds now (all of them
+    running on): the KV blocks booked for running requests only grow, so a router value at
+    least ad's own comes from a message sent after the last of them was admitted."""
+    want = ad.metrics()['admitd_active_decode_blocks{dp_rank="0"}']
+    assert want > 0, "nothing booked on %s" % worker_id
+    wait_for(lambda: (gauge(rt, "dynamo_frontend_worker_active_decode_blocks", worker_id) or 0)
+             >= want, 15, "the router to hear %s's %d blocks" % (worker_id, want))
+
+
 def test_two_workers_busy_one_avoided():
-    # Slow prefill: a request keeps its worker busy (prefill tokens > 1) for about 2 s.
-    mocks = [Mock("--speedup-ratio", "0.01"), Mock("--speedup-ratio", "0.01")]
-    ads = [worker(m) for m in mocks]
-    rt = Router([w for _, w in ads], "--active-prefill-tokens-threshold", "1")
+    # The busy worker must be the one least-loaded choice would take: it holds one request,
+    # the other two. "busy" has one request in a prefill that lasts minutes (speedup 0.0001),
+    # its prompt over the threshold of 100 tokens; "free" has two requests that never get a
+    # token (10 min apart), with short prompts, in prefill too but far under the threshold.
+    slow = Mock("--speedup-ratio", "0.0001")
+    idle = Mock("--speedup-ratio", "0", "--token-interval-ms", "600000")
+    busy, wb = worker(slow, "--worker-id", "busy")
+    free, wf = worker(idle, "--worker-id", "free")
+    rt = Router([wb, wf], "--active-prefill-tokens-threshold", "100")
     rt.wait_routable(2)
-    a = RawClient(rt.addr)
-    a.post("/v1/chat/completions", chat_body(max_tokens=1, content=PROMPT))
-    wait_for(lambda: sum(m.metrics()["admit_mock_requests_total"] for m in mocks) == 1,
-             what="first request at an engine")
-    first = [m.metrics()["admit_mock_requests_total"] for m in mocks].index(1)
-    time.sleep(0.3)  # the busy worker's load message reaches the router
-    b = RawClient(rt.addr)
-    b.post("/v1/chat/completions", chat_body(max_tokens=1, content=PROMPT))
-    wait_for(lambda: mocks[1 - first].metrics()["admit_mock_requests_total"] == 1,
-             what="second request on the other worker")
-    assert mocks[first].metrics()["admit_mock_requests_total"] == 1
-    for c in (a, b):
-        assert c.response()[0] == 200
+    held = [stream_to(busy.addr, content=PROMPT)] + [stream_to(free.addr) for _ in range(2)]
+    wait_for(lambda: busy.metrics()["dynamo_engine_request"] == 1, what="busy's request")
+    wait_for(lambda: free.metrics()["dynamo_engine_request"] == 2, what="free's requests")
+    prefill = busy.metrics()['admitd_active_prefill_tokens{dp_rank="0"}']
+    assert prefill > 100, prefill
+    wait_for(lambda: rt.metrics()['admit_router_workers{state="busy"}'] == 1, 15,
+             "the router to judge one worker busy")
+    wait_heard(rt, free, "free")
+    # Four at once: "busy" (load 1 against 2 and more) would get all of them if its being
+    # over the threshold were ignored.
+    sent = [stream_to(rt.addr, max_tokens=1) for _ in range(4)]
+    assert [c.read_head()[0] for c in sent] == [200] * 4
+
+    def counts():
+        return [m.metrics()["admit_mock_requests_total"] for m in (slow, idle)]
+
+    wait_for(lambda: sum(counts()) == 7, what="the 4 requests at an engine")
+    assert counts() == [1, 6], counts()
+    assert free.metrics()['admitd_active_prefill_tokens{dp_rank="0"}'] <= 100  # still free
+    for c in held + sent:
+        c.close()
     rt.stop()
-    for ad, _ in ads:
+    for ad in (busy, free):
         ad.stop()
-    for m in mocks:
+    for m in (slow, idle):
         m.stop()
 
 
@@ -202,7 +259,8 @@ def test_worker_529_migrates():
     status, _, body = request(rt.addr, "POST", "/v1/chat/completions", chat_body(max_tokens=2))
     assert status == 200, body
     assert full.metrics()["dynamo_rejection_request_total"] == 1  # it was asked first
-    assert any("answered overloaded" in line for line in rt.proc.lines)
+    # Logged before the retry; the line may reach our reader after the answer does.
+    rt.proc.wait_line("answered overloaded", 10)
     for c in fill + held:
         c.close()
     rt.stop()
@@ -334,7 +392,7 @@ def test_router_drains_on_sigterm():
     results = [h.response() for h in holders]
     assert [r[0] for r in results] == [200, 200] and all(r[3] for r in results), results
     assert rt.proc.p.wait(20) == 0
-    assert any("drained: nothing in flight" in line for line in rt.proc.lines), rt.proc.lines[-5:]
+    rt.proc.wait_line("drained: nothing in flight", 10)  # the reader may lag behind the exit
     ad.stop()
     mock.stop()
 
@@ -347,7 +405,7 @@ def test_router_drain_timeout_cancels():
     assert status == 200, (status, hdrs)
     rt.proc.p.send_signal(signal.SIGTERM)
     assert rt.proc.p.wait(20) == 0
-    assert any("cancelled 1 request" in line for line in rt.proc.lines), rt.proc.lines[-5:]
+    rt.proc.wait_line("cancelled 1 request", 10)
     body, complete = h.read_body(hdrs)
     assert not complete, "a cancelled stream must not end cleanly"
     # The worker sees the cancellation too: its slot comes back.
