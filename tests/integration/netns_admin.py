@@ -1,9 +1,10 @@
-"""Run by test_operations.py inside a network namespace of its own (`unshare -n`): gives the
+"""Run by test_operations.py inside network and PID namespaces of its own (`unshare`): gives the
 namespace's loopback device a second, non-127 address and checks that admitd refuses admin
 changes from a peer with that address. Nothing leaves the namespace: the address exists
 only inside it. Exits 0 when every check passed."""
 
 import json
+import os
 import subprocess
 import sys
 
@@ -17,6 +18,9 @@ def post(addr, body, headers):
 
 
 def main():
+    # For the parent: which namespace to watch until every process in it has gone.
+    sys.stderr.write("netns %s\n" % os.readlink("/proc/self/ns/net"))
+    sys.stderr.flush()
     subprocess.run(["ip", "link", "set", "lo", "up"], check=True)
     subprocess.run(["ip", "addr", "add", PEER_IP + "/32", "dev", "lo"], check=True)
     hdrs = {"Content-Type": "application/json"}

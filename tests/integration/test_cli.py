@@ -6,12 +6,21 @@ import subprocess
 from harness import ADMITD, MOCK, Admitd, Mock, Tap, request
 
 
+# Should a bad value ever be accepted, the daemon that starts listens on loopback ports
+# picked at run time, not on the defaults (0.0.0.0:8080, :9091, :5557), until the timeout.
+LOOPBACK = {"--listen": "127.0.0.1:0", "--metrics-listen": "127.0.0.1:0",
+            "--publish": "tcp://127.0.0.1:0"}
+
+
 def run(argv, env=None):
     full = dict(os.environ)
     for k in ("DYN_ENGINE_REQUEST_LIMIT", "DYN_DYNAMO_REQUEST_QUEUE_LIMIT",
               "DYN_HTTP_OVERLOAD_STATUS_CODE"):
         full.pop(k, None)
     full.update(env or {})
+    if argv[0] == ADMITD and not any(a in ("--help", "--version") for a in argv):
+        argv = argv + ["%s=%s" % (k, v) for k, v in LOOPBACK.items()
+                       if not any(a.startswith(k + "=") for a in argv)]
     p = subprocess.run(argv, env=full, capture_output=True, timeout=30)
     return p.returncode, p.stdout.decode(), p.stderr.decode()
 

@@ -2,7 +2,6 @@
 
 import json
 import os
-import signal
 import socket
 import subprocess
 import threading
@@ -14,22 +13,22 @@ from harness import (ADMITD, Admitd, Mock, Proc, RawClient, Tap, chat_body, requ
 TOP = os.environ.get("ADMIT_TOP", "build/admit-top")
 
 
-class Subscriber:
-    """admit-top --json on a publisher URL; collects (arrival time, message)."""
+class Subscriber(Proc):
+    """admit-top --json on a publisher URL; collects (arrival time, message). A harness Proc:
+    killed with its group when a check fails, like every other process of the test."""
 
     def __init__(self, url):
-        self.p = subprocess.Popen([TOP, "--json", url], stdout=subprocess.PIPE,
-                                  stderr=subprocess.PIPE, start_new_session=True)
         self.msgs = []
         self.lock = threading.Lock()
-        self.t = threading.Thread(target=self._read, daemon=True)
-        self.t.start()
+        super().__init__([TOP, "--json", url], name="admit-top")
 
-    def _read(self):
+    def _drain_stdout(self):
+        # Instead of Proc's read at exit: one JSON line per message, as it arrives.
         for line in self.p.stdout:
             m = json.loads(line)
             with self.lock:
                 self.msgs.append((time.monotonic(), m))
+        self.stdout = b""
 
     def snapshot(self):
         with self.lock:
@@ -54,13 +53,23 @@ class Subscriber:
         return None
 
     def close(self):
-        self.p.terminate()
-        try:
-            self.p.wait(10)
-        except subprocess.TimeoutExpired:
-            os.killpg(self.p.pid, signal.SIGKILL)
-            self.p.wait()
-            raise AssertionError("admit-top did not exit on SIGTERM")
+        """SIGTERM; admit-top must exit 0 (under ASan: without leaks)."""
+        self.stop_clean()
+
+
+def subscribed(sub, ad):
+    """Waits until sub receives messages: nng gives no sign that a subscription is up, so
+    changes are made (one short request each) until one of them arrives, then until the idle
+    state after them does. With a long heartbeat nothing else would be sent."""
+    def probe():
+        if not sub.snapshot():
+            assert request(ad.addr, "POST", "/v1/chat/completions",
+                           chat_body(max_tokens=1))[0] == 200
+        return sub.snapshot()
+
+    wait_for(probe, 30, "a first message")
+    wait_for(lambda: (lambda m: m is not None and m["engine_requests"] == 0 and
+                      m["queued_requests"] == 0)(sub.latest()), 15, "the idle state")
 
 
 def check_seq(sub):
@@ -73,7 +82,7 @@ def test_messages_follow_the_gate():
     ad = Admitd(mock.url, "--engine-request-limit", "2", "--request-queue-limit", "2",
                 "--heartbeat-ms", "60000")
     sub = Subscriber(ad.publish)
-    time.sleep(0.3)  # let the subscription connect before the change
+    subscribed(sub, ad)
     t0 = time.monotonic()
     holders = ad.fill(4, queued=2, max_tokens=200)
     t, m = sub.wait(lambda m: m["engine_requests"] == 2 and m["queued_requests"] == 2,
@@ -99,33 +108,35 @@ def test_messages_follow_the_gate():
 
 
 def test_kv_blocks_follow_the_engine():
-    # Slow tokens keep the engine's KV usage still long enough to compare it.
-    mock = Mock("--token-interval-ms", "2000", "--num-gpu-blocks", "1000")
+    # Token ids count exactly on both sides, and 390 of them fill 25 blocks of 16 with room
+    # for 10 tokens more: with a token every 2 s the engine's KV use and admitd's booking
+    # stay still for 20 s, long enough to compare them.
+    prompt, block = 390, 16
+    mock = Mock("--token-interval-ms", "2000", "--num-gpu-blocks", "1000",
+                "--block-size", str(block))
     ad = Admitd(mock.url, "--engine-request-limit", "4", "--heartbeat-ms", "100",
                 "--engine-metrics-interval-ms", "50")
     sub = Subscriber(ad.publish)
     clients = []
     for _ in range(2):
         c = RawClient(ad.addr)
-        c.post("/v1/chat/completions", chat_body(max_tokens=100, content="word " * 800))
+        c.post("/v1/completions", {"model": "m", "prompt": list(range(1, prompt + 1)),
+                                   "max_tokens": 100, "stream": True})
         clients.append(c)
-    sub.wait(lambda m: (m["kv_used_blocks"] or 0) > 0, "KV blocks in use")
-
-    def agrees():
-        em = mock.metrics()
-        usage = em['vllm:kv_cache_usage_perc{engine="0",model_name="mock-model"}']
-        want = round(usage * 1000)
-        time.sleep(0.3)  # a scrape interval and a heartbeat later
-        m = sub.latest()
-        return want > 0 and m["kv_used_blocks"] == want and m["kv_total_blocks"] == 1000
-
-    wait_for(agrees, 15, "kv_used_blocks equal to the engine's usage x blocks")
-    m = sub.latest()
-    # admitd's own booking of the same two requests is of the same size.
-    assert m["active_decode_blocks"] >= m["kv_used_blocks"] // 2, m
+    key = '{engine="0",model_name="mock-model"}'
+    em = wait_for(lambda: (lambda em: em if em["vllm:num_requests_running" + key] == 2 else None)(
+        mock.metrics()), 15, "both requests running in the engine")
+    engine_blocks = round(em["vllm:kv_cache_usage_perc" + key] * 1000)
+    assert engine_blocks == 2 * -(-prompt // block), (engine_blocks, em)
+    # The next message that has read the engine since: it says what the engine said.
+    t, m = sub.wait(lambda m: m["kv_used_blocks"] == engine_blocks, "kv_used_blocks %d" %
+                    engine_blocks)
+    assert m["kv_total_blocks"] == 1000 and m["engine_requests"] == 2, m
+    # admitd's own booking of the same two requests is exactly as large.
+    assert m["active_decode_blocks"] == engine_blocks, m
     for c in clients:
         c.close()
-    sub.wait(lambda m: m["kv_used_blocks"] == 0, "KV back to 0")
+    sub.wait(lambda m: m["kv_used_blocks"] == 0 and m["active_decode_blocks"] == 0, "KV back to 0")
     sub.close()
     ad.stop()
     mock.stop()
@@ -136,6 +147,7 @@ def test_prefill_tokens_booked_until_first_byte():
     mock = Mock("--speedup-ratio", "0.01", "--max-num-seqs", "8")
     ad = Admitd(mock.url, "--engine-request-limit", "2", "--heartbeat-ms", "100")
     sub = Subscriber(ad.publish)
+    sub.wait(lambda m: True, "a first heartbeat")  # subscribed before the request
     c = RawClient(ad.addr)
     c.post("/v1/completions", {"model": "m", "prompt": list(range(1, 501)), "max_tokens": 1,
                                "stream": True})
@@ -151,15 +163,27 @@ def test_prefill_tokens_booked_until_first_byte():
 
 
 def test_heartbeats_when_idle():
+    heartbeat_ms = 100
+    wall_before = time.time()
     mock = Mock("--speedup-ratio", "0")
-    ad = Admitd(mock.url, "--engine-request-limit", "2", "--heartbeat-ms", "100")
+    ad = Admitd(mock.url, "--engine-request-limit", "2", "--heartbeat-ms", str(heartbeat_ms))
     sub = Subscriber(ad.publish)
     wait_for(lambda: len(sub.snapshot()) >= 6, 15, "six heartbeats")
     msgs = [m for _, m in sub.snapshot()]
+    wall_after = time.time()
     check_seq(sub)
+    # The last four say the same: nothing changed, so they are heartbeats.
     strip = [{k: v for k, v in m.items() if k not in ("seq", "ts_ms")} for m in msgs[-4:]]
     assert all(s == strip[0] for s in strip), strip
-    assert all(m["ts_ms"] > 1600000000000 for m in msgs), msgs[0]
+    assert all(m["heartbeat_ms"] == heartbeat_ms for m in msgs), msgs
+    # Stamped in Unix milliseconds when sent (1 ms of rounding either way).
+    assert all(wall_before * 1000 - 1 <= m["ts_ms"] <= wall_after * 1000 + 1 for m in msgs), (
+        wall_before, wall_after, msgs)
+    # Sent every heartbeat_ms, not at some other period: their mean gap is far below 5
+    # periods (libevent keeps the timer on its grid, so one late heartbeat does not shift the
+    # next ones).
+    mean_gap = (msgs[-1]["ts_ms"] - msgs[-4]["ts_ms"]) / 3.0
+    assert mean_gap < 5 * heartbeat_ms, [m["ts_ms"] for m in msgs]
     sub.close()
     ad.stop()
     mock.stop()
@@ -213,7 +237,9 @@ def test_nngcat_and_admit_top_read_it():
                        timeout=30)
     after = time.monotonic()
     assert p.returncode == 0, p.stderr
-    for line in p.stdout.decode().strip().splitlines():
+    lines = p.stdout.decode().strip().splitlines()
+    assert len(lines) == 2, (lines, p.stderr)
+    for line in lines:
         stamp, doc = line.split(" ", 1)
         assert before <= int(stamp) / 1e6 <= after, (stamp, before, after)
         assert json.loads(doc)["worker_id"] == "gpu-test-1", doc

@@ -1,8 +1,10 @@
 """Day-two operations: queue timeout, Retry-After, live limits, graceful drain, logs."""
 
 import json
+import math
 import os
 import signal
+import subprocess
 import sys
 import time
 
@@ -21,26 +23,38 @@ def post_admission(ad, body, headers=None, raw=None):
 
 
 def test_queue_timeout_fires_at_the_right_request():
+    timeout_ms, gap = 2000, 1.5
     mock = Mock("--token-interval-ms", "50")
     ad = Admitd(mock.url, "--engine-request-limit", "1", "--request-queue-limit", "4",
-                "--queue-timeout-ms", "400")
+                "--queue-timeout-ms", str(timeout_ms))
     a = RawClient(ad.addr)
-    a.post("/v1/chat/completions", chat_body(max_tokens=200))
+    a.post("/v1/chat/completions", chat_body(max_tokens=1000))  # holds the slot for 50 s
     assert a.read_head()[0] == 200
     b = RawClient(ad.addr)
+    b_sent = time.monotonic()
     b.post("/v1/chat/completions", chat_body(max_tokens=2))
     wait_for(lambda: ad.metrics()["dynamo_request_queue"] == 1, what="b queued")
-    time.sleep(0.2)
+    # The stimulus, not a wait for an event: c arrives gap seconds after b, so each timeout
+    # is measured from its own request's arrival or not.
+    time.sleep(gap)
     c = RawClient(ad.addr)
+    c_sent = time.monotonic()
     c.post("/v1/chat/completions", chat_body(max_tokens=2))
+    wait_for(lambda: ad.metrics()["dynamo_request_queue"] == 2, what="c queued")
     status, hdrs, body, _ = b.response()
     t_b = time.monotonic()
     assert status == 529 and error_message(body) == QUEUE_TIMEOUT_MSG, (status, body)
-    assert hdrs["x-admitd-reason"] == "queue-timeout" and int(hdrs["retry-after"]) >= 1
-    # c arrived later, so it is still waiting when b leaves.
+    # No slot was freed yet: the estimate has no history and says 10 s.
+    assert hdrs["x-admitd-reason"] == "queue-timeout" and hdrs["retry-after"] == "10", hdrs
+    # Not before its own deadline (libevent sleeps in whole milliseconds: 10 ms of slack).
+    assert t_b - b_sent >= timeout_ms / 1000.0 - 0.01, t_b - b_sent
+    # c arrived gap seconds later, so it is still waiting when b leaves.
     assert ad.metrics()["dynamo_request_queue"] == 1
     status, hdrs, body, _ = c.response()
-    assert status == 529 and time.monotonic() > t_b, status
+    t_c = time.monotonic()
+    assert status == 529 and error_message(body) == QUEUE_TIMEOUT_MSG, (status, body)
+    assert hdrs["retry-after"] == "10" and t_c - c_sent >= timeout_ms / 1000.0 - 0.01, (
+        hdrs, t_c - c_sent)
     m = ad.metrics()
     assert m['admitd_requests_total{outcome="queue_timeout"}'] == 2, m
     assert m["dynamo_rejection_request_total"] == 2 and m["dynamo_request_queue"] == 0, m
@@ -50,30 +64,55 @@ def test_queue_timeout_fires_at_the_right_request():
     mock.stop()
 
 
+def retry_after_formula(waiting, releases):
+    """README: ceil((waiting + 1) / releases per second over the last 10 s), clamped to
+    1..60; 10 with no release in the window. In doubles, as admitd computes it."""
+    if releases == 0:
+        return 10
+    return int(min(60, max(1, math.ceil((waiting + 1.0) / (releases / 10.0)))))
+
+
 def test_retry_after_fixed_and_estimated():
     mock = Mock("--token-interval-ms", "20")
     ad = Admitd(mock.url, "--engine-request-limit", "1", "--request-queue-limit", "2",
                 "--retry-after", "7")
-    holders = ad.fill(3, queued=2, max_tokens=100)
+    holders = ad.fill(3, queued=2, max_tokens=1000)
     status, hdrs, _ = request(ad.addr, "POST", "/v1/chat/completions", chat_body())
     assert status == 529 and hdrs["retry-after"] == "7", hdrs
     for h in holders:
         h.close()
     ad.stop()
-    # Estimated: with no slot freed yet it says 10 s (the window); after 20 quick requests
-    # (a slot freed twice a second or more) with 2 waiting it is a few seconds.
+    # Estimated, with no slot freed yet: 10 s (the window).
     ad = Admitd(mock.url, "--engine-request-limit", "1", "--request-queue-limit", "2")
-    holders = ad.fill(3, queued=2, max_tokens=100)
+    holders = ad.fill(3, queued=2, max_tokens=1000)
     status, hdrs, _ = request(ad.addr, "POST", "/v1/chat/completions", chat_body())
     assert status == 529 and hdrs["retry-after"] == "10", hdrs
     for h in holders:
         h.close()
-    ad.wait_idle()
-    for _ in range(20):
+    ad.stop()
+    # Estimated from a known history, on a fresh admitd: exactly `releases` slots freed (one
+    # request at a time), then 2 waiting behind a held slot. With every release in the window
+    # that is ceil(3 / (20 / 10)) = 2, neither the fallback 10 nor a clamp.
+    ad = Admitd(mock.url, "--engine-request-limit", "1", "--request-queue-limit", "2")
+    releases, sent = 20, []
+    for _ in range(releases):
+        sent.append(time.monotonic())
         assert request(ad.addr, "POST", "/v1/chat/completions", chat_body(max_tokens=1))[0] == 200
-    holders = ad.fill(3, queued=2, max_tokens=100)
+    wait_for(lambda: ad.metrics()['admitd_requests_total{outcome="ok"}'] == releases,
+             what="%d requests finished" % releases)
+    holders = ad.fill(3, queued=2, max_tokens=1000)
     status, hdrs, _ = request(ad.addr, "POST", "/v1/chat/completions", chat_body())
-    assert status == 529 and 1 <= int(hdrs["retry-after"]) <= 10, hdrs
+    asked = time.monotonic()
+    # admitd counts in whole seconds of CLOCK_MONOTONIC (Python's monotonic clock too): the
+    # window holds the last 10 of them. A release is surely in it when its request was sent
+    # in one of those; on a very slow run the oldest may have dropped out, which the formula
+    # then allows for, and nothing else.
+    surely = sum(1 for t in sent if int(t) > int(asked) - 10)
+    allowed = sorted({retry_after_formula(2, k) for k in range(surely, releases + 1)})
+    assert 10 not in allowed, ("too slow a run to tell the estimate from the fallback", allowed)
+    assert status == 529 and int(hdrs["retry-after"]) in allowed, (hdrs, allowed)
+    print("# Retry-After %s, %d..%d of %d releases surely in the window (allowed: %s)" % (
+        hdrs["retry-after"], surely, releases, releases, allowed), flush=True)
     for h in holders:
         h.close()
     ad.stop()
@@ -144,26 +183,69 @@ def test_admin_token():
     mock.stop()
 
 
+# A network namespace for the checks, inside a PID namespace of their own: when its first
+# process (netns_admin.py) dies, even by SIGKILL, the kernel kills everything it started, and
+# --kill-child takes it down with unshare. Its own /proc, so the sanitizers see its PIDs.
+NETNS = ["unshare", "--net", "--pid", "--fork", "--kill-child", "--mount-proc"]
+
+
 def netns_available():
-    """None when this process may create a network namespace (unshare -n), else why not."""
+    """None when this process may create the namespaces (unshare), else why not."""
     import shutil
     import subprocess
     if shutil.which("unshare") is None or shutil.which("ip") is None:
         return "unshare or ip (util-linux, iproute2) is not installed"
-    p = subprocess.run(["unshare", "-n", "true"], capture_output=True)
-    return None if p.returncode == 0 else "cannot create a network namespace: %s" % (
+    p = subprocess.run(NETNS + ["true"], capture_output=True, timeout=30)
+    return None if p.returncode == 0 else "cannot create network and PID namespaces: %s" % (
         p.stderr.decode().strip() or "exit %d" % p.returncode)
+
+
+def netns_members(ns):
+    """PIDs of the processes in the network namespace ns ("net:[inode]")."""
+    pids = []
+    for pid in os.listdir("/proc"):
+        try:
+            if pid.isdigit() and os.readlink("/proc/%s/ns/net" % pid) == ns:
+                pids.append(int(pid))
+        except OSError:  # gone meanwhile
+            pass
+    return pids
 
 
 def test_admin_mutations_only_from_loopback():
     """The checks run in a namespace of their own, where a second address on lo plays the
     remote peer: test traffic never goes to an address outside loopback (netns_admin.py)."""
-    import subprocess
-    here = os.path.dirname(os.path.abspath(__file__))
-    p = subprocess.run(["unshare", "-n", sys.executable, os.path.join(here, "netns_admin.py")],
-                       capture_output=True, timeout=120, cwd=here)
-    assert p.returncode == 0 and b"checks passed" in p.stdout, (
-        p.returncode, p.stdout.decode()[-2000:], p.stderr.decode()[-3000:])
+    from harness import Proc
+    script = os.path.join(os.path.dirname(os.path.abspath(__file__)), "netns_admin.py")
+    pr = Proc(NETNS + [sys.executable, script], name="netns_admin")
+    ns = pr.wait_line(r"^netns (net:\[\d+\])$", 60).group(1)
+    try:
+        try:
+            rc = pr.p.wait(120)
+            timed_out = False
+        except subprocess.TimeoutExpired:
+            pr.kill()
+            rc, timed_out = pr.p.returncode, True
+        pr._out.join(10)
+        out = getattr(pr, "stdout", b"").decode("utf-8", "replace")
+        report = "stdout:\n%s\nstderr:\n%s" % (out[-2000:], "\n".join(pr.lines[-40:]))
+        assert not timed_out, "netns_admin.py did not finish within 120 s\n" + report
+        assert rc == 0 and "netns admin checks passed" in out, "exit %s\n%s" % (rc, report)
+    finally:
+        pr.kill()
+        # Whatever it started inside is gone with it.
+        try:
+            wait_for(lambda: not netns_members(ns), 30, "no process left in the namespace")
+        except AssertionError:
+            left = []
+            for pid in netns_members(ns):
+                try:
+                    with open("/proc/%d/cmdline" % pid, "rb") as f:
+                        left.append("%d %s" % (pid, f.read().replace(b"\0", b" ").decode()))
+                except OSError:
+                    pass
+            raise AssertionError("processes left in namespace %s:\n%s" % (ns, "\n".join(left)))
+
 
 def test_graceful_drain_loses_nothing():
     mock = Mock("--token-interval-ms", "30")
@@ -180,7 +262,7 @@ def test_graceful_drain_loses_nothing():
     results = [h.response() for h in holders]
     assert [r[0] for r in results] == [200, 200, 200] and all(r[3] for r in results), results
     assert ad.proc.p.wait(20) == 0
-    assert any("drained" in line for line in ad.proc.lines), ad.proc.lines[-5:]
+    ad.proc.wait_line("drained: nothing in flight", 10)
     mock.stop()
 
 
@@ -190,7 +272,7 @@ def test_drain_timeout_and_second_signal():
     holders = ad.fill(2, queued=0, max_tokens=1000)
     ad.proc.p.send_signal(signal.SIGTERM)
     assert ad.proc.p.wait(20) == 0
-    assert any("cancelled 2 requests" in line for line in ad.proc.lines), ad.proc.lines[-5:]
+    ad.proc.wait_line("drain timeout: cancelled 2 requests still in flight", 10)
     for h in holders:
         status, hdrs = h.read_head()
         body, complete = h.read_body(hdrs)
@@ -228,7 +310,7 @@ def test_config_file_precedence_and_reload():
     import subprocess
     import tempfile
     from harness import ADMITD
-    mock = Mock("--speedup-ratio", "0")
+    mock = Mock("--token-interval-ms", "20")
     d = tempfile.mkdtemp()
     path = os.path.join(d, "admitd.yaml")
 
@@ -258,13 +340,23 @@ def test_config_file_precedence_and_reload():
     # SIGHUP applies what can change live, reports what cannot, keeps the old on a bad file.
     ad = Admitd(mock.url, "--config", path)
     assert ad.metrics()["admitd_engine_request_limit"] == 4
-    write("engine_request_limit: 6\nrequest_queue_limit: 8\nheartbeat_ms: 5000\n")
+    write("engine_request_limit: 6\nrequest_queue_limit: 2\nheartbeat_ms: 5000\n"
+          "retry_after: 4\noverload_status_code: 503\n")
     ad.proc.p.send_signal(signal.SIGHUP)
     ad.proc.wait_line("configuration reloaded", 10)
-    assert any("heartbeat_ms changed; it takes effect after a restart" in x
-               for x in ad.proc.lines)
+    ad.proc.wait_line("heartbeat_ms changed; it takes effect after a restart", 10)
     m = ad.metrics()
-    assert m["admitd_engine_request_limit"] == 6 and m["admitd_limit_changes_total"] == 1, m
+    assert m["admitd_engine_request_limit"] == 6 and m["admitd_request_queue_limit"] == 2, m
+    assert m["admitd_limit_changes_total"] == 1, m
+    # The new Q, overload status and Retry-After apply to the next rejection (before: Q 8,
+    # 529 and an estimated 10 s).
+    holders = ad.fill(8, queued=2, max_tokens=1000)
+    status, hdrs, body = request(ad.addr, "POST", "/v1/chat/completions", chat_body())
+    assert status == 503 and hdrs["retry-after"] == "4", (status, hdrs)
+    assert hdrs["x-admitd-reason"] == "queue-full" and json.loads(body)["error"]["code"] == 503
+    for h in holders:
+        h.close()
+    ad.wait_idle()
     write("engine_request_limit: [oops\n")
     ad.proc.p.send_signal(signal.SIGHUP)
     ad.proc.wait_line("reload failed, the running configuration stays", 10)
@@ -289,7 +381,8 @@ if __name__ == "__main__":
     else:
         tap.run("admin changes only from loopback peers (in a network namespace)",
                 test_admin_mutations_only_from_loopback)
-    tap.run("graceful drain: nothing lost, new requests refused, exit 0", test_graceful_drain_loses_nothing)
+    tap.run("graceful drain: nothing lost, new requests refused, exit 0",
+            test_graceful_drain_loses_nothing)
     tap.run("drain timeout cancels what remains; a second signal exits at once",
             test_drain_timeout_and_second_signal)
     tap.run("JSON logs and the access log", test_json_logs_and_access_log)
