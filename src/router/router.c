@@ -87,16 +87,21 @@ static void on_message(void *arg, const void *msg, size_t len)
     w->overloaded_until_ms = 0; /* its own word replaces our guess */
 }
 
-static int routable(const struct router *r, const struct rworker *w, int64_t now)
+/* Heard from within the missed heartbeats and not draining: a worker that serves. */
+static int alive(const struct router *r, const struct rworker *w, int64_t now)
 {
     if (w->last_ms == 0 || now - w->last_ms > w->heartbeat_ms * (int64_t) r->missed)
-        return 0;
-    if (now < w->overloaded_until_ms)
         return 0;
     for (int i = 0; i < PUB_MAX_RANKS; i++)
         if (w->have[i] && w->ranks[i].state == ADMIT_LOAD_DRAINING)
             return 0;
     return 1;
+}
+
+/* Alive, and not skipped for having just answered with its overload status. */
+static int routable(const struct router *r, const struct rworker *w, int64_t now)
+{
+    return alive(r, w, now) && now >= w->overloaded_until_ms;
 }
 
 /* Does the worker have room under t? Updates its decode latches. */
@@ -186,17 +191,18 @@ static struct upstream *pick(void *arg, const struct http_req *req, const struct
     char model[128];
     int64_t now = now_ms(), best_load = 0;
     struct rworker *best = NULL;
-    size_t nroutable = 0;
+    size_t nalive = 0;
 
     model_of(req, model, sizeof model);
     bt_registry_get(r->bt, model, &t);
     for (size_t k = 0; k < r->n; k++) {
         struct rworker *w = r->w[(r->rr + k) % r->n];
 
-        if (!routable(r, w, now) || w->up == exclude)
+        if (!alive(r, w, now))
             continue;
-        nroutable++;
-        if (!has_room(w, &t))
+        /* One that just refused with its overload answer is alive but full: busy. */
+        nalive++;
+        if (!routable(r, w, now) || w->up == exclude || !has_room(w, &t))
             continue;
         if (best == NULL || load_of(w) < best_load) {
             best = w;
@@ -206,7 +212,7 @@ static struct upstream *pick(void *arg, const struct http_req *req, const struct
     r->rr++;
     if (best != NULL)
         return best->up;
-    if (nroutable == 0) {
+    if (nalive == 0) {
         *status = 503;
         *msg = "Server unavailable: no worker available";
         return NULL;

@@ -248,8 +248,8 @@ def test_refusal_retried_once_then_skipped():
 
 
 def test_lone_refusal_nowhere_to_retry():
-    # The only worker refuses: the retry finds none left (it is excluded, and skipped), and
-    # the router answers that itself, as README says of no routable worker.
+    # The only worker refuses: the retry finds none left (it is excluded, and skipped). It is
+    # alive but full, so the router answers with the overload status itself (README).
     mock = Mock("--token-interval-ms", "50")
     full, w = worker(mock, "--engine-request-limit", "1", "--request-queue-limit", "2")
     rt = Router([w])
@@ -257,8 +257,8 @@ def test_lone_refusal_nowhere_to_retry():
     held = full.fill(3, queued=2, max_tokens=2000)
     for n in (1, 2):
         status, _, body = chat(rt.addr)
-        assert status == 503, (status, body)
-        assert error_message(body) == "Server unavailable: no worker available", body
+        assert status == 529, (status, body)
+        assert error_message(body) == "All workers are busy, please retry later", body
         if n == 1:
             assert rejected(full) == 1  # asked once
     for c in held:
@@ -387,7 +387,7 @@ if __name__ == "__main__":
             test_draining_worker_excluded)
     tap.run("a 529 is retried once; both refusing workers are skipped for about 1 s",
             test_refusal_retried_once_then_skipped)
-    tap.run("a lone worker's 529 with nowhere to retry: 503 no worker available",
+    tap.run("a lone worker's 529 with nowhere to retry: 529 all workers are busy",
             test_lone_refusal_nowhere_to_retry)
     tap.run("worker gauges and admit_router_workers in a known state",
             test_worker_metrics_known_state)
