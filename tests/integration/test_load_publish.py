@@ -143,17 +143,28 @@ def test_kv_blocks_follow_the_engine():
 
 
 def test_prefill_tokens_booked_until_first_byte():
-    # Prefill of 500 tokens at 1/100 speed takes about 2.4 s: long enough to see it booked.
-    mock = Mock("--speedup-ratio", "0.01", "--max-num-seqs", "8")
+    # Prefill of 500 tokens at 1/100 speed takes about 2.4 s: long enough to see it booked;
+    # then 30 tokens 200 ms apart, long enough to see it unbooked while the stream runs.
+    mock = Mock("--speedup-ratio", "0.01", "--max-num-seqs", "8", "--token-interval-ms", "200")
     ad = Admitd(mock.url, "--engine-request-limit", "2", "--heartbeat-ms", "100")
     sub = Subscriber(ad.publish)
     sub.wait(lambda m: True, "a first heartbeat")  # subscribed before the request
     c = RawClient(ad.addr)
-    c.post("/v1/completions", {"model": "m", "prompt": list(range(1, 501)), "max_tokens": 1,
+    c.post("/v1/completions", {"model": "m", "prompt": list(range(1, 501)), "max_tokens": 30,
                                "stream": True})
     sub.wait(lambda m: m["active_prefill_tokens"] == 500, "500 exact prefill tokens booked")
-    status, _, body, complete = c.response()
-    assert status == 200 and complete
+    firsts = []
+
+    def on_data(piece, t):
+        if not firsts:
+            # The first output byte ends prefill: the prompt leaves active_prefill_tokens at
+            # once, while the request still runs (and still holds its decode blocks).
+            firsts.append(t)
+            sub.wait(lambda m: m["active_prefill_tokens"] == 0 and m["engine_requests"] == 1
+                     and m["active_decode_blocks"] > 0, "prefill ended by the first byte")
+
+    status, _, body, complete = c.response(on_data)
+    assert status == 200 and complete and firsts
     sub.wait(lambda m: m["active_prefill_tokens"] == 0 and m["engine_requests"] == 0,
              "prefill released")
     c.close()
