@@ -135,6 +135,21 @@ def test_engine_dying_mid_stream_is_an_error_not_a_clean_end():
     ad.stop()
 
 
+def tcp_queued_bytes(ports):
+    """Bytes the kernel holds (send and receive queues) on the TCP sockets with one of ports
+    at either end, from /proc/net/tcp."""
+    total = 0
+    with open("/proc/net/tcp") as f:
+        next(f)
+        for line in f:
+            p = line.split()
+            lp, rp = int(p[1].split(":")[1], 16), int(p[2].split(":")[1], 16)
+            if lp in ports or rp in ports:
+                tx, rx = (int(v, 16) for v in p[4].split(":"))
+                total += tx + rx
+    return total
+
+
 def read_until_last_chunk(c):
     """The raw rest of a chunked reply, up to and with its last chunk, read in big pieces
     (RawClient.read_body copies its buffer per chunk: too slow for megabytes)."""
@@ -180,8 +195,14 @@ def test_slot_held_until_the_reply_is_written():
                 "--stream-buffer-bytes", str(max(64 << 20, tokens * 400)))
     a = RawClient(ad.addr)
     a.post("/v1/chat/completions", chat_body(max_tokens=tokens))
+    # The engine is done and admitd has read all of it: the engine made every token, nothing
+    # is left in the kernel between them, and admitd booked them all (decode blocks of 16
+    # tokens) - or, if it is broken, already let the slot go.
     wait_for(lambda: (lambda e: e[TOKENS] == tokens and e["admit_mock_requests_in_flight"] == 0)(
         mock.metrics()), 60, "the engine done with the whole reply")
+    wait_for(lambda: tcp_queued_bytes({mock.addr[1]}) == 0 and (lambda m: (
+        m['admitd_active_decode_blocks{dp_rank="0"}'] >= tokens // 16 or
+        m["dynamo_engine_request"] == 0))(ad.metrics()), 60, "admitd holding the whole reply")
     m = ad.metrics()
     assert m["dynamo_engine_request"] == 1, m
     b = RawClient(ad.addr)
