@@ -416,3 +416,20 @@ def only_answer(c, timeout=30):
     rest, _ = read_to_close(c, timeout)
     assert rest == b"", "bytes after the answer %d: %r" % (status, rest[:200])
     return status, hdrs, body
+
+
+def tcp_sockets(ports):
+    """The TCP sockets with one of ports at either end, from the kernel's socket table (ss,
+    netlink: filtered in the kernel, so a busy table does not make it skip lines the way
+    reading /proc/net/tcp can): [(state, recv_q, send_q, local_port, peer_port)]."""
+    flt = " or ".join("sport = :%d or dport = :%d" % (p, p) for p in sorted(ports))
+    out = subprocess.run(["ss", "-tanH", "( %s )" % flt], capture_output=True, text=True,
+                         timeout=30, check=True).stdout
+    rows = []
+    for line in out.splitlines():
+        f = line.split()
+        if len(f) < 5 or not f[4].rsplit(":", 1)[-1].isdigit():
+            continue  # a listener: no peer
+        rows.append((f[0], int(f[1]), int(f[2]), int(f[3].rsplit(":", 1)[1]),
+                     int(f[4].rsplit(":", 1)[1])))
+    return rows

@@ -11,7 +11,7 @@ import time
 
 from harness import (MOCK, Admitd, Mock, Proc, RawClient, Tap, chat_body, error_message,
                      only_answer, raw_request_bytes, read_to_close, request, strict_response,
-                     wait_for)
+                     tcp_sockets, wait_for)
 
 TOKENS = 'vllm:generation_tokens_total{engine="0",model_name="mock-model"}'
 # The mock stops generating while more than this is unsent to its client (mock_sched.c).
@@ -149,17 +149,8 @@ def test_slowloris_and_silent_clients_are_dropped():
 
 def tcp_queued_bytes(ports):
     """Bytes the kernel holds (send and receive queues) on the TCP sockets with one of ports
-    at either end, from /proc/net/tcp."""
-    total = 0
-    with open("/proc/net/tcp") as f:
-        next(f)
-        for line in f:
-            p = line.split()
-            lp, rp = int(p[1].split(":")[1], 16), int(p[2].split(":")[1], 16)
-            if lp in ports or rp in ports:
-                tx, rx = (int(v, 16) for v in p[4].split(":"))
-                total += tx + rx
-    return total
+    at either end."""
+    return sum(recv_q + send_q for _, recv_q, send_q, _, _ in tcp_sockets(ports))
 
 
 def test_client_that_stops_reading():

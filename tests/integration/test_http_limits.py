@@ -4,24 +4,16 @@ import json
 import time
 
 from harness import (Admitd, Mock, RawClient, Tap, chat_body, error_message, only_answer,
-                     read_to_close, request, strict_response, wait_for)
+                     read_to_close, request, strict_response, tcp_sockets, wait_for)
 
 BIG_HEADER = b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nX-Big: " + b"a" * 8000 + \
     b"\r\nContent-Length: 2\r\n\r\n{}"
 
 
 def open_server_sides(port, peers):
-    """admitd's ends (local port) of connections from peers that it has not closed yet:
-    ESTABLISHED or CLOSE_WAIT in /proc/net/tcp."""
-    left = []
-    with open("/proc/net/tcp") as f:
-        next(f)
-        for line in f:
-            p = line.split()
-            lp, rp = int(p[1].split(":")[1], 16), int(p[2].split(":")[1], 16)
-            if lp == port and rp in peers and p[3] in ("01", "08"):
-                left.append(rp)
-    return left
+    """admitd's ends (local port) of connections from peers that it has not closed yet."""
+    return [peer for state, _, _, local, peer in tcp_sockets(peers)
+            if local == port and peer in peers and state in ("ESTAB", "CLOSE-WAIT")]
 
 
 def libevent_page(c, status):

@@ -3,7 +3,8 @@
 import json
 import time
 
-from harness import (Admitd, Mock, RawClient, Tap, chat_body, request, wait_for)
+from harness import (Admitd, Mock, RawClient, Tap, chat_body, request, tcp_sockets,
+                     wait_for)
 
 TOKENS = 'vllm:generation_tokens_total{engine="0",model_name="mock-model"}'
 
@@ -137,17 +138,8 @@ def test_engine_dying_mid_stream_is_an_error_not_a_clean_end():
 
 def tcp_queued_bytes(ports):
     """Bytes the kernel holds (send and receive queues) on the TCP sockets with one of ports
-    at either end, from /proc/net/tcp."""
-    total = 0
-    with open("/proc/net/tcp") as f:
-        next(f)
-        for line in f:
-            p = line.split()
-            lp, rp = int(p[1].split(":")[1], 16), int(p[2].split(":")[1], 16)
-            if lp in ports or rp in ports:
-                tx, rx = (int(v, 16) for v in p[4].split(":"))
-                total += tx + rx
-    return total
+    at either end."""
+    return sum(recv_q + send_q for _, recv_q, send_q, _, _ in tcp_sockets(ports))
 
 
 def read_until_last_chunk(c):
