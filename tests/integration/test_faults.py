@@ -1,6 +1,6 @@
 """Faults and hostile clients. After each: admitd still serves, its gauges return to 0, the
-engine never ran more than N at once, every client got exactly one answer, and RSS stays
-near where it started."""
+engine never ran more than N at once, and every client got exactly one answer (read whole,
+with nothing after it). The connection flood also reports how much admitd's RSS grew."""
 
 import json
 import os
