@@ -371,3 +371,65 @@ class Tap:
     def done(self):
         print("1..%d" % self.n, flush=True)
         sys.exit(1 if self.failed else 0)
+
+
+# ---- exactly one answer per connection ----------------------------------------------------
+
+def read_to_close(c, timeout=30):
+    """Reads what is left on a RawClient's connection until the peer closes it. Returns
+    (bytes, "eof" or "reset"). Silence for timeout seconds is a failure, not a close."""
+    c.s.settimeout(timeout)
+    data, c.buf = c.buf, b""
+    try:
+        while True:
+            chunk = c.s.recv(65536)
+            if not chunk:
+                return data, "eof"
+            data += chunk
+    except socket.timeout:
+        raise AssertionError("the connection was still open after %ss of silence (read %r)" %
+                             (timeout, data[:200]))
+    except ConnectionError:
+        return data, "reset"
+
+
+def strict_response(c, on_data=None):
+    """c.response(), after checking that the status line is the very first thing on the
+    connection (RawClient.read_head alone would take stray bytes before it)."""
+    while b"\r\n" not in c.buf:
+        c._fill()
+    first = c.buf.split(b"\r\n", 1)[0]
+    assert re.match(rb"HTTP/1\.[01] \d{3}( |$)", first), "not a status line: %r" % first[:200]
+    return c.response(on_data)
+
+
+def only_answer(c, timeout=30):
+    """Reads one whole answer and requires that nothing follows it: the client then shuts
+    its sending side, and the connection must close with no further byte (no second
+    status line, no stray bytes). Returns (status, headers, body)."""
+    status, hdrs, body, complete = strict_response(c)
+    assert complete, "answer %d cut short: %r" % (status, body[-200:])
+    try:
+        c.s.shutdown(socket.SHUT_WR)
+    except OSError:
+        pass  # already closed by the peer: the read below sees it
+    rest, _ = read_to_close(c, timeout)
+    assert rest == b"", "bytes after the answer %d: %r" % (status, rest[:200])
+    return status, hdrs, body
+
+
+def tcp_sockets(ports):
+    """The TCP sockets with one of ports at either end, from the kernel's socket table (ss,
+    netlink: filtered in the kernel, so a busy table does not make it skip lines the way
+    reading /proc/net/tcp can): [(state, recv_q, send_q, local_port, peer_port)]."""
+    flt = " or ".join("sport = :%d or dport = :%d" % (p, p) for p in sorted(ports))
+    out = subprocess.run(["ss", "-tanH", "( %s )" % flt], capture_output=True, text=True,
+                         timeout=30, check=True).stdout
+    rows = []
+    for line in out.splitlines():
+        f = line.split()
+        if len(f) < 5 or not f[4].rsplit(":", 1)[-1].isdigit():
+            continue  # a listener: no peer
+        rows.append((f[0], int(f[1]), int(f[2]), int(f[3].rsplit(":", 1)[1]),
+                     int(f[4].rsplit(":", 1)[1])))
+    return rows

@@ -1,27 +1,56 @@
 """Admission end to end: the exact N+Q cap under a burst, rejection shape, queue hang-ups."""
 
 import email.utils
+import http.server
 import json
-import sys
+import math
+import signal
+import socket
 import threading
 import time
 
-from harness import (Admitd, Mock, RawClient, Tap, chat_body, error_message, request,
-                     wait_for)
+from harness import (Admitd, Mock, RawClient, Tap, chat_body, error_message, only_answer,
+                     read_to_close, request, strict_response, wait_for)
 
 OVERLOAD_MSG = "Server overloaded: worker at capacity"
+QUEUE_TIMEOUT_MSG = "Server overloaded: request rejected after exceeding the admission queue delay"
+
+
+def retry_after_formula(waiting, releases):
+    """README: ceil((waiting + 1) / releases per second over 10 s), clamped to 1..60; 10 with
+    no release in the window."""
+    if releases == 0:
+        return 10
+    return min(60, max(1, math.ceil((waiting + 1) / (releases / 10.0))))
+
+
+def releases(m):
+    """Slot releases so far: every admitted request releases its slot once, when it ends."""
+    return int(m["admitd_queue_wait_seconds_count"] - m["dynamo_engine_request"])
+
+
+def read_events(c, n):
+    """Reads until n more SSE events of a streaming reply have arrived (the engine's pace)."""
+    target = c.buf.count(b"data: ") + n
+    while c.buf.count(b"data: ") < target:
+        c._fill()
 
 
 def burst(addr, count, max_tokens):
-    """Sends count streaming requests at once; returns [(status, headers, body, complete)]."""
+    """Sends count streaming requests at once; returns [(status, headers, body, complete,
+    header names, time sent, time the head arrived)]."""
     clients = [RawClient(addr, timeout=60) for _ in range(count)]
     results = [None] * count
     go = threading.Barrier(count)
 
     def one(i):
         go.wait()
+        sent = time.time()
         clients[i].post("/v1/chat/completions", chat_body(max_tokens=max_tokens))
-        results[i] = clients[i].response() + (clients[i].header_names,)
+        status, hdrs = clients[i].read_head()
+        got = time.time()
+        body, complete = clients[i].read_body(hdrs)
+        results[i] = (status, hdrs, body, complete, clients[i].header_names, sent, got)
 
     threads = [threading.Thread(target=one, args=(i,)) for i in range(count)]
     for t in threads:
@@ -59,18 +88,24 @@ def test_burst_gets_exactly_n_plus_q():
     rejected = [r for r in results if r[0] == 529]
     assert len(ok) == n + q, [r[0] for r in results]
     assert len(rejected) == 3 * (n + q), [r[0] for r in results]
-    for status, hdrs, body, complete, names in rejected:
+    for status, hdrs, body, complete, names, sent, got in rejected:
         assert error_message(body) == OVERLOAD_MSG, body
-        assert int(hdrs["retry-after"]) >= 1, hdrs
+        assert hdrs["x-admitd-reason"] == "queue-full", hdrs
+        # No slot was released before the streams end: the estimate has no history.
+        assert int(hdrs["retry-after"]) == 10, hdrs
         assert hdrs["content-type"] == "application/json", hdrs
-        # Our own Date (rendered once a second), exactly one, and the right time.
+        # Our own Date (rendered once a second), exactly one, and the right time: the second
+        # it was rendered in lies between sending the request and reading the answer.
         assert names.count("date") == 1, names
-        age = time.time() - email.utils.parsedate_to_datetime(hdrs["date"]).timestamp()
-        assert -2 < age < 60, (hdrs["date"], age)
-    for status, hdrs, body, complete, names in ok:
+        date = email.utils.parsedate_to_datetime(hdrs["date"]).timestamp()
+        assert math.floor(sent) <= date <= got, (hdrs["date"], sent, got)
+    for status, hdrs, body, complete, names, sent, got in ok:
         assert complete, "a stream was cut"
         assert body.rstrip().endswith(b"data: [DONE]"), body[-200:]
         assert hdrs["content-type"].startswith("text/event-stream"), hdrs
+    # The first n got a slot at once; the q others waited for one.
+    waits = sorted(float(r[1]["x-admitd-queue-wait-ms"]) for r in ok)
+    assert waits[:n] == [0.0] * n and min(waits[n:]) > 0, waits
     engine = mock.metrics()
     assert engine["admit_mock_requests_running_peak"] == n, engine
     assert engine["admit_mock_requests_total"] == n + q, engine
@@ -189,6 +224,256 @@ def test_no_limit_means_no_cap():
     mock.stop()
 
 
+def test_reasons_queue_wait_and_retry_after():
+    """X-Admitd-Queue-Wait-Ms on gated replies; queue-full, queue-timeout and draining answers
+    with their X-Admitd-Reason and the estimated Retry-After."""
+    timeout_s = 2.0
+    mock = Mock("--token-interval-ms", "50")
+    ad = Admitd(mock.url, "--engine-request-limit", "1", "--request-queue-limit", "2",
+                "--queue-timeout-ms", str(int(timeout_s * 1000)))
+    # a gets the slot at once: it waited 0.0.
+    a = RawClient(ad.addr)
+    a.post("/v1/chat/completions", chat_body(max_tokens=400))
+    status, hdrs = a.read_head()
+    assert status == 200 and hdrs["x-admitd-queue-wait-ms"] == "0.0", (status, hdrs)
+    # b waits until a leaves, five tokens later: its header says how long, within what
+    # this client saw (queued before t_queued, admitted after t_left, answered by t_done).
+    b = RawClient(ad.addr)
+    t_sent = time.monotonic()
+    b.post("/v1/chat/completions", chat_body(max_tokens=2))
+    wait_for(lambda: ad.metrics()["dynamo_request_queue"] == 1, what="b queued")
+    t_queued = time.monotonic()
+    read_events(a, 5)
+    t_left = time.monotonic()
+    a.reset()
+    status, hdrs, body = only_answer(b)
+    t_done = time.monotonic()
+    assert status == 200 and body.endswith(b"data: [DONE]\n\n"), (status, body[-100:])
+    waited = float(hdrs["x-admitd-queue-wait-ms"])
+    assert (t_left - t_queued) * 1000 - 0.05 <= waited <= (t_done - t_sent) * 1000 + 0.05, \
+        (waited, t_left - t_queued, t_done - t_sent)
+    # Bypassing requests carry neither header.
+    status, hdrs, _ = request(ad.addr, "GET", "/v1/models")
+    assert status == 200 and "x-admitd-queue-wait-ms" not in hdrs, hdrs
+    assert "x-admitd-reason" not in hdrs, hdrs
+    # d holds the slot, e1 and e2 fill the queue: h is refused at once, queue-full.
+    d = RawClient(ad.addr)
+    d.post("/v1/chat/completions", chat_body(max_tokens=400))
+    assert d.read_head()[1]["x-admitd-queue-wait-ms"] == "0.0"
+    e1, e2 = RawClient(ad.addr), RawClient(ad.addr)
+    t_e1 = time.monotonic()
+    e1.post("/v1/chat/completions", chat_body(max_tokens=2))
+    e2.post("/v1/chat/completions", chat_body(max_tokens=2))
+    wait_for(lambda: ad.metrics()["dynamo_request_queue"] == 2, what="e1 and e2 queued")
+    m = ad.metrics()
+    gone = releases(m)
+    assert gone == 2, m  # a and b
+    h = RawClient(ad.addr)
+    h.post("/v1/chat/completions", chat_body(max_tokens=2))
+    status, hdrs, body, complete = strict_response(h)
+    assert status == 529 and error_message(body) == OVERLOAD_MSG, (status, body)
+    assert hdrs["x-admitd-reason"] == "queue-full", hdrs
+    assert int(hdrs["retry-after"]) == retry_after_formula(2, gone) == 15, hdrs
+    h.close()
+    # e2 leaves; e1 waits out its queue timeout alone.
+    e2.close()
+    wait_for(lambda: ad.metrics()["dynamo_request_queue"] == 1, what="e2 gone")
+    status, hdrs, body = only_answer(e1)
+    waited = time.monotonic() - t_e1
+    assert status == 529 and error_message(body) == QUEUE_TIMEOUT_MSG, (status, body)
+    assert hdrs["x-admitd-reason"] == "queue-timeout", hdrs
+    assert int(hdrs["retry-after"]) == retry_after_formula(0, gone) == 5, hdrs
+    assert timeout_s * 0.95 <= waited < timeout_s + 10, waited
+    m = ad.metrics()
+    assert m['admitd_requests_total{outcome="queue_timeout"}'] == 1, m
+    assert m["dynamo_rejection_request_total"] == 2, m
+    # Draining: d still streams, a newcomer gets 503 draining, Connection: close.
+    ad.proc.p.send_signal(signal.SIGTERM)
+    ad.proc.wait_line(r"draining", 10)
+    f = RawClient(ad.addr)
+    f.post("/v1/chat/completions", chat_body(max_tokens=2))
+    status, hdrs, body = only_answer(f)
+    assert status == 503 and error_message(body) == "Server unavailable: worker draining", body
+    assert hdrs["x-admitd-reason"] == "draining", hdrs
+    assert hdrs["connection"].lower() == "close", hdrs
+    assert int(hdrs["retry-after"]) == retry_after_formula(0, gone), hdrs
+    d.close()
+    assert ad.proc.p.wait(30) == 0
+    ad.proc.stop_clean()
+    mock.stop()
+
+
+def test_retry_after_estimate_edges():
+    """Retry-After without any release (10), clamped at 60, and fixed by --retry-after."""
+    mock = Mock("--token-interval-ms", "50")
+    cases = [
+        # (queue limit, short requests first, extra options, expected Retry-After)
+        (2, 0, [], 10),                       # no history
+        (8, 1, [], 60),                       # ceil(9 / 0.1) = 90, clamped
+        (2, 12, [], 3),                       # ceil(3 / 1.2)
+        (2, 12, ["--retry-after", "7"], 7),   # fixed
+    ]
+    for q, short, extra, want in cases:
+        ad = Admitd(mock.url, "--engine-request-limit", "1", "--request-queue-limit", str(q),
+                    *extra)
+        for _ in range(short):
+            assert request(ad.addr, "POST", "/v1/chat/completions",
+                           chat_body(max_tokens=1))[0] == 200
+        holders = ad.fill(q + 1, queued=q, max_tokens=400)
+        gone = releases(ad.metrics())
+        assert gone == short, (gone, short)
+        if not extra:
+            assert retry_after_formula(q, gone) == want, (q, gone, want)
+        status, hdrs, body = request(ad.addr, "POST", "/v1/chat/completions", chat_body())
+        assert status == 529 and hdrs["x-admitd-reason"] == "queue-full", (status, hdrs)
+        assert int(hdrs["retry-after"]) == want, (q, short, extra, hdrs)
+        for c in holders:
+            c.close()
+        ad.stop()
+    mock.stop()
+
+
+class HeldEngine:
+    """An engine (Python's threaded HTTP server) that holds every PUT, PATCH, DELETE and POST
+    until the test lets one go (release()), and answers GET, HEAD and OPTIONS at once.
+    Records the methods in the order they arrived and the most it ever held at once."""
+
+    def __init__(self):
+        eng = self
+        self.arrived = []
+        self.holding = 0
+        self.peak = 0
+        self.gate = threading.Semaphore(0)
+        self.lock = threading.Lock()
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def log_message(self, *args):
+                pass
+
+            def answer(self, held):
+                n = int(self.headers.get("Content-Length") or 0)
+                if n:
+                    self.rfile.read(n)
+                if held:
+                    with eng.lock:
+                        eng.arrived.append(self.command)
+                        eng.holding += 1
+                        eng.peak = max(eng.peak, eng.holding)
+                    ok = eng.gate.acquire(timeout=60)
+                    with eng.lock:
+                        eng.holding -= 1
+                    if not ok:
+                        return
+                elif self.command == "OPTIONS":
+                    with eng.lock:
+                        eng.arrived.append(self.command)
+                body = json.dumps({"method": self.command}).encode()
+                self.send_response(200)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                if self.command != "HEAD":
+                    self.wfile.write(body)
+
+            def do_GET(self):
+                self.answer(False)
+
+            def do_HEAD(self):
+                self.answer(False)
+
+            def do_OPTIONS(self):
+                self.answer(False)
+
+            def do_POST(self):
+                self.answer(True)
+
+            do_PUT = do_PATCH = do_DELETE = do_POST
+
+        self.srv = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.srv.daemon_threads = True
+        self.url = "http://127.0.0.1:%d" % self.srv.server_address[1]
+        self._t = threading.Thread(target=self.srv.serve_forever, args=(0.1,), daemon=True)
+        self._t.start()
+
+    def release(self):
+        self.gate.release()
+
+    def stop(self):
+        for _ in range(64):
+            self.gate.release()
+        self.srv.shutdown()
+        self.srv.server_close()
+        self._t.join(5)
+
+
+def send(ad, method, body=None):
+    c = RawClient(ad.addr)
+    data = json.dumps(body).encode() if body is not None else b""
+    c.send(b"%s /v1/things HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+           b"Content-Length: %d\r\n\r\n" % (method.encode(), len(data)) + data)
+    return c
+
+
+def test_put_patch_delete_are_gated_options_is_not():
+    eng = HeldEngine()
+    try:
+        ad = Admitd(eng.url, "--engine-request-limit", "1", "--request-queue-limit", "3",
+                    "--health-interval-ms", "60000")
+        # PUT takes the one slot; PATCH, DELETE and POST queue behind it in that order.
+        held = [send(ad, "PUT", {"x": 1})]
+        wait_for(lambda: eng.arrived == ["PUT"], what="PUT at the engine")
+        for i, method in enumerate(("PATCH", "DELETE", "POST")):
+            held.append(send(ad, method, {"x": 1} if method != "DELETE" else None))
+            wait_for(lambda: ad.metrics()["dynamo_request_queue"] == i + 1,
+                     what="%s queued" % method)
+        m = ad.metrics()
+        assert m["dynamo_engine_request"] == 1 and eng.arrived == ["PUT"], (m, eng.arrived)
+        # Full: each gated method is refused like POST.
+        for method in ("PUT", "PATCH", "DELETE", "POST"):
+            c = send(ad, method, None)
+            status, hdrs, body = only_answer(c)
+            assert status == 529 and hdrs["x-admitd-reason"] == "queue-full", (method, status)
+            assert error_message(body) == OVERLOAD_MSG, body
+        # OPTIONS, GET and HEAD pass the full gate and reach the engine at once.
+        for method in ("OPTIONS", "GET", "HEAD"):
+            c = send(ad, method)
+            if method == "HEAD":  # a head and nothing else
+                status, hdrs = c.read_head()
+                c.s.shutdown(socket.SHUT_WR)
+                body, _ = read_to_close(c)
+                assert body == b"", body
+            else:
+                status, hdrs, body = only_answer(c)
+            assert status == 200, (method, status, body)
+            assert "x-admitd-queue-wait-ms" not in hdrs and "x-admitd-reason" not in hdrs, hdrs
+            if method != "HEAD":
+                assert json.loads(body) == {"method": method}, body
+        m = ad.metrics()
+        assert m["admitd_bypass_requests_total"] == 3, m
+        assert m["dynamo_request_queue"] == 3 and m["dynamo_engine_request"] == 1, m
+        assert eng.arrived == ["PUT", "OPTIONS"], eng.arrived
+        # Let them go one by one: each reaches the engine alone, first come first served.
+        order = ["PUT", "PATCH", "DELETE", "POST"]
+        for i, c in enumerate(held):
+            wait_for(lambda: [x for x in eng.arrived if x != "OPTIONS"] == order[:i + 1],
+                     what="%s at the engine" % order[i])
+            eng.release()
+            status, hdrs, body = only_answer(c)
+            assert status == 200 and json.loads(body) == {"method": order[i]}, body
+            wait = float(hdrs["x-admitd-queue-wait-ms"])
+            assert (wait == 0.0) if i == 0 else (wait > 0), (order[i], wait)
+        assert eng.peak == 1, eng.peak
+        m = ad.wait_idle()
+        assert m["dynamo_rejection_request_total"] == 4, m
+        assert m['admitd_requests_total{outcome="ok"}'] == 4 + 3, m
+        assert m["admitd_queue_wait_seconds_count"] == 4, m
+        ad.stop()
+    finally:
+        eng.stop()
+
+
 if __name__ == "__main__":
     tap = Tap()
     tap.run("a burst of 4x(N+Q) gets exactly N+Q in, the rest 529", test_burst_gets_exactly_n_plus_q)
@@ -198,4 +483,10 @@ if __name__ == "__main__":
     tap.run("DYN_HTTP_OVERLOAD_STATUS_CODE follows Dynamo's rules", test_overload_status_code_env)
     tap.run("GET and HEAD pass through a full gate", test_get_passes_through_a_full_gate)
     tap.run("without --engine-request-limit there is no cap", test_no_limit_means_no_cap)
+    tap.run("gated replies: X-Admitd-Queue-Wait-Ms, queue-full, queue-timeout, draining",
+            test_reasons_queue_wait_and_retry_after)
+    tap.run("Retry-After: no history 10, clamped at 60, the estimate, --retry-after",
+            test_retry_after_estimate_edges)
+    tap.run("PUT, PATCH and DELETE are gated; OPTIONS, GET and HEAD are not",
+            test_put_patch_delete_are_gated_options_is_not)
     tap.done()

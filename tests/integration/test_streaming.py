@@ -3,7 +3,10 @@
 import json
 import time
 
-from harness import (Admitd, Mock, RawClient, Tap, chat_body, request, wait_for)
+from harness import (Admitd, Mock, RawClient, Tap, chat_body, request, tcp_sockets,
+                     wait_for)
+
+TOKENS = 'vllm:generation_tokens_total{engine="0",model_name="mock-model"}'
 
 
 def test_sse_events_arrive_as_generated():
@@ -133,6 +136,102 @@ def test_engine_dying_mid_stream_is_an_error_not_a_clean_end():
     ad.stop()
 
 
+def tcp_queued_bytes(ports):
+    """Bytes the kernel holds (send and receive queues) on the TCP sockets with one of ports
+    at either end."""
+    return sum(recv_q + send_q for _, recv_q, send_q, _, _ in tcp_sockets(ports))
+
+
+def read_until_last_chunk(c):
+    """The raw rest of a chunked reply, up to and with its last chunk, read in big pieces
+    (RawClient.read_body copies its buffer per chunk: too slow for megabytes)."""
+    data = bytearray(c.buf)
+    c.buf = b""
+    while not data.endswith(b"\r\n0\r\n\r\n"):
+        chunk = c.s.recv(1 << 20)
+        if not chunk:
+            raise EOFError("connection closed after %d bytes" % len(data))
+        data += chunk
+    return bytes(data)
+
+
+def dechunk(data):
+    """The body of a complete chunked encoding."""
+    out, i = [], 0
+    while True:
+        j = data.index(b"\r\n", i)
+        size = int(data[i:j].split(b";")[0], 16)
+        if size == 0:
+            assert data[j:] == b"\r\n\r\n", data[j:j + 50]
+            return b"".join(out)
+        out.append(data[j + 2:j + 2 + size])
+        assert data[j + 2 + size:j + 4 + size] == b"\r\n"
+        i = j + 4 + size
+
+
+def test_slot_held_until_the_reply_is_written():
+    """The engine has finished, but its reply still sits in admitd's buffers for a client that
+    reads slowly: the slot stays taken and the next request waits until the client has read
+    the last byte."""
+    # The reply must be far larger than what the kernel's buffers take of it (admitd's send
+    # buffer, which grows up to tcp_wmem's maximum, and the client's receive buffer, which
+    # stays at tcp_rmem's default while nothing is read): 100000 tokens are about 19 MB.
+    with open("/proc/sys/net/ipv4/tcp_wmem") as f:
+        wmem_max = int(f.read().split()[2])
+    with open("/proc/sys/net/ipv4/tcp_rmem") as f:
+        rmem_default = int(f.read().split()[1])
+    tokens = max(100000, 4 * (wmem_max + rmem_default) // 180)
+    mock = Mock("--speedup-ratio", "0")
+    # A stream buffer larger than the reply: admitd reads the engine to the end at once.
+    ad = Admitd(mock.url, "--engine-request-limit", "1", "--request-queue-limit", "2",
+                "--stream-buffer-bytes", str(max(64 << 20, tokens * 400)))
+    a = RawClient(ad.addr)
+    a.post("/v1/chat/completions", chat_body(max_tokens=tokens))
+    # The engine is done and admitd has read all of it: the engine made every token, nothing
+    # is left in the kernel between them, and admitd booked them all (decode blocks of 16
+    # tokens) - or, if it is broken, already let the slot go.
+    wait_for(lambda: (lambda e: e[TOKENS] == tokens and e["admit_mock_requests_in_flight"] == 0)(
+        mock.metrics()), 60, "the engine done with the whole reply")
+    wait_for(lambda: tcp_queued_bytes({mock.addr[1]}) == 0 and (lambda m: (
+        m['admitd_active_decode_blocks{dp_rank="0"}'] >= tokens // 16 or
+        m["dynamo_engine_request"] == 0))(ad.metrics()), 60, "admitd holding the whole reply")
+    m = ad.metrics()
+    assert m["dynamo_engine_request"] == 1, m
+    b = RawClient(ad.addr)
+    b.post("/v1/chat/completions", chat_body(max_tokens=2))
+    wait_for(lambda: ad.metrics()["dynamo_request_queue"] == 1, what="b queued behind a")
+    # a reads a little: still far from the end, so nothing may have moved.
+    status, hdrs = a.read_head()
+    assert status == 200, status
+    while len(a.buf) < 1 << 20:
+        a._fill()
+    m = ad.metrics()
+    assert m["dynamo_engine_request"] == 1 and m["dynamo_request_queue"] == 1, m
+    assert mock.metrics()["admit_mock_requests_total"] == 1
+    b.s.setblocking(False)
+    try:
+        early = b.s.recv(1)
+    except BlockingIOError:
+        early = None
+    b.s.setblocking(True)
+    b.s.settimeout(30)
+    assert early is None, "b was answered while a still read: %r" % early
+    # a reads the rest: only then does b get the slot.
+    assert hdrs["transfer-encoding"] == "chunked", hdrs
+    body = dechunk(read_until_last_chunk(a))
+    assert body.endswith(b"data: [DONE]\n\n"), body[-200:]
+    assert body.count(b'"content":"tok') == tokens
+    status, hdrs, body, complete = b.response()
+    assert status == 200 and complete, status
+    assert float(hdrs["x-admitd-queue-wait-ms"]) > 0, hdrs
+    m = ad.wait_idle()
+    assert m['admitd_requests_total{outcome="ok"}'] == 2, m
+    a.close()
+    b.close()
+    ad.stop()
+    mock.stop()
+
+
 if __name__ == "__main__":
     tap = Tap()
     tap.run("SSE events arrive as the engine emits them", test_sse_events_arrive_as_generated)
@@ -144,4 +243,6 @@ if __name__ == "__main__":
             test_client_leaving_before_first_byte_cancels_the_engine)
     tap.run("an engine dying mid-stream gives the client an error, not a clean end",
             test_engine_dying_mid_stream_is_an_error_not_a_clean_end)
+    tap.run("a slot is held until the reply is written, not until the engine is done",
+            test_slot_held_until_the_reply_is_written)
     tap.done()
