@@ -158,6 +158,7 @@ def main():
             print("%-28s %-6s %-34s %s" % (mu.name, mu.build, mu.file, " ".join(mu.tests)))
         return 0
     start = time.time()
+    a.dir = os.path.abspath(a.dir)
     src = os.path.join(a.dir, "src")
     copy_tree(src)
     builds, results = {}, []
