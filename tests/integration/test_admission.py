@@ -64,7 +64,9 @@ def burst(addr, count, max_tokens):
 
 def test_burst_gets_exactly_n_plus_q():
     n, q = 3, 4
-    mock = Mock("--token-interval-ms", "20")
+    # Streams of 10 tokens 200 ms apart: 2 s, so the whole burst (sent in milliseconds)
+    # arrives while the first admitted ones still hold their slots, even on a slow machine.
+    mock = Mock("--token-interval-ms", "200")
     ad = Admitd(mock.url, "--engine-request-limit", str(n),
                 env={"DYN_DYNAMO_REQUEST_QUEUE_LIMIT": str(q)})
     peaks = {"engine": 0, "queue": 0}
@@ -80,7 +82,7 @@ def test_burst_gets_exactly_n_plus_q():
     sampler = threading.Thread(target=sample)
     sampler.start()
     try:
-        results = burst(ad.addr, 4 * (n + q), max_tokens=30)
+        results = burst(ad.addr, 4 * (n + q), max_tokens=10)
     finally:
         stop.set()
         sampler.join()

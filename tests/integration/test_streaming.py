@@ -28,8 +28,11 @@ def test_sse_events_arrive_as_generated():
     assert len(arrivals) >= tokens, arrivals
     spread = arrivals[tokens - 1] - arrivals[0]
     assert spread >= (tokens - 2) * gap_ms / 1000.0 * 0.8, spread
-    distinct = len({round(t, 3) for t in arrivals[:tokens]})
-    assert distinct >= tokens - 1, arrivals
+    # Each one on its own: the median gap between arrivals is near the engine's (a buffering
+    # proxy delivers most of them together, gaps near 0). The median, not every gap, so that
+    # one stall of a busy machine (two events read at once) cannot fail it.
+    gaps = sorted(b - a for a, b in zip(arrivals[:tokens - 1], arrivals[1:tokens]))
+    assert gaps[len(gaps) // 2] >= gap_ms / 1000.0 * 0.5, gaps
     ad.stop()
     mock.stop()
 
