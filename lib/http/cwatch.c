@@ -18,6 +18,26 @@ struct cwatch {
 
 static void cwatch_on_event(evutil_socket_t fd, short what, void *arg);
 
+/* What a peek at the socket shows, without waiting. */
+enum peek { PEEK_NOTHING = 0, PEEK_BYTES, PEEK_GONE };
+
+static enum peek peek(int fd)
+{
+    char c;
+    ssize_t n = recv(fd, &c, 1, MSG_PEEK | MSG_DONTWAIT);
+
+    if (n > 0)
+        return PEEK_BYTES;
+    if (n == 0 || (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR))
+        return PEEK_GONE;
+    return PEEK_NOTHING;
+}
+
+int cwatch_peer_gone(int fd)
+{
+    return peek(fd) == PEEK_GONE;
+}
+
 static void cwatch_arm(struct cwatch *w, short events)
 {
     w->ev = event_new(w->base, w->fd, events | EV_PERSIST, cwatch_on_event, w);
@@ -29,17 +49,16 @@ static void cwatch_arm(struct cwatch *w, short events)
 static void cwatch_on_event(evutil_socket_t fd, short what, void *arg)
 {
     struct cwatch *w = arg;
-    char c;
-    ssize_t n = recv(fd, &c, 1, MSG_PEEK | MSG_DONTWAIT);
+    enum peek p = peek(fd);
 
     (void) what;
-    if (n == 0 || (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR)) {
+    if (p == PEEK_GONE) {
         event_free(w->ev);
         w->ev = NULL;
         w->cb(w->arg);
         return;
     }
-    if (n > 0 && !w->only_closed) {
+    if (p == PEEK_BYTES && !w->only_closed) {
         /* A pipelined request or junk: it belongs to evhttp, which will read it later.
          * Level-triggered EV_READ would fire forever, so keep only the close watch. A reset
          * behind unread bytes is then seen when the reply is written. */

@@ -18,5 +18,8 @@ typedef void (*cwatch_cb)(void *arg);
 struct cwatch *cwatch_new(struct event_base *base, int fd, cwatch_cb cb, void *arg);
 /** stops watching and frees; must run before the fd is closed; NULL is a no-op */
 void cwatch_free(struct cwatch *w);
+/** 1 if the peer's close (FIN) or reset already sits in the socket, whether or not the event
+ *  loop has reported it yet; 0 if not, or if unread bytes hide what follows them */
+int cwatch_peer_gone(int fd);
 
 #endif

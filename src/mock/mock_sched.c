@@ -8,8 +8,18 @@
  *   - the client hung up while no reply had started: cwatch tells us and we close the
  *     connection, which frees the evhttp request (mreq_on_hangup);
  *   - the connection went down while the reply streamed: evhttp fires the connection's close
- *     callback (mreq_on_close) and, if the client left first, hands the request to us.
- * A request never outlives its rank's lists; the engine frees the rest at shutdown. */
+ *     callback (mreq_on_close) and, if the client left first, hands the request to us;
+ *   - its client's close already sits in the socket when another request is about to start
+ *     (mreq_retire, below).
+ * A request never outlives its rank's lists; the engine frees the rest at shutdown.
+ *
+ * The running count is what tests compare with admitd's N, so it must not count a request
+ * whose client has already left. The event loop reports a close only on a later turn, and a
+ * turn may read a new request first: admitd cancels a request by closing its connection and
+ * gives the slot to the next one at once, and when the engine is slow to read, the cancelled
+ * request's bytes, its close and the next request are all waiting together. So before any
+ * request starts, every running request's socket is looked at, and a waiting request whose
+ * client has gone is not started (its watcher frees it on the next turn). */
 #include "mock_sched.h"
 #include "core/buf.h"
 #include "http/cwatch.h"
@@ -340,21 +350,53 @@ static void mreq_on_close(struct evhttp_connection *evcon, void *arg)
     rank_pump(e, r);
 }
 
+/* Ends a request whose client has gone, with its connection. mreq_free() drops the watcher
+ * while the fd is still open and clears the close callback; freeing the connection then frees
+ * the evhttp request with it. Never called from the request's own evhttp callbacks. */
+static void mreq_retire(struct mreq *m, const char *when)
+{
+    struct evhttp_connection *evcon = m->evcon;
+
+    m->e->cancelled_total++;
+    log_debug("%s: client left %s", m->id, when);
+    mreq_free(m);
+    evhttp_connection_free(evcon);
+}
+
 /* The client hung up before any reply: evhttp is not reading and would never notice. */
 static void mreq_on_hangup(void *arg)
 {
     struct mreq *m = arg;
     struct mock_engine *e = m->e;
     struct mock_rank *r = m->rank;
-    struct evhttp_connection *evcon = m->evcon;
 
-    e->cancelled_total++;
-    log_debug("%s: client left before the reply started", m->id);
-    /* mreq_free() drops the watcher while the fd is still open and clears the close callback;
-     * freeing the connection then frees the evhttp request with it. */
-    mreq_free(m);
-    evhttp_connection_free(evcon);
+    mreq_retire(m, "before the reply started");
     rank_pump(e, r);
+}
+
+static int mreq_client_gone(const struct mreq *m)
+{
+    return cwatch_peer_gone(bufferevent_getfd(evhttp_connection_get_bufferevent(m->evcon)));
+}
+
+/* Retires the running requests, on every rank, whose client's close is already in the socket
+ * though the loop has not reported it yet. Returns how many. */
+static unsigned reap_gone(struct mock_engine *e)
+{
+    unsigned n = 0;
+
+    for (unsigned i = 0; i < e->o.data_parallel_size; i++) {
+        struct mreq *m, *next;
+
+        for (m = TAILQ_FIRST(&e->ranks[i].running); m != NULL; m = next) {
+            next = TAILQ_NEXT(m, link);
+            if (mreq_client_gone(m)) {
+                mreq_retire(m, "while running (noticed before the next start)");
+                n++;
+            }
+        }
+    }
+    return n;
 }
 
 static void mreq_start(struct mreq *m)
@@ -385,12 +427,30 @@ static void mreq_start(struct mreq *m)
     mreq_arm(m, mock_prefill_ms(m->prompt_tokens, e->o.speedup_ratio), 1);
 }
 
+/* Starts waiting requests, oldest first, while sequence slots are free; one whose client has
+ * gone stays waiting until its watcher reports the close. */
+static void rank_start(struct mock_engine *e, struct mock_rank *r)
+{
+    struct mreq *m, *next;
+
+    for (m = TAILQ_FIRST(&r->waiting); m != NULL && r->nrunning < e->o.max_num_seqs; m = next) {
+        next = TAILQ_NEXT(m, link);
+        if (!mreq_client_gone(m))
+            mreq_start(m);
+    }
+}
+
 static void rank_pump(struct mock_engine *e, struct mock_rank *r)
 {
-    struct mreq *m;
-
-    while (r->nrunning < e->o.max_num_seqs && (m = TAILQ_FIRST(&r->waiting)) != NULL)
-        mreq_start(m);
+    if (TAILQ_EMPTY(&r->waiting))
+        return;
+    if (reap_gone(e) == 0) {
+        rank_start(e, r);
+        return;
+    }
+    /* Slots were freed, perhaps on other ranks, whose waiters nothing else would start. */
+    for (unsigned i = 0; i < e->o.data_parallel_size; i++)
+        rank_start(e, &e->ranks[i]);
 }
 
 void mock_sched_submit(struct mock_engine *e, struct evhttp_request *req, const struct mock_gen *g)

@@ -1,6 +1,8 @@
 """Streaming end to end: SSE unbuffered, cancellation reaches the engine, broken streams."""
 
 import json
+import os
+import signal
 import time
 
 from harness import (Admitd, Mock, RawClient, Tap, chat_body, request, tcp_sockets,
@@ -111,6 +113,57 @@ def test_client_leaving_before_first_byte_cancels_the_engine():
              what="engine saw the cancel")
     m = ad.wait_idle()
     assert m['admitd_client_cancellations_total{stage="waiting"}'] == 1, m
+    ad.stop()
+    mock.stop()
+
+
+def engine_sockets_with_request(port):
+    """The engine's sockets on port holding an unread request (accepted or still in the
+    backlog), from /proc/net/tcp; a close alone queues 1 byte."""
+    n = 0
+    with open("/proc/net/tcp") as f:
+        next(f)
+        for line in f:
+            fields = line.split()
+            local, state, rx = fields[1], fields[3], int(fields[4].split(":")[1], 16)
+            if int(local.split(":")[1], 16) == port and state != "0A" and rx >= 100:
+                n += 1
+    return n
+
+
+def test_a_request_cancelled_before_the_engine_read_it_never_runs():
+    # admitd closes a cancelled request's engine connection before the next request gets the
+    # slot. An engine slow to read finds the cancelled request, its close, and the next one
+    # all waiting at once: the mock must not start the first (it would count N+1).
+    mock = Mock("--token-interval-ms", "20")
+    ad = Admitd(mock.url, "--engine-request-limit", "1", "--request-queue-limit", "4",
+                "--health-interval-ms", "3600000", "--engine-metrics-interval-ms", "3600000")
+    h = RawClient(ad.addr)
+    h.post("/v1/chat/completions", chat_body(max_tokens=5000))
+    assert h.read_head()[0] == 200
+    a, b = RawClient(ad.addr), RawClient(ad.addr)
+    a.post("/v1/chat/completions", chat_body(max_tokens=5000))
+    b.post("/v1/chat/completions", chat_body(max_tokens=5000, stream=False))
+    wait_for(lambda: ad.metrics()["dynamo_request_queue"] == 2, what="a and b queued")
+    os.kill(mock.proc.p.pid, signal.SIGSTOP)  # the engine reads nothing from here on
+    try:
+        h.close()  # the slot goes to a, whose request reaches the engine's socket
+        wait_for(lambda: engine_sockets_with_request(mock.addr[1]) == 1, what="a sent")
+        a.close()  # a is cancelled before the engine read it; the slot goes to b
+        wait_for(lambda: engine_sockets_with_request(mock.addr[1]) == 2, what="b sent")
+        m = ad.metrics()
+        assert m["dynamo_engine_request"] == 1 and m["dynamo_request_queue"] == 0, m
+    finally:
+        os.kill(mock.proc.p.pid, signal.SIGCONT)
+    # The engine reads h's close, then a's request with its close behind it, then b's.
+    wait_for(lambda: mock.metrics()["admit_mock_requests_cancelled_total"] == 2,
+             what="engine saw h and a leave")
+    engine = mock.metrics()
+    assert engine["admit_mock_requests_total"] == 3, engine  # a's request was read
+    assert engine["admit_mock_requests_running_peak"] == 1, engine
+    assert engine["admit_mock_requests_in_flight"] == 1, engine
+    b.close()
+    ad.wait_idle()
     ad.stop()
     mock.stop()
 
@@ -244,6 +297,8 @@ if __name__ == "__main__":
             test_client_leaving_mid_stream_cancels_the_engine)
     tap.run("a client leaving before the first byte cancels the engine",
             test_client_leaving_before_first_byte_cancels_the_engine)
+    tap.run("a request cancelled before the engine read it never runs there",
+            test_a_request_cancelled_before_the_engine_read_it_never_runs)
     tap.run("an engine dying mid-stream gives the client an error, not a clean end",
             test_engine_dying_mid_stream_is_an_error_not_a_clean_end)
     tap.run("a slot is held until the reply is written, not until the engine is done",
