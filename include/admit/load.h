@@ -33,7 +33,12 @@ enum admit_load_state {
     ADMIT_LOAD_DRAINING     /* finishing what it has, refusing new work */
 };
 
-/* One rank's load. Numeric fields hold ADMIT_LOAD_UNKNOWN when not known. */
+/* One rank's load. Numeric fields hold ADMIT_LOAD_UNKNOWN when not known.
+ *
+ * kv_block_size was added to version 1 compatibly: publishers before it do not send the key,
+ * and such a message decodes with kv_block_size unknown. It is the block size of
+ * active_decode_blocks (the engine's when it reports one, else admitd's --block-size), so a
+ * router can book ceil(prompt tokens / kv_block_size) blocks per request; 0 is refused. */
 struct admit_load {
     char worker_id[ADMIT_LOAD_WORKER_ID_MAX + 1];
     int64_t dp_rank;                /* 0-based data-parallel rank */
@@ -41,6 +46,7 @@ struct admit_load {
     int64_t ts_ms;                  /* publisher's wall clock, ms since the Unix epoch */
     int64_t kv_used_blocks;         /* engine-reported KV blocks in use */
     int64_t kv_total_blocks;        /* engine-reported KV blocks of this rank */
+    int64_t kv_block_size;          /* tokens per KV block that admitd books with (>= 1) */
     int64_t active_decode_blocks;   /* booked: blocks of the requests admitd let in */
     int64_t active_prefill_tokens;  /* booked: prompt tokens not yet past their first byte */
     int64_t max_num_batched_tokens; /* the engine's per-step token budget */

@@ -3,7 +3,13 @@
  * Encoding is hand-written (a fixed field order, `null` for unknown values) because it runs
  * on every load change of a busy worker; decoding uses jansson and is strict about types,
  * because a router must never act on a value it misread. Unknown keys are ignored so that
- * later v1 publishers may add fields. */
+ * later v1 publishers may add fields; a field added that way (kv_block_size) is optional when
+ * decoding, since earlier v1 publishers do not send it.
+ *
+ * The longest valid message: a worker id of 127 control bytes (each escaped as \u00XX: 762
+ * bytes), every integer at 2^53-1 (16 digits) and "draining" make 1295 bytes, topic included
+ * (1262 before kv_block_size), within ADMIT_LOAD_MSG_MAX; test_load.c's test_longest_message
+ * checks that number. A field added later must keep it within the limit. */
 #include "admit/load.h"
 
 #include <jansson.h>
@@ -18,7 +24,7 @@ void admit_load_init(struct admit_load *m)
     m->dp_rank = 0;
     m->seq = 0;
     m->ts_ms = 0;
-    m->kv_used_blocks = m->kv_total_blocks = ADMIT_LOAD_UNKNOWN;
+    m->kv_used_blocks = m->kv_total_blocks = m->kv_block_size = ADMIT_LOAD_UNKNOWN;
     m->active_decode_blocks = m->active_prefill_tokens = ADMIT_LOAD_UNKNOWN;
     m->max_num_batched_tokens = ADMIT_LOAD_UNKNOWN;
     m->engine_requests = m->engine_request_limit = ADMIT_LOAD_UNKNOWN;
@@ -32,20 +38,30 @@ const char *admit_load_state_name(enum admit_load_state s)
     return s == ADMIT_LOAD_DRAINING ? "draining" : "serving";
 }
 
-/* The nullable numeric fields, in wire order, with their offsets. */
+/* The nullable numeric fields, in wire order, with their offsets, the least value they may
+ * hold, and whether a reader accepts a message without them (fields added to v1 later). */
 struct numfield {
     const char *name;
     size_t off;
+    int64_t min;
+    int optional;
 };
 
 #define NF(f)                                                                                      \
     {                                                                                              \
-#f, offsetof(struct admit_load, f)                                                         \
+#f, offsetof(struct admit_load, f), 0, 0                                                   \
     }
 static const struct numfield numfields[] = {
-    NF(kv_used_blocks),        NF(kv_total_blocks),        NF(active_decode_blocks),
-    NF(active_prefill_tokens), NF(max_num_batched_tokens), NF(engine_requests),
-    NF(engine_request_limit),  NF(queued_requests),        NF(request_queue_limit),
+    NF(kv_used_blocks),
+    NF(kv_total_blocks),
+    {"kv_block_size", offsetof(struct admit_load, kv_block_size), 1, 1},
+    NF(active_decode_blocks),
+    NF(active_prefill_tokens),
+    NF(max_num_batched_tokens),
+    NF(engine_requests),
+    NF(engine_request_limit),
+    NF(queued_requests),
+    NF(request_queue_limit),
 };
 #define NNUM (sizeof numfields / sizeof numfields[0])
 
@@ -198,7 +214,11 @@ static int decode_object(json_t *root, struct admit_load *out, char *err, size_t
         return -1;
     for (size_t i = 0; i < NNUM; i++) {
         int64_t *f = (int64_t *) (void *) ((char *) out + numfields[i].off);
-        if (get_int(root, numfields[i].name, 0, 1, f, err, errlen) != 0)
+        if (numfields[i].optional && json_object_get(root, numfields[i].name) == NULL) {
+            *f = ADMIT_LOAD_UNKNOWN; /* from a publisher older than the field */
+            continue;
+        }
+        if (get_int(root, numfields[i].name, numfields[i].min, 1, f, err, errlen) != 0)
             return -1;
     }
     return 0;

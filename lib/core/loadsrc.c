@@ -31,6 +31,10 @@ void loadsrc_fill(const struct loadsrc_in *in, struct admit_load *msgs, unsigned
         }
         if (m->max_num_batched_tokens < 0 && in->fallback_max_batched_tokens > 0)
             m->max_num_batched_tokens = in->fallback_max_batched_tokens;
+        /* The block size of the booking: the engine's when a scrape reported one, else
+         * --block-size (worker.c configures the book with it). Known even without a fresh
+         * scrape, since it is what active_decode_blocks was counted in. */
+        m->kv_block_size = (int64_t) book_block_size(in->book);
         m->active_decode_blocks = (int64_t) b->decode_blocks;
         m->active_prefill_tokens = (int64_t) b->prefill_tokens;
         if (in->gate != NULL) {

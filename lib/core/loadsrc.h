@@ -15,7 +15,7 @@
 struct loadsrc_in {
     const struct gate_stats *gate;        /* NULL when there is no cap */
     unsigned inflight_nocap;              /* gated requests in flight when there is no cap */
-    const struct book *book;              /* its rank count is the message count */
+    const struct book *book;              /* one message per rank; its block size is sent */
     const struct engine_snapshot *engine; /* NULL when unknown or stale */
     unsigned fallback_max_batched_tokens; /* 0 = unknown */
     enum admit_load_state state;

@@ -132,6 +132,7 @@ def test_kv_blocks_follow_the_engine():
     t, m = sub.wait(lambda m: m["kv_used_blocks"] == engine_blocks, "kv_used_blocks %d" %
                     engine_blocks)
     assert m["kv_total_blocks"] == 1000 and m["engine_requests"] == 2, m
+    assert m["kv_block_size"] == block, m  # the block size those blocks are counted in
     # admitd's own booking of the same two requests is exactly as large.
     assert m["active_decode_blocks"] == engine_blocks, m
     for c in clients:
@@ -173,6 +174,41 @@ def test_prefill_tokens_booked_until_first_byte():
     mock.stop()
 
 
+def test_kv_block_size_is_the_engines_else_the_flag():
+    # The engine reports 32 (vllm:cache_config_info{block_size}); --block-size 8 is only the
+    # fallback, and admitd's default is 16: a message saying 32 says the engine's.
+    mock = Mock("--speedup-ratio", "0", "--block-size", "32")
+    ad = Admitd(mock.url, "--heartbeat-ms", "100", "--engine-metrics-interval-ms", "50",
+                "--block-size", "8")
+    sub = Subscriber(ad.publish)
+    m = sub.wait(lambda m: m["kv_total_blocks"] == 16384, "a message after a scrape")[1]
+    assert m["kv_block_size"] == 32, m
+    # GET /load shows the same objects.
+    load = json.loads(request(ad.maddr, "GET", "/load")[2])
+    assert load["ranks"][0]["kv_block_size"] == 32, load
+    sub.close()
+    ad.stop()
+    mock.stop()
+    # The engine's metrics are not available (the path answers 404): --block-size, in every
+    # message, and the engine's own fields null.
+    mock = Mock("--speedup-ratio", "0")
+    ad = Admitd(mock.url, "--heartbeat-ms", "100", "--engine-metrics-interval-ms", "50",
+                "--engine-metrics-url", mock.url + "/no-metrics-here", "--block-size", "8")
+    sub = Subscriber(ad.publish)
+    wait_for(lambda: ad.metrics()['admitd_engine_scrapes_total{result="failed"}'] >= 2, 15,
+             "failed scrapes")
+    sub.wait(lambda m: True, "a message after failed scrapes")
+    assert ad.metrics()['admitd_engine_scrapes_total{result="ok"}'] == 0
+    msgs = [m for _, m in sub.snapshot()]
+    assert msgs and all(m["kv_block_size"] == 8 and m["kv_total_blocks"] is None
+                        for m in msgs), msgs
+    load = json.loads(request(ad.maddr, "GET", "/load")[2])
+    assert load["ranks"][0]["kv_block_size"] == 8, load
+    sub.close()
+    ad.stop()
+    mock.stop()
+
+
 def test_heartbeats_when_idle():
     heartbeat_ms = 100
     wall_before = time.time()
@@ -209,6 +245,8 @@ def test_engine_killed_turns_engine_fields_null():
     mock.proc.kill()
     m = sub.wait(lambda m: m["kv_total_blocks"] is None, "engine fields null")[1]
     assert m["kv_used_blocks"] is None and m["max_num_batched_tokens"] is None, m
+    # The block size is admitd's booking's, not an engine reading: it stays known.
+    assert m["kv_block_size"] == 16, m
     # Admission data stays known, and the proxy goes on serving.
     assert m["engine_request_limit"] == 2 and m["engine_requests"] == 0, m
     status, _, _ = request(ad.addr, "POST", "/v1/chat/completions", chat_body())
@@ -290,6 +328,8 @@ if __name__ == "__main__":
     tap.run("kv_used_blocks follows the engine's KV usage", test_kv_blocks_follow_the_engine)
     tap.run("prompt tokens are booked until the first byte",
             test_prefill_tokens_booked_until_first_byte)
+    tap.run("kv_block_size is the engine's, else --block-size",
+            test_kv_block_size_is_the_engines_else_the_flag)
     tap.run("heartbeats arrive when idle", test_heartbeats_when_idle)
     tap.run("a killed engine turns the engine fields null, the proxy goes on",
             test_engine_killed_turns_engine_fields_null)

@@ -99,6 +99,15 @@ static void test_loadsrc_composes_and_nulls(void **state)
     assert_int_equal(msgs[1].queued_requests, 2);
     assert_int_equal(msgs[1].request_queue_limit, 8);
     assert_int_equal(msgs[0].max_num_batched_tokens, ADMIT_LOAD_UNKNOWN);
+    assert_int_equal(msgs[0].kv_block_size, 16);
+    assert_int_equal(msgs[1].kv_block_size, 16);
+    /* The block size is the book's (which worker.c sets from the engine's, else from
+     * --block-size), not a copy of the scrape's: a scrape saying 16 does not override 32. */
+    book_configure(b, 2, 32);
+    loadsrc_fill(&in, msgs, 8, &n);
+    assert_int_equal(msgs[0].kv_block_size, 32);
+    assert_int_equal(msgs[1].kv_block_size, 32);
+    assert_int_equal(msgs[0].active_decode_blocks, 2); /* ceil(33 / 32): counted in it */
     /* Without a fresh scrape every engine field is unknown; a fallback budget is used. */
     in.engine = NULL;
     in.fallback_max_batched_tokens = 4096;
@@ -113,6 +122,7 @@ static void test_loadsrc_composes_and_nulls(void **state)
     assert_int_equal(msgs[0].engine_request_limit, ADMIT_LOAD_UNKNOWN);
     assert_int_equal(msgs[0].queued_requests, 0);
     assert_int_equal(msgs[0].state, ADMIT_LOAD_DRAINING);
+    assert_int_equal(msgs[0].kv_block_size, 32); /* still what the booking is counted in */
     /* Never more messages than room. */
     loadsrc_fill(&in, msgs, 1, &n);
     assert_int_equal(n, 1);

@@ -19,6 +19,7 @@ static void sample(struct admit_load *m)
     m->ts_ms = 1795974978879;
     m->kv_used_blocks = 100;
     m->kv_total_blocks = 2048;
+    m->kv_block_size = 16;
     m->active_decode_blocks = 90;
     m->active_prefill_tokens = 3000;
     m->max_num_batched_tokens = 8192;
@@ -43,11 +44,14 @@ static void test_round_trip(void **state)
     assert_int_equal(strncmp(buf, "kv_metrics {\"v\":1,", 18), 0);
     assert_int_equal(admit_load_decode(buf, (size_t) n, &back, err, sizeof err), 0);
     assert_memory_equal(&m, &back, sizeof m);
+    assert_non_null(strstr(buf, ",\"kv_total_blocks\":2048,\"kv_block_size\":16,"));
+    assert_int_equal(back.kv_block_size, 16);
     /* Unknown values travel as null and come back unknown. */
-    m.kv_used_blocks = m.kv_total_blocks = ADMIT_LOAD_UNKNOWN;
+    m.kv_used_blocks = m.kv_total_blocks = m.kv_block_size = ADMIT_LOAD_UNKNOWN;
     m.engine_request_limit = m.request_queue_limit = ADMIT_LOAD_UNKNOWN;
     n = admit_load_encode(&m, buf, sizeof buf);
     assert_non_null(strstr(buf, "\"kv_used_blocks\":null"));
+    assert_non_null(strstr(buf, "\"kv_block_size\":null"));
     assert_int_equal(admit_load_decode(buf, (size_t) n, &back, err, sizeof err), 0);
     assert_memory_equal(&m, &back, sizeof m);
     /* A worker id with characters JSON must escape. */
@@ -135,6 +139,82 @@ static void test_rejects_malformed(void **state)
     assert_non_null(strstr(err, "limit"));
 }
 
+/* kv_block_size came to v1 later: absent is unknown (an older publisher), null is unknown,
+ * anything else must be an integer from 1 to 2^53-1. */
+static void test_kv_block_size_optional_and_strict(void **state)
+{
+    static const char head[] = "{\"v\":1,\"worker_id\":\"w\",\"dp_rank\":0,\"seq\":1,\"ts_ms\":5,";
+    static const char *const bad[] = {"0",   "-1",   "\"16\"", "16.0",
+                                      "1.5", "true", "[16]",   "9007199254740992"};
+    char msg[ADMIT_LOAD_MSG_MAX], json[1024], err[256];
+    struct admit_load m;
+    int n;
+
+    (void) state;
+    /* Without the key, as every publisher before it wrote: valid, and unknown. */
+    n = snprintf(msg, sizeof msg, "kv_metrics %s" FULL_TAIL, head);
+    memset(&m, 0x55, sizeof m);
+    assert_int_equal(admit_load_decode(msg, (size_t) n, &m, err, sizeof err), 0);
+    assert_int_equal(m.kv_block_size, ADMIT_LOAD_UNKNOWN);
+    assert_int_equal(m.engine_request_limit, 4); /* the rest decoded as before */
+    /* ... and what such a message re-encodes to says null. */
+    assert_true(admit_load_to_json(&m, json, sizeof json) > 0);
+    assert_non_null(strstr(json, ",\"kv_block_size\":null,"));
+    /* null: unknown. */
+    n = snprintf(msg, sizeof msg, "kv_metrics %s\"kv_block_size\":null," FULL_TAIL, head);
+    m.kv_block_size = 7;
+    assert_int_equal(admit_load_decode(msg, (size_t) n, &m, err, sizeof err), 0);
+    assert_int_equal(m.kv_block_size, ADMIT_LOAD_UNKNOWN);
+    /* The range's ends. */
+    n = snprintf(msg, sizeof msg, "kv_metrics %s\"kv_block_size\":1," FULL_TAIL, head);
+    assert_int_equal(admit_load_decode(msg, (size_t) n, &m, err, sizeof err), 0);
+    assert_int_equal(m.kv_block_size, 1);
+    n = snprintf(msg, sizeof msg, "kv_metrics %s\"kv_block_size\":9007199254740991," FULL_TAIL,
+                 head);
+    assert_int_equal(admit_load_decode(msg, (size_t) n, &m, err, sizeof err), 0);
+    assert_int_equal(m.kv_block_size, ADMIT_LOAD_INT_MAX);
+    /* Present but wrong: refused, naming the field and what it must be. */
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        snprintf(json, sizeof json, "%s\"kv_block_size\":%s," FULL_TAIL, head, bad[i]);
+        assert_string_equal(decode_err(json), "field 'kv_block_size' must be an integer from 1 "
+                                              "to 2^53-1 or null");
+    }
+    /* Past what a 64-bit integer holds: jansson refuses it already. */
+    snprintf(json, sizeof json, "%s\"kv_block_size\":99999999999999999999999," FULL_TAIL, head);
+    assert_true(strlen(decode_err(json)) > 0);
+    /* Given twice: refused like any duplicate key. */
+    snprintf(json, sizeof json, "%s\"kv_block_size\":16,\"kv_block_size\":16," FULL_TAIL, head);
+    assert_non_null(strstr(decode_err(json), "JSON"));
+}
+
+/* The longest message that can be valid still fits in ADMIT_LOAD_MSG_MAX, and its length is
+ * the one lib/core/load.c's header comment states. */
+static void test_longest_message(void **state)
+{
+    struct admit_load m, back;
+    char buf[ADMIT_LOAD_MSG_MAX], err[256];
+    int n;
+
+    (void) state;
+    admit_load_init(&m);
+    memset(m.worker_id, 0x01, ADMIT_LOAD_WORKER_ID_MAX); /* each escaped as \u0001 */
+    m.worker_id[ADMIT_LOAD_WORKER_ID_MAX] = '\0';
+    m.dp_rank = m.seq = m.ts_ms = m.heartbeat_ms = ADMIT_LOAD_INT_MAX;
+    m.kv_used_blocks = m.kv_total_blocks = m.kv_block_size = ADMIT_LOAD_INT_MAX;
+    m.active_decode_blocks = m.active_prefill_tokens = ADMIT_LOAD_INT_MAX;
+    m.max_num_batched_tokens = ADMIT_LOAD_INT_MAX;
+    m.engine_requests = m.engine_request_limit = ADMIT_LOAD_INT_MAX;
+    m.queued_requests = m.request_queue_limit = ADMIT_LOAD_INT_MAX;
+    m.state = ADMIT_LOAD_DRAINING;
+    n = admit_load_encode(&m, buf, sizeof buf);
+    assert_int_equal(n, 1295);
+    assert_true(n <= ADMIT_LOAD_MSG_MAX);
+    assert_int_equal(admit_load_decode(buf, (size_t) n, &back, err, sizeof err), 0);
+    assert_memory_equal(&m, &back, sizeof m);
+    /* It needs every byte: one fewer and encoding says so. */
+    assert_int_equal(admit_load_encode(&m, buf, (size_t) n), -1);
+}
+
 /* Every prefix of a valid message is rejected, never crashes. */
 static void test_truncations(void **state)
 {
@@ -219,6 +299,8 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_round_trip),
         cmocka_unit_test(test_rejects_malformed),
+        cmocka_unit_test(test_kv_block_size_optional_and_strict),
+        cmocka_unit_test(test_longest_message),
         cmocka_unit_test(test_truncations),
         cmocka_unit_test(test_table_newest_wins_and_staleness),
         cmocka_unit_test(test_table_order_and_expiry),
