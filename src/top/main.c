@@ -11,6 +11,7 @@
 
 #include <errno.h>
 #include <getopt.h>
+#include <math.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -92,7 +93,10 @@ static void usage(FILE *out)
             "                      CLOCK_MONOTONIC in microseconds and a space (benchmarks)\n"
             "  --refresh-ms=MS     table refresh interval (default 1000)\n"
             "  --iterations=N      exit after N table refreshes\n"
-            "  --missed-heartbeats=K  staleness threshold (default 3)\n");
+            "  --missed-heartbeats=K  staleness threshold (default 3)\n"
+            "  --active-decode-blocks-threshold=F        the ROOM column: admit-router's\n"
+            "  --active-prefill-tokens-threshold=N       busy thresholds, judged on what each\n"
+            "  --active-prefill-tokens-threshold-frac=F  rank publishes (default: none, \"-\")\n");
 }
 
 static int parse_count(const char *s, long *out)
@@ -108,25 +112,58 @@ static int parse_count(const char *s, long *out)
     return 0;
 }
 
+/* One threshold option into th, checked as the router checks it. */
+static int parse_threshold(int ch, const char *s, struct busy_thresholds *th, char *err,
+                           size_t errlen)
+{
+    const char *name = ch == 'D'   ? "active-decode-blocks-threshold"
+                       : ch == 'P' ? "active-prefill-tokens-threshold"
+                                   : "active-prefill-tokens-threshold-frac";
+    char *end;
+    double v;
+
+    errno = 0;
+    v = strtod(s, &end);
+    if (errno || end == s || *end || !isfinite(v) || (ch == 'P' && (v != floor(v) || v < 0))) {
+        snprintf(err, errlen, "'%s' is not a valid value for --%s", s, name);
+        return -1;
+    }
+    if (ch == 'D')
+        th->active_decode_blocks_threshold = v;
+    else if (ch == 'P')
+        th->active_prefill_tokens_threshold = v >= 9e18 ? INT64_MAX : (int64_t) v;
+    else
+        th->active_prefill_tokens_threshold_frac = v;
+    if (busy_thresholds_validate(th, err, errlen) != 0)
+        return -1;
+    return 0;
+}
+
 int main(int argc, char **argv)
 {
-    static const struct option longopts[] = {{"json", no_argument, NULL, 'j'},
-                                             {"stamp", no_argument, NULL, 's'},
-                                             {"count", required_argument, NULL, 'c'},
-                                             {"refresh-ms", required_argument, NULL, 'r'},
-                                             {"iterations", required_argument, NULL, 'i'},
-                                             {"missed-heartbeats", required_argument, NULL, 'm'},
-                                             {"help", no_argument, NULL, 'h'},
-                                             {"version", no_argument, NULL, 'V'},
-                                             {NULL, 0, NULL, 0}};
+    static const struct option longopts[] = {
+        {"json", no_argument, NULL, 'j'},
+        {"stamp", no_argument, NULL, 's'},
+        {"count", required_argument, NULL, 'c'},
+        {"refresh-ms", required_argument, NULL, 'r'},
+        {"iterations", required_argument, NULL, 'i'},
+        {"missed-heartbeats", required_argument, NULL, 'm'},
+        {"active-decode-blocks-threshold", required_argument, NULL, 'D'},
+        {"active-prefill-tokens-threshold", required_argument, NULL, 'P'},
+        {"active-prefill-tokens-threshold-frac", required_argument, NULL, 'F'},
+        {"help", no_argument, NULL, 'h'},
+        {"version", no_argument, NULL, 'V'},
+        {NULL, 0, NULL, 0}};
     long count = 0, refresh = 1000, iterations = 0, missed = 3, drawn = 0;
     int json = 0, stamp = 0, ch;
     struct feed *feed;
     struct sink sink;
     char err[256];
     int64_t next_draw;
+    struct busy_thresholds th;
 
     log_set_ident("admit-top");
+    busy_thresholds_unset(&th);
     while ((ch = getopt_long(argc, argv, "", longopts, NULL)) != -1) {
         long *dst = ch == 'c' ? &count : ch == 'r' ? &refresh : ch == 'i' ? &iterations : &missed;
         switch (ch) {
@@ -147,6 +184,14 @@ int main(int argc, char **argv)
                                  : ch == 'i' ? 4
                                              : 5]
                             .name);
+                return 2;
+            }
+            break;
+        case 'D':
+        case 'P':
+        case 'F':
+            if (parse_threshold(ch, optarg, &th, err, sizeof err) != 0) {
+                fprintf(stderr, "admit-top: error: %s\n", err);
                 return 2;
             }
             break;
@@ -194,7 +239,7 @@ int main(int argc, char **argv)
             struct buf b;
 
             buf_init(&b);
-            top_render(sink.tab, now_ms(), &b);
+            top_render(sink.tab, now_ms(), &th, &b);
             /* Clear the screen only on a terminal, so output can be piped and read. */
             fputs(isatty(1) ? "\033[H\033[2J" : "\n", stdout);
             fputs(b.data, stdout);

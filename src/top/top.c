@@ -25,13 +25,28 @@ static const char *num(char *b, size_t n, int64_t v)
     return b;
 }
 
-void top_render(const struct admit_loadtab *t, int64_t now_ms, struct buf *out)
+/* "yes" or "no": the one room rule (core/busy.h) on what the rank publishes. */
+static const char *room(const struct admit_load *m, const struct busy_thresholds *th)
+{
+    struct busy_capacity c;
+    struct busy_load l;
+
+    if (th == NULL || !busy_thresholds_any(th))
+        return "-";
+    busy_capacity_of(m, &c);
+    busy_load_of(m, &l);
+    return has_room(&l, &c, th) ? "yes" : "no";
+}
+
+void top_render(const struct admit_loadtab *t, int64_t now_ms, const struct busy_thresholds *th,
+                struct buf *out)
 {
     struct admit_loadtab_entry e;
     char a[48], b[48], c[48], d[24], f[24], pct[16];
 
-    buf_printf(out, "%-28s %4s %-8s %11s %11s %17s %7s %8s %8s %7s\n", "WORKER", "RANK", "STATE",
-               "SLOTS", "QUEUE", "KV USED/TOTAL", "KV%", "DECODE", "PREFILL", "AGE");
+    buf_printf(out, "%-28s %4s %-8s %11s %11s %17s %7s %8s %8s %4s %7s\n", "WORKER", "RANK",
+               "STATE", "SLOTS", "QUEUE", "KV USED/TOTAL", "KV%", "DECODE", "PREFILL", "ROOM",
+               "AGE");
     for (size_t i = 0; admit_loadtab_at(t, i, now_ms, &e) == 0; i++) {
         const struct admit_load *m = &e.load;
 
@@ -40,13 +55,13 @@ void top_render(const struct admit_loadtab *t, int64_t now_ms, struct buf *out)
                      100.0 * (double) m->kv_used_blocks / (double) m->kv_total_blocks);
         else
             snprintf(pct, sizeof pct, "-");
-        buf_printf(out, "%-28.28s %4lld %-8s %11s %11s %17s %7s %8s %8s %6.1fs%s\n", m->worker_id,
-                   (long long) m->dp_rank, admit_load_state_name(m->state),
+        buf_printf(out, "%-28.28s %4lld %-8s %11s %11s %17s %7s %8s %8s %4s %6.1fs%s\n",
+                   m->worker_id, (long long) m->dp_rank, admit_load_state_name(m->state),
                    pair(a, sizeof a, m->engine_requests, m->engine_request_limit),
                    pair(b, sizeof b, m->queued_requests, m->request_queue_limit),
                    pair(c, sizeof c, m->kv_used_blocks, m->kv_total_blocks), pct,
                    num(d, sizeof d, m->active_decode_blocks),
-                   num(f, sizeof f, m->active_prefill_tokens),
+                   num(f, sizeof f, m->active_prefill_tokens), room(m, th),
                    (double) (now_ms - e.received_ms) / 1000.0, e.stale ? " STALE" : "");
     }
 }

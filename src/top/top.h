@@ -4,10 +4,13 @@
 
 #include "admit/load.h"
 #include "core/buf.h"
+#include "core/busy.h"
 
 #include <stdint.h>
 
-/** renders one row per (worker, rank) with a header line, as of now_ms */
-void top_render(const struct admit_loadtab *t, int64_t now_ms, struct buf *out);
+/** renders one row per (worker, rank) with a header line, as of now_ms; ROOM is has_room()
+ *  of each rank's published load under th ("-" when th sets no threshold) */
+void top_render(const struct admit_loadtab *t, int64_t now_ms, const struct busy_thresholds *th,
+                struct buf *out);
 
 #endif

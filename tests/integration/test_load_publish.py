@@ -280,6 +280,19 @@ def test_nngcat_and_admit_top_read_it():
     out = p.stdout.decode()
     assert p.returncode == 0, p.stderr
     assert "WORKER" in out and "gpu-test-1" in out and "0/3" in out, out
+    # ROOM: "-" without thresholds; with one, the router's room rule on what each rank
+    # publishes (an idle rank has room). A bad threshold is refused as the router refuses it.
+    def rooms(text):
+        return {line.split()[9] for line in text.splitlines() if line.startswith("gpu-test-1")}
+
+    assert rooms(out) == {"-"}, out
+    p = subprocess.run([TOP, "--iterations=1", "--refresh-ms=300",
+                        "--active-decode-blocks-threshold=0.5", ad.publish],
+                       capture_output=True, timeout=30)
+    assert p.returncode == 0 and rooms(p.stdout.decode()) == {"yes"}, (p.stdout, p.stderr)
+    p = subprocess.run([TOP, "--active-decode-blocks-threshold=1.5", ad.publish],
+                       capture_output=True, timeout=30)
+    assert p.returncode == 2 and b"between 0.0 and 1.0" in p.stderr, p.stderr
     # --stamp: each line starts with the receive time on CLOCK_MONOTONIC, in microseconds.
     before = time.monotonic()
     p = subprocess.run([TOP, "--json", "--stamp", "--count=2", ad.publish], capture_output=True,
