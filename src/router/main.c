@@ -4,7 +4,6 @@
  *                --active-decode-blocks-threshold 0.85 --model meta-llama/Llama-3.1-8B
  */
 #include "daemon/admin.h"
-#include "daemon/admission.h"
 #include "core/busy.h"
 #include "daemon/drain.h"
 #include "core/log.h"
@@ -22,9 +21,7 @@
 struct app {
     struct metrics m;
     struct proxy_opts popts;
-    struct admission_opts aopts;
     struct proxy *px;
-    struct admission *adm; /* no cap: counts what is in flight, and tells the drain */
     struct router *r;
     struct event_base *base;
     unsigned drain_timeout_ms;
@@ -131,16 +128,11 @@ int main(int argc, char **argv)
                                     cfg->max_body_bytes,     cfg->upstream_timeout_ms,
                                     cfg->upstream_keepalive, cfg->stream_buffer_bytes,
                                     cfg->access_log};
-    /* No cap: admission only counts what is in flight (and books it, unread for now). */
-    app.aopts = (struct admission_opts){.retry_after_s = cfg->retry_after_s,
-                                        .overload_status = cfg->overload_status,
-                                        .chars_per_token = 4.0,
-                                        .block_size = 16};
     app.px = proxy_new(base, &app.popts, NULL, &app.m);
-    app.adm = admission_new(app.px, &app.m, &app.aopts);
     app.drain = drain_new(base, app.px, &app.m);
-    admission_set_change_cb(app.adm, on_change, &app);
-    app.r = router_new(base, app.px, cfg);
+    /* The router's own admission: no cap, it counts and books what it sends. */
+    app.r = router_new(base, app.px, &app.m, cfg);
+    router_set_change_cb(app.r, on_change, &app);
     for (size_t i = 0; i < rcfg.models.n; i++)
         router_add_model(app.r, rcfg.models.items[i]);
     adm = admin_new(base, &hooks, "");
@@ -171,8 +163,7 @@ int main(int argc, char **argv)
         event_free(sigint);
     }
     admin_free(adm);
-    proxy_free(app.px); /* may report a last change: the drain goes after it */
-    admission_free(app.adm);
+    proxy_free(app.px); /* may report a last change: the drain and router go after it */
     drain_free(app.drain);
     router_free(app.r);
     event_base_free(base);

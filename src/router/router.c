@@ -1,16 +1,15 @@
-/* router: workers, their newest load, busy judgement and per-request selection. */
+/* router: workers and their load messages, the router's admission (counting and booking)
+ * and the choice of a worker for each request. Reporting is in router_report.c. */
 #include "router.h"
-#include "admit/load.h"
-#include "core/bt_api.h"
+#include "router_impl.h"
 #include "core/httputil.h"
 #include "core/log.h"
-#include "core/netaddr.h"
-#include "core/prom.h"
-#include "http/proxy.h"
-#include "pubsub/publish.h"
-#include "pubsub/subscribe.h"
-#include "http/upstream.h"
+#include "core/ratewin.h"
+#include "core/tokcount.h"
 #include "core/xmalloc.h"
+#include "http/proxy.h"
+#include "http/upstream.h"
+#include "pubsub/subscribe.h"
 
 #include <jansson.h>
 #include <stdio.h>
@@ -20,44 +19,18 @@
 
 /* A worker marked overloaded by its own 529 is skipped this long (or until it speaks). */
 #define OVERLOAD_MARK_MS 1000
-/* Distinct (model, endpoint) rejection counters kept. */
-#define MAX_REJECT_KEYS 256
 
-struct rworker {
+/* Per exchange, inside the proxy's allocation (zeroed at arrival). */
+struct rreq {
     struct router *r;
-    char proxy_url[NETADDR_HOST_MAX + 16];
-    char pub_url[300];
-    struct upstream *up;
-    struct subscriber *sub;
-    struct admit_load ranks[PUB_MAX_RANKS];
-    int have[PUB_MAX_RANKS];
-    struct busy_latch latch[PUB_MAX_RANKS];
-    int64_t last_ms; /* monotonic time of the newest message; 0 = never heard */
-    int64_t heartbeat_ms;
-    int64_t overloaded_until_ms;
-    int bad_messages;
-};
-
-struct reject_key {
+    int bypass;     /* GET, HEAD, OPTIONS: not booked, not judged by the thresholds */
+    int counted;    /* tokens and model are read, once per exchange */
+    int64_t tokens; /* prompt tokens, by admitd's counter */
     char model[128];
-    char endpoint[32];
-    uint64_t count;
+    struct sel_booking bk; /* what this exchange holds on its worker */
 };
 
-struct router {
-    struct event_base *base;
-    struct proxy *px;
-    const struct router_cfg *cfg;
-    struct bt_registry *bt;
-    unsigned missed;
-    struct rworker **w;
-    size_t n;
-    size_t rr; /* round-robin start for ties */
-    struct reject_key rejects[MAX_REJECT_KEYS];
-    size_t nrejects;
-};
-
-static int64_t now_ms(void)
+int64_t router_now_ms(void)
 {
     struct timespec ts;
 
@@ -78,61 +51,83 @@ static void on_message(void *arg, const void *msg, size_t len)
             log_warn("worker %s sent an invalid load message: %s", w->proxy_url, err);
         return;
     }
-    if (m.dp_rank >= PUB_MAX_RANKS)
-        return;
-    w->ranks[m.dp_rank] = m;
-    w->have[m.dp_rank] = 1;
-    w->heartbeat_ms = m.heartbeat_ms;
-    w->last_ms = now_ms();
-    w->overloaded_until_ms = 0; /* its own word replaces our guess */
+    w->last_ms = router_now_ms();
+    if (strcmp(w->worker_id, m.worker_id) != 0)
+        snprintf(w->worker_id, sizeof w->worker_id, "%s", m.worker_id);
+    sel_message(w->r->sel, w->idx, &m, w->last_ms);
 }
 
-/* Heard from within the missed heartbeats and not draining: a worker that serves. */
-static int alive(const struct router *r, const struct rworker *w, int64_t now)
+/* ---- admission: count and book every exchange ---------------------------------------- */
+
+static void changed(struct router *r)
 {
-    if (w->last_ms == 0 || now - w->last_ms > w->heartbeat_ms * (int64_t) r->missed)
-        return 0;
-    for (int i = 0; i < PUB_MAX_RANKS; i++)
-        if (w->have[i] && w->ranks[i].state == ADMIT_LOAD_DRAINING)
-            return 0;
-    return 1;
+    if (r->on_change != NULL)
+        r->on_change(r->on_change_arg);
 }
 
-/* Alive, and not skipped for having just answered with its overload status. */
-static int routable(const struct router *r, const struct rworker *w, int64_t now)
+static void on_begin(void *arg, struct pxreq *x, const struct http_req *req)
 {
-    return alive(r, w, now) && now >= w->overloaded_until_ms;
+    struct router *r = arg;
+    struct rreq *q = pxreq_state(x);
+
+    q->r = r;
+    q->bypass = http_method_is_safe(req->method);
+    if (q->bypass) {
+        r->m->requests_bypass++;
+        r->m->inflight_bypass++;
+    } else
+        r->m->inflight_nocap++;
 }
 
-/* Does the worker have room under t? Updates its decode latches. */
-static int has_room(struct rworker *w, const struct busy_thresholds *t)
+static enum px_verdict on_arrive(void *arg, struct pxreq *x, const struct http_req *req)
 {
-    struct admit_load ranks[PUB_MAX_RANKS];
-    struct busy_latch latch[PUB_MAX_RANKS];
-    int idx[PUB_MAX_RANKS];
-    size_t n = 0;
-    int room;
-
-    for (int i = 0; i < PUB_MAX_RANKS; i++)
-        if (w->have[i]) {
-            ranks[n] = w->ranks[i];
-            latch[n] = w->latch[i];
-            idx[n++] = i;
-        }
-    room = busy_has_room(t, ranks, n, latch);
-    for (size_t k = 0; k < n; k++)
-        w->latch[idx[k]] = latch[k];
-    return room;
+    (void) arg;
+    (void) x;
+    (void) req;
+    return PX_FORWARD; /* nothing waits in the router (yet): a worker, or an answer */
 }
 
-static int64_t load_of(const struct rworker *w)
+/* Booked in pick(); tell us of output to release the prefill and count blocks. */
+static int on_forwarding(void *arg, struct pxreq *x, const struct http_req *req)
 {
-    for (int i = 0; i < PUB_MAX_RANKS; i++)
-        if (w->have[i]) {
-            int64_t e = w->ranks[i].engine_requests, q = w->ranks[i].queued_requests;
-            return (e > 0 ? e : 0) + (q > 0 ? q : 0);
-        }
-    return 0;
+    struct rreq *q = pxreq_state(x);
+
+    (void) arg;
+    (void) req;
+    return q->bk.booked;
+}
+
+/* The first body byte is the first token: prefill is over. Headers alone are not. */
+static void on_output(void *arg, struct pxreq *x, int first, unsigned tokens)
+{
+    struct router *r = arg;
+    struct rreq *q = pxreq_state(x);
+
+    if (first)
+        sel_first_token(r->sel, &q->bk);
+    sel_output(r->sel, &q->bk, tokens);
+}
+
+/* Completion, error, cancel: whatever the outcome, the booking ends here. */
+static void on_finish(void *arg, struct pxreq *x, enum outcome o)
+{
+    struct router *r = arg;
+    struct rreq *q = pxreq_state(x);
+
+    (void) o;
+    sel_release(r->sel, &q->bk);
+    if (q->bypass)
+        r->m->inflight_bypass--;
+    else
+        r->m->inflight_nocap--;
+    changed(r);
+}
+
+static int on_retry_after(void *arg)
+{
+    struct router *r = arg;
+
+    return r->cfg->retry_after_s > 0 ? (int) r->cfg->retry_after_s : RETRY_AFTER_MIN;
 }
 
 /* ---- selection ------------------------------------------------------------------------ */
@@ -172,8 +167,8 @@ static void count_reject(struct router *r, const char *model, const char *endpoi
             strcmp(r->rejects[i].endpoint, endpoint) == 0)
             break;
     if (i == r->nrejects) {
-        if (r->nrejects == MAX_REJECT_KEYS)
-            i = MAX_REJECT_KEYS - 1; /* the last key absorbs the overflow */
+        if (r->nrejects == ROUTER_MAX_REJECT_KEYS)
+            i = ROUTER_MAX_REJECT_KEYS - 1; /* the last key absorbs the overflow */
         else {
             snprintf(r->rejects[i].model, sizeof r->rejects[i].model, "%s", model);
             snprintf(r->rejects[i].endpoint, sizeof r->rejects[i].endpoint, "%s", endpoint);
@@ -183,57 +178,89 @@ static void count_reject(struct router *r, const char *model, const char *endpoi
     r->rejects[i].count++;
 }
 
-static struct upstream *pick(void *arg, const struct http_req *req, const struct upstream *exclude,
-                             int *status, const char **msg, int *busy)
+/* The worker a pin header names, by worker_id or by the host:port of its URL; -1 if none. */
+static int pinned_worker(const struct router *r, const char *name)
+{
+    for (size_t k = 0; k < r->n; k++)
+        if (strcmp(r->w[k]->worker_id, name) == 0 || strcmp(r->w[k]->proxy_url, name) == 0)
+            return (int) k;
+    return -1;
+}
+
+static int index_of(const struct router *r, const struct upstream *up)
+{
+    for (size_t k = 0; k < r->n; k++)
+        if (r->w[k]->up == up)
+            return (int) k;
+    return -1;
+}
+
+static struct upstream *pick(void *arg, struct pxreq *x, const struct http_req *req,
+                             const struct upstream *exclude, int *status, const char **msg,
+                             int *busy)
 {
     struct router *r = arg;
-    struct busy_thresholds t;
-    char model[128];
-    int64_t now = now_ms(), best_load = 0;
-    struct rworker *best = NULL;
-    size_t nalive = 0;
+    struct rreq *q = pxreq_state(x);
+    struct busy_thresholds t, *tp = NULL;
+    const char *pin = http_req_header(req, ROUTER_PIN_HEADER);
+    int pinned = -1, w;
+    unsigned rank;
 
-    model_of(req, model, sizeof model);
-    bt_registry_get(r->bt, model, &t);
-    for (size_t k = 0; k < r->n; k++) {
-        struct rworker *w = r->w[(r->rr + k) % r->n];
+    if (!q->counted) {
+        struct tokcount tc;
 
-        if (!alive(r, w, now))
-            continue;
-        /* One that just refused with its overload answer is alive but full: busy. */
-        nalive++;
-        if (!routable(r, w, now) || w->up == exclude || !has_room(w, &t))
-            continue;
-        if (best == NULL || load_of(w) < best_load) {
-            best = w;
-            best_load = load_of(w);
+        q->counted = 1;
+        model_of(req, q->model, sizeof q->model);
+        if (!q->bypass) {
+            tokcount_body(req->body, req->body_len, r->cfg->chars_per_token, &tc);
+            q->tokens = tc.tokens > INT64_MAX ? INT64_MAX : (int64_t) tc.tokens;
         }
     }
-    r->rr++;
-    if (best != NULL)
-        return best->up;
-    if (nalive == 0) {
+    if (pin != NULL && (pinned = pinned_worker(r, pin)) < 0) {
+        snprintf(r->msg, sizeof r->msg, "Server unavailable: no worker named %.128s", pin);
         *status = 503;
-        *msg = "Server unavailable: no worker available";
+        *msg = r->msg;
+        r->rejected_no_worker++;
         return NULL;
     }
-    *status = r->cfg->overload_status;
-    *msg = "All workers are busy, please retry later";
-    *busy = 1;
-    count_reject(r, model, endpoint_of(req->target));
+    /* A migration: the worker it leaves holds nothing of it any more. */
+    sel_release(r->sel, &q->bk);
+    if (!q->bypass) { /* a GET takes no engine capacity: any live worker will do */
+        bt_registry_get(r->bt, q->model, &t);
+        tp = &t;
+    }
+    switch (sel_pick(r->sel, router_now_ms(), q->tokens, tp,
+                     exclude != NULL ? index_of(r, exclude) : -1, pinned, &w, &rank)) {
+    case SEL_OK:
+        if (!q->bypass)
+            sel_book(r->sel, &q->bk, w, rank, q->tokens);
+        return r->w[w]->up;
+    case SEL_ALL_BUSY:
+        *status = r->cfg->overload_status;
+        *msg = "All workers are busy, please retry later";
+        *busy = 1;
+        r->rejected_all_busy++;
+        count_reject(r, q->model, endpoint_of(req->target));
+        return NULL;
+    case SEL_NO_WORKER:
+        break;
+    }
+    *status = 503;
+    *msg = "Server unavailable: no worker available";
+    r->rejected_no_worker++;
     return NULL;
 }
 
 static void overloaded(void *arg, struct upstream *up)
 {
     struct router *r = arg;
+    int k = index_of(r, up);
 
-    for (size_t k = 0; k < r->n; k++)
-        if (r->w[k]->up == up) {
-            r->w[k]->overloaded_until_ms = now_ms() + OVERLOAD_MARK_MS;
-            log_info("worker %s answered overloaded: skipped for %d ms", r->w[k]->proxy_url,
-                     OVERLOAD_MARK_MS);
-        }
+    if (k < 0)
+        return;
+    sel_mark_overloaded(r->sel, k, router_now_ms() + OVERLOAD_MARK_MS);
+    log_info("worker %s answered overloaded: skipped for %d ms", r->w[k]->proxy_url,
+             OVERLOAD_MARK_MS);
 }
 
 static void refused(void *arg, const struct http_req *req)
@@ -265,20 +292,41 @@ static int local(void *arg, const struct http_req *req, struct http_reply *rep)
     return 1;
 }
 
-/* ---- setup and reporting ------------------------------------------------------------ */
+/* ---- setup ---------------------------------------------------------------------------- */
 
-struct router *router_new(struct event_base *base, struct proxy *px, const struct router_cfg *cfg)
+struct router *router_new(struct event_base *base, struct proxy *px, struct metrics *m,
+                          const struct router_cfg *cfg)
 {
     struct router *r = xcalloc(1, sizeof *r);
     struct proxy_route route = {pick, overloaded, refused, local, r};
+    struct proxy_admission hooks = {
+        .begin = on_begin,
+        .arrive = on_arrive,
+        .forwarding = on_forwarding,
+        .output = on_output,
+        .finish = on_finish,
+        .retry_after = on_retry_after,
+        .size = sizeof(struct rreq),
+        .arg = r,
+    };
 
     r->base = base;
     r->px = px;
+    r->m = m;
     r->cfg = cfg;
-    r->missed = cfg->missed_heartbeats ? cfg->missed_heartbeats : 3;
     r->bt = bt_registry_new(&cfg->t);
+    r->sel = sel_new(cfg->missed_heartbeats ? cfg->missed_heartbeats : 3,
+                     cfg->kv_block_size ? cfg->kv_block_size : 16);
+    sel_track_output(r->sel, cfg->track_output_blocks);
+    proxy_set_admission(px, &hooks);
     proxy_set_route(px, &route);
     return r;
+}
+
+void router_set_change_cb(struct router *r, void (*cb)(void *arg), void *arg)
+{
+    r->on_change = cb;
+    r->on_change_arg = arg;
 }
 
 int router_add_worker(struct router *r, const char *proxy_url, const char *pub_url, char *err,
@@ -294,12 +342,12 @@ int router_add_worker(struct router *r, const char *proxy_url, const char *pub_u
     w->r = r;
     snprintf(w->proxy_url, sizeof w->proxy_url, "%s", url.hostport);
     snprintf(w->pub_url, sizeof w->pub_url, "%s", pub_url);
-    w->heartbeat_ms = 1000;
     w->sub = sub_new(r->base, pub_url, on_message, w, err, errlen);
     if (w->sub == NULL) {
         free(w);
         return -1;
     }
+    w->idx = sel_add_worker(r->sel);
     w->up =
         upstream_new(r->base, &url, r->cfg->upstream_timeout_ms, r->cfg->upstream_keepalive, 4000);
     r->w = xrealloc(r->w, (r->n + 1) * sizeof *r->w);
@@ -315,89 +363,11 @@ void router_add_model(struct router *r, const char *model)
 unsigned router_routable(struct router *r)
 {
     unsigned n = 0;
-    int64_t now = now_ms();
+    int64_t now = router_now_ms();
 
     for (size_t k = 0; k < r->n; k++)
-        n += (unsigned) routable(r, r->w[k], now);
+        n += (unsigned) sel_routable(r->sel, (int) k, now);
     return n;
-}
-
-static void worker_gauge(struct buf *out, struct router *r, const char *name, const char *help,
-                         int prefill)
-{
-    prom_family(out, name, "gauge", help);
-    for (size_t k = 0; k < r->n; k++)
-        for (int i = 0; i < PUB_MAX_RANKS; i++) {
-            const struct admit_load *m = &r->w[k]->ranks[i];
-            int64_t v = prefill ? m->active_prefill_tokens : m->active_decode_blocks;
-            char rank[16];
-            struct buf l;
-
-            if (!r->w[k]->have[i] || v < 0)
-                continue;
-            snprintf(rank, sizeof rank, "%d", i);
-            buf_init(&l);
-            prom_label(&l, "worker_id", m->worker_id);
-            prom_label(&l, "dp_rank", rank);
-            prom_label(&l, "worker_type", "decode");
-            prom_sample(out, name, l.data, (double) v);
-            buf_free(&l);
-        }
-}
-
-void router_render_metrics(struct router *r, struct buf *out)
-{
-    struct busy_thresholds t;
-    unsigned routable_n = 0, busy_n = 0;
-    int64_t now = now_ms();
-
-    prom_family(out, "dynamo_frontend_model_rejection_total", "counter",
-                "Total number of requests rejected due to resource exhaustion");
-    for (size_t i = 0; i < r->nrejects; i++) {
-        struct buf l;
-
-        buf_init(&l);
-        prom_label(&l, "model", r->rejects[i].model);
-        prom_label(&l, "endpoint", r->rejects[i].endpoint);
-        prom_sample(out, "dynamo_frontend_model_rejection_total", l.data,
-                    (double) r->rejects[i].count);
-        buf_free(&l);
-    }
-    worker_gauge(out, r, "dynamo_frontend_worker_active_decode_blocks",
-                 "Active KV cache decode blocks per worker", 0);
-    worker_gauge(out, r, "dynamo_frontend_worker_active_prefill_tokens",
-                 "Active prefill tokens queued per worker", 1);
-    bt_registry_get(r->bt, "", &t);
-    for (size_t k = 0; k < r->n; k++) {
-        if (!routable(r, r->w[k], now))
-            continue;
-        routable_n++;
-        busy_n += (unsigned) !has_room(r->w[k], &t);
-    }
-    prom_family(out, "admit_router_workers", "gauge",
-                "Workers by state (busy: routable but over the default thresholds)");
-    prom_sample(out, "admit_router_workers{state=\"configured\"}", NULL, (double) r->n);
-    prom_sample(out, "admit_router_workers{state=\"routable\"}", NULL, routable_n);
-    prom_sample(out, "admit_router_workers{state=\"busy\"}", NULL, busy_n);
-}
-
-void router_render_workers(struct router *r, struct buf *out)
-{
-    int64_t now = now_ms();
-
-    buf_puts(out, "{\"workers\":[");
-    for (size_t k = 0; k < r->n; k++) {
-        const struct rworker *w = r->w[k];
-
-        buf_printf(out,
-                   "%s{\"url\":\"%s\",\"publish\":\"%s\",\"routable\":%s,\"age_ms\":", k ? "," : "",
-                   w->proxy_url, w->pub_url, routable(r, w, now) ? "true" : "false");
-        if (w->last_ms)
-            buf_printf(out, "%lld}", (long long) (now - w->last_ms));
-        else
-            buf_puts(out, "null}");
-    }
-    buf_puts(out, "]}\n");
 }
 
 void router_free(struct router *r)
@@ -410,6 +380,7 @@ void router_free(struct router *r)
         free(r->w[k]);
     }
     free(r->w);
+    sel_free(r->sel);
     bt_registry_free(r->bt);
     free(r);
 }

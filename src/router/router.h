@@ -1,17 +1,19 @@
 /* router: admit-router's brain. Follows many admitd workers through their load messages,
- * judges each against the busy thresholds, and picks the worker for each request.
+ * books the load it sends them, and picks the worker for each request.
  *
- * It plugs into the proxy (router mode) for everything HTTP: streaming, backpressure and
- * cancellation are admitd's own code. Selection: among workers heard from recently, not
- * draining, not marked overloaded, and with room under the thresholds of the request's
- * model, the least loaded (engine requests + queued, ties taken in turn). No such worker:
- * the overload status "All workers are busy, please retry later" when some are routable,
- * 503 when none is. */
+ * It plugs into the proxy with both hook sets (http/proxy.h): the admission hooks count and
+ * book each exchange (the router has no cap of its own), the route hooks choose its worker.
+ * Streaming, backpressure and cancellation are admitd's own code. The choice itself is
+ * select.h's: the booked load projected with the request, judged by the router-wide reject
+ * thresholds of the request's model, on workers that are alive and not busy by what they
+ * publish. No such worker: the overload status "All workers are busy, please retry later"
+ * when some are alive, 503 when none is. */
 #ifndef ADMIT_ROUTER_H
 #define ADMIT_ROUTER_H
 
-#include "core/busy.h"
 #include "core/buf.h"
+#include "core/busy.h"
+#include "core/metrics.h"
 #include "config.h"
 
 #include <stddef.h>
@@ -20,8 +22,14 @@ struct event_base;
 struct proxy;
 struct router;
 
-/** creates a router on base for the proxy px (which it switches to router mode); it keeps c */
-struct router *router_new(struct event_base *base, struct proxy *px, const struct router_cfg *c);
+/* The request header that pins a worker: its worker_id, or the host:port of its URL. */
+#define ROUTER_PIN_HEADER "X-Admit-Worker"
+
+/** creates a router on base for the proxy px (its admission and route); it keeps c and m */
+struct router *router_new(struct event_base *base, struct proxy *px, struct metrics *m,
+                          const struct router_cfg *c);
+/** calls cb whenever an exchange ends (the drain's check) */
+void router_set_change_cb(struct router *r, void (*cb)(void *arg), void *arg);
 /** adds a worker: its admitd URL and its load publisher URL; 0 or -1 with err */
 int router_add_worker(struct router *r, const char *proxy_url, const char *pub_url, char *err,
                       size_t errlen);
@@ -29,11 +37,11 @@ int router_add_worker(struct router *r, const char *proxy_url, const char *pub_u
 void router_add_model(struct router *r, const char *model);
 /** appends the router's own Prometheus families */
 void router_render_metrics(struct router *r, struct buf *out);
-/** the workers and their state as JSON */
+/** the workers, their ranks' booked and published load, capacity and room, as JSON */
 void router_render_workers(struct router *r, struct buf *out);
 /** number of workers that are routable now */
 unsigned router_routable(struct router *r);
-/** frees everything */
+/** frees everything; the proxy must have been freed first */
 void router_free(struct router *r);
 
 #endif

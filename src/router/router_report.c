@@ -1,0 +1,209 @@
+/* router_report: what the router shows of its workers, in Prometheus families and in /load.
+ *
+ * Both read the selection view (select.h) and judge room with the default thresholds (those
+ * of the model ""), the same ones a request without a model is judged by. */
+#include "router.h"
+#include "router_impl.h"
+#include "core/prom.h"
+
+#include <jansson.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* The worker_id a worker names itself by; its URL's host:port until it has spoken. */
+static const char *id_of(const struct rworker *w)
+{
+    return w->worker_id[0] != '\0' ? w->worker_id : w->proxy_url;
+}
+
+enum rank_field { RF_BOOKED_PREFILL, RF_BOOKED_DECODE, RF_PUB_PREFILL, RF_PUB_DECODE };
+
+static int64_t field_of(const struct sel_rank_view *v, enum rank_field f)
+{
+    switch (f) {
+    case RF_BOOKED_PREFILL:
+        return v->booked.prefill_tokens;
+    case RF_BOOKED_DECODE:
+        return v->booked.decode_blocks;
+    case RF_PUB_PREFILL:
+        return v->published ? v->pub_prefill_tokens : -1;
+    case RF_PUB_DECODE:
+        return v->published ? v->pub_decode_blocks : -1;
+    }
+    return -1;
+}
+
+/* One gauge per (worker, rank); unknown values are left out. */
+static void rank_gauge(struct buf *out, struct router *r, const struct busy_thresholds *t,
+                       const char *name, const char *help, enum rank_field f, int dynamo)
+{
+    prom_family(out, name, "gauge", help);
+    for (size_t k = 0; k < r->n; k++)
+        for (unsigned i = 0; i < sel_ranks(r->sel, (int) k); i++) {
+            struct sel_rank_view v;
+            char rank[16];
+            struct buf l;
+            int64_t x;
+
+            sel_view(r->sel, (int) k, i, t, &v);
+            if ((x = field_of(&v, f)) < 0)
+                continue;
+            snprintf(rank, sizeof rank, "%u", i);
+            buf_init(&l);
+            prom_label(&l, "worker_id", id_of(r->w[k]));
+            prom_label(&l, "dp_rank", rank);
+            if (dynamo)
+                prom_label(&l, "worker_type", "decode");
+            prom_sample(out, name, l.data, (double) x);
+            buf_free(&l);
+        }
+}
+
+/* Routable, but with no room: every rank full by its booked load or by what it publishes. */
+static int worker_busy(struct router *r, int k, const struct busy_thresholds *t)
+{
+    unsigned n = sel_ranks(r->sel, k);
+
+    if (sel_published_full(r->sel, k, t))
+        return 1;
+    for (unsigned i = 0; i < n; i++) {
+        struct sel_rank_view v;
+
+        sel_view(r->sel, k, i, t, &v);
+        if (v.booked_room)
+            return 0;
+    }
+    return n > 0;
+}
+
+void router_render_metrics(struct router *r, struct buf *out)
+{
+    struct busy_thresholds t;
+    unsigned routable_n = 0, busy_n = 0;
+    int64_t now = router_now_ms();
+
+    bt_registry_get(r->bt, "", &t);
+    prom_family(out, "dynamo_frontend_model_rejection_total", "counter",
+                "Total number of requests rejected due to resource exhaustion");
+    for (size_t i = 0; i < r->nrejects; i++) {
+        struct buf l;
+
+        buf_init(&l);
+        prom_label(&l, "model", r->rejects[i].model);
+        prom_label(&l, "endpoint", r->rejects[i].endpoint);
+        prom_sample(out, "dynamo_frontend_model_rejection_total", l.data,
+                    (double) r->rejects[i].count);
+        buf_free(&l);
+    }
+    prom_family(out, "admit_router_rejections_total", "counter",
+                "Requests the router answered itself, by reason (all_busy: overload status; "
+                "no_worker: 503)");
+    prom_sample(out, "admit_router_rejections_total{reason=\"all_busy\"}", NULL,
+                (double) r->rejected_all_busy);
+    prom_sample(out, "admit_router_rejections_total{reason=\"no_worker\"}", NULL,
+                (double) r->rejected_no_worker);
+    rank_gauge(out, r, &t, "dynamo_frontend_worker_active_decode_blocks",
+               "Active KV cache decode blocks per worker", RF_PUB_DECODE, 1);
+    rank_gauge(out, r, &t, "dynamo_frontend_worker_active_prefill_tokens",
+               "Active prefill tokens queued per worker", RF_PUB_PREFILL, 1);
+    rank_gauge(out, r, &t, "admit_router_booked_prefill_tokens",
+               "Prompt tokens this router sent to the rank that have not had their first token",
+               RF_BOOKED_PREFILL, 0);
+    rank_gauge(out, r, &t, "admit_router_booked_decode_blocks",
+               "KV blocks this router booked on the rank for the requests it sent there",
+               RF_BOOKED_DECODE, 0);
+    for (size_t k = 0; k < r->n; k++) {
+        if (!sel_routable(r->sel, (int) k, now))
+            continue;
+        routable_n++;
+        busy_n += (unsigned) worker_busy(r, (int) k, &t);
+    }
+    prom_family(out, "admit_router_workers", "gauge",
+                "Workers by state (busy: routable but with no room under the default "
+                "thresholds)");
+    prom_sample(out, "admit_router_workers{state=\"configured\"}", NULL, (double) r->n);
+    prom_sample(out, "admit_router_workers{state=\"routable\"}", NULL, routable_n);
+    prom_sample(out, "admit_router_workers{state=\"busy\"}", NULL, busy_n);
+}
+
+static void put_int(struct buf *out, const char *key, int64_t v, int comma)
+{
+    if (v < 0)
+        buf_printf(out, "%s\"%s\":null", comma ? "," : "", key);
+    else
+        buf_printf(out, "%s\"%s\":%lld", comma ? "," : "", key, (long long) v);
+}
+
+/* A JSON string, escaped by jansson (a worker_id came from a message jansson decoded, so it
+ * is valid UTF-8); "" or anything unencodable is null. */
+static void put_string(struct buf *out, const char *v)
+{
+    json_t *j = v[0] != '\0' ? json_string(v) : NULL;
+    char *d = j != NULL ? json_dumps(j, JSON_ENCODE_ANY) : NULL;
+
+    buf_puts(out, d != NULL ? d : "null");
+    free(d);
+    json_decref(j);
+}
+
+static void render_rank(struct buf *out, const struct sel_rank_view *v, unsigned i)
+{
+    buf_printf(out, "{\"dp_rank\":%u,\"booked\":{", i);
+    put_int(out, "prefill_tokens", v->booked.prefill_tokens, 0);
+    put_int(out, "decode_blocks", v->booked.decode_blocks, 1);
+    put_int(out, "requests", v->booked.requests, 1);
+    buf_puts(out, "},\"published\":");
+    if (v->published) {
+        buf_puts(out, "{");
+        put_int(out, "active_prefill_tokens", v->pub_prefill_tokens, 0);
+        put_int(out, "active_decode_blocks", v->pub_decode_blocks, 1);
+        put_int(out, "kv_used_blocks", v->pub_kv_used_blocks, 1);
+        buf_puts(out, "}");
+    } else
+        buf_puts(out, "null");
+    buf_puts(out, ",\"capacity\":{");
+    put_int(out, "max_num_batched_tokens", v->capacity.max_num_batched_tokens, 0);
+    put_int(out, "kv_total_blocks", v->capacity.kv_total_blocks, 1);
+    put_int(out, "kv_block_size", v->capacity.kv_block_size, 1);
+    buf_printf(out, "},\"block_size\":%lld,\"room\":{\"booked\":%s,\"published\":%s}}",
+               (long long) v->block_size, v->booked_room ? "true" : "false",
+               v->published_room ? "true" : "false");
+}
+
+void router_render_workers(struct router *r, struct buf *out)
+{
+    struct busy_thresholds t;
+    int64_t now = router_now_ms();
+
+    bt_registry_get(r->bt, "", &t);
+    buf_puts(out, "{\"workers\":[");
+    for (size_t k = 0; k < r->n; k++) {
+        const struct rworker *w = r->w[k];
+        int alive = sel_alive(r->sel, (int) k, now);
+
+        buf_printf(out, "%s{\"url\":\"%s\",\"publish\":\"%s\",", k ? "," : "", w->proxy_url,
+                   w->pub_url);
+        buf_puts(out, "\"worker_id\":");
+        put_string(out, w->worker_id);
+        buf_printf(out, ",\"alive\":%s,\"routable\":%s,\"busy\":%s,\"age_ms\":",
+                   alive ? "true" : "false",
+                   sel_routable(r->sel, (int) k, now) ? "true" : "false",
+                   alive && worker_busy(r, (int) k, &t) ? "true" : "false");
+        if (w->last_ms)
+            buf_printf(out, "%lld", (long long) (now - w->last_ms));
+        else
+            buf_puts(out, "null");
+        buf_puts(out, ",\"ranks\":[");
+        for (unsigned i = 0; i < sel_ranks(r->sel, (int) k); i++) {
+            struct sel_rank_view v;
+
+            sel_view(r->sel, (int) k, i, &t, &v);
+            if (i)
+                buf_puts(out, ",");
+            render_rank(out, &v, i);
+        }
+        buf_puts(out, "]}");
+    }
+    buf_puts(out, "]}\n");
+}
