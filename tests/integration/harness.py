@@ -284,22 +284,27 @@ class RawClient:
                 return self.buf, True
         try:
             while True:
-                while b"\r\n" not in self.buf:
-                    self._fill()
-                line, rest = self.buf.split(b"\r\n", 1)
-                size = int(line.split(b";")[0], 16)
-                while len(rest) < size + 2:
-                    self._fill()
-                    line, rest = self.buf.split(b"\r\n", 1)
-                piece = rest[:size]
-                self.buf = rest[size + 2:]
-                if size == 0:
+                piece = self.read_chunk()
+                if not piece:
                     return body, True
                 body += piece
                 if on_data:
                     on_data(piece, time.monotonic())
         except (EOFError, ConnectionError):
             return body, False
+
+    def read_chunk(self):
+        """Reads one chunk of a chunked body (the head already read): its bytes, b"" for the
+        last one. Raises EOFError or ConnectionError if the connection ends first."""
+        while b"\r\n" not in self.buf:
+            self._fill()
+        line, rest = self.buf.split(b"\r\n", 1)
+        size = int(line.split(b";")[0], 16)
+        while len(rest) < size + 2:
+            self._fill()
+            line, rest = self.buf.split(b"\r\n", 1)
+        self.buf = rest[size + 2:]
+        return rest[:size]
 
     def response(self, on_data=None):
         status, hdrs = self.read_head()
