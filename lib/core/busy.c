@@ -1,4 +1,4 @@
-/* busy: Dynamo's busy predicate over admitd load messages (see busy.h for the semantics). */
+/* busy: the room rule, as limits and a comparison, and the monitor's view of messages. */
 #include "core/busy.h"
 
 #include <math.h>
@@ -41,64 +41,115 @@ int busy_thresholds_validate(const struct busy_thresholds *t, char *err, size_t 
     return 0;
 }
 
-/* The fraction signal's token limit; a limit beyond int64 can never be exceeded, so it is
- * reported as "no limit" (0) instead of converting out of range, which is undefined. */
-static int busy_frac_limit(double frac, int64_t max_batched, int64_t *limit)
+int64_t busy_prefill_budget(const struct busy_capacity *c)
 {
-    double m = max_batched > 0 ? (double) max_batched : (double) BUSY_DEFAULT_MAX_BATCHED_TOKENS;
-    double lim = frac * m;
+    return c->max_num_batched_tokens > 0 ? c->max_num_batched_tokens
+                                         : BUSY_DEFAULT_MAX_BATCHED_TOKENS;
+}
+
+/* The fraction signal's token limit, (int64)(frac * budget): busy above it. A limit beyond
+ * int64 can never be exceeded and is "no limit", rather than a conversion out of range,
+ * which is undefined. */
+static int64_t frac_limit(double frac, int64_t budget)
+{
+    double lim = frac * (double) budget;
 
     if (isnan(lim) || lim >= BUSY_INT64_LIMIT)
-        return 0;
-    *limit = lim <= -BUSY_INT64_LIMIT ? INT64_MIN : (int64_t) lim;
-    return 1;
+        return INT64_MAX;
+    return lim <= -BUSY_INT64_LIMIT ? INT64_MIN : (int64_t) lim;
 }
 
-static int busy_prefill(const struct busy_thresholds *t, const struct admit_load *m)
+/* The most blocks b with b / total <= frac, the comparison done in doubles exactly as the
+ * ratio would be: floor(frac * total) can be one off when the product rounds. */
+static int64_t decode_limit(double frac, int64_t total)
 {
-    int64_t tokens = m->active_prefill_tokens, limit;
+    double t = (double) total;
+    int64_t b;
 
-    if (tokens < 0)
-        return 0;
-    if (t->active_prefill_tokens_threshold >= 0 && tokens > t->active_prefill_tokens_threshold)
-        return 1;
-    if (!isnan(t->active_prefill_tokens_threshold_frac) &&
-        busy_frac_limit(t->active_prefill_tokens_threshold_frac, m->max_num_batched_tokens,
-                        &limit) &&
-        tokens > limit)
-        return 1;
-    return 0;
+    b = (int64_t) floor(frac * t);
+    if (b < 0)
+        b = 0;
+    while ((double) (b + 1) / t <= frac)
+        b++;
+    while (b > 0 && (double) b / t > frac)
+        b--;
+    if ((double) b / t > frac)
+        return -1; /* even an empty rank is over: frac < 0 (refused by validate) */
+    return b;
 }
 
-/* One decode ratio: 1 over the threshold, 0 at or below it or unknown. */
-static int busy_ratio_over(int64_t blocks, int64_t total, double threshold)
+void busy_limits(const struct busy_capacity *c, const struct busy_thresholds *t,
+                 struct busy_limits *out)
 {
-    return blocks >= 0 && (double) blocks / (double) total > threshold;
+    out->prefill_tokens = INT64_MAX;
+    out->decode_blocks = INT64_MAX;
+    if (t->active_prefill_tokens_threshold >= 0)
+        out->prefill_tokens = t->active_prefill_tokens_threshold;
+    if (!isnan(t->active_prefill_tokens_threshold_frac)) {
+        int64_t f = frac_limit(t->active_prefill_tokens_threshold_frac, busy_prefill_budget(c));
+        if (f < out->prefill_tokens)
+            out->prefill_tokens = f;
+    }
+    if (!isnan(t->active_decode_blocks_threshold) && c->kv_total_blocks > 0)
+        out->decode_blocks = decode_limit(t->active_decode_blocks_threshold, c->kv_total_blocks);
 }
 
-/* Latched when either ratio is over, released only when both are at or below (an unknown ratio
- * counting as below). Every admitd message carries both ratios, so "set" and "release" are
- * decided by the same message and are complements; the latch is kept so the rule stays explicit
- * and the API stays stable should a message ever carry only one of them. */
-static int busy_decode(double threshold, const struct admit_load *m, struct busy_latch *l)
+int busy_within(const struct busy_load *l, const struct busy_limits *lim)
 {
-    int64_t total = m->kv_total_blocks;
-    int used_over, active_over;
+    return !(l->prefill_tokens >= 0 && l->prefill_tokens > lim->prefill_tokens) &&
+           !(l->decode_blocks >= 0 && l->decode_blocks > lim->decode_blocks);
+}
 
-    if (isnan(threshold) || total <= 0)
-        return 0;
-    used_over = busy_ratio_over(m->kv_used_blocks, total, threshold);
-    active_over = busy_ratio_over(m->active_decode_blocks, total, threshold);
-    l->decode = used_over || active_over;
-    return l->decode;
+int has_room(const struct busy_load *l, const struct busy_capacity *c,
+             const struct busy_thresholds *t)
+{
+    struct busy_limits lim;
+
+    busy_limits(c, t, &lim);
+    return busy_within(l, &lim);
+}
+
+int worker_is_full(const struct busy_load *l, const struct busy_capacity *c, size_t n,
+                   const struct busy_thresholds *t)
+{
+    for (size_t i = 0; i < n; i++)
+        if (has_room(&l[i], &c[i], t))
+            return 0;
+    return n > 0;
+}
+
+/* ---- worker-published load ---------------------------------------------------------- */
+
+void busy_capacity_of(const struct admit_load *m, struct busy_capacity *out)
+{
+    out->max_num_batched_tokens = m->max_num_batched_tokens;
+    out->kv_total_blocks = m->kv_total_blocks;
+    out->kv_block_size = m->kv_block_size;
+}
+
+void busy_load_of(const struct admit_load *m, struct busy_load *out)
+{
+    out->prefill_tokens = m->active_prefill_tokens;
+    out->decode_blocks = m->kv_used_blocks > m->active_decode_blocks ? m->kv_used_blocks
+                                                                      : m->active_decode_blocks;
+    out->requests = m->engine_requests;
+    out->observed = 1;
 }
 
 int busy_rank(const struct busy_thresholds *t, const struct admit_load *m, struct busy_latch *l)
 {
-    /* The decode latch is updated even when prefill already says busy, so it stays current. */
-    int decode = busy_decode(t->active_decode_blocks_threshold, m, l);
+    struct busy_capacity c;
+    struct busy_load row, decode_only;
 
-    return busy_prefill(t, m) || decode;
+    busy_capacity_of(m, &c);
+    busy_load_of(m, &row);
+    decode_only = row;
+    decode_only.prefill_tokens = -1;
+    /* Every message carries both decode signals, so setting and clearing the latch are
+     * decided by the same message; the latch keeps the rule explicit should one ever be
+     * missing (unknown counts as at or below). */
+    l->decode = !has_room(&decode_only, &c, t);
+    return !has_room(&row, &c, t);
 }
 
 int busy_worker(const struct busy_thresholds *t, const struct admit_load *ranks, size_t n,

@@ -1,24 +1,25 @@
-/* busy: the predicate that says whether a worker is too loaded to be sent more work.
+/* busy: "does this rank have room?", the one rule every judgement of load uses.
  *
  * admit-router routes around busy workers and answers 529 only when every worker is busy, so
- * the judgement has to match NVIDIA Dynamo's (WorkerLoadState::is_overloaded) for operators
- * who move between the two. It lives here, pure and separate from the router's I/O, so the
- * router, admit-top and the tests all call the same function on the same load messages.
+ * the judgement has to match NVIDIA Dynamo's (strict `>` everywhere) for operators who move
+ * between the two. It lives here, pure, so that the router's selection (on the load it booked
+ * itself, projected with the request), its monitor (on the load workers publish), the tests
+ * and the benchmark all call the same function.
  *
- * A rank is busy when any enabled signal says so:
- *  - prefill absolute: active_prefill_tokens > active_prefill_tokens_threshold;
- *  - prefill fraction: active_prefill_tokens > (int64)(frac * M), M = max_num_batched_tokens
- *    when the worker reports it (> 0), else BUSY_DEFAULT_MAX_BATCHED_TOKENS;
- *  - decode: kv_used_blocks / kv_total_blocks or active_decode_blocks / kv_total_blocks above
- *    active_decode_blocks_threshold. This signal is latched per (worker, rank): once over, the
- *    rank stays busy until both ratios are observed at or below the threshold.
+ * A rank's capacity is apart from its load: the step budget and KV blocks change only when a
+ * worker restarts, so callers keep them once and judge any load row against them. A rank has
+ * room unless an enabled signal says otherwise:
+ *  - prefill absolute: prefill tokens > active_prefill_tokens_threshold;
+ *  - prefill fraction: prefill tokens > (int64)(frac * prefill budget), the budget being
+ *    max_num_batched_tokens when reported, else BUSY_DEFAULT_MAX_BATCHED_TOKENS;
+ *  - decode: decode blocks / kv_total_blocks > active_decode_blocks_threshold, when
+ *    kv_total_blocks is known (> 0); unknown capacity skips the signal, never means full.
+ * Unknown load (negative) never takes room away: refusing work because a number is missing
+ * would turn a metrics hiccup into an outage.
  *
- * Unknown values (ADMIT_LOAD_UNKNOWN) never make a rank busy: an unknown token count is not
- * over, and an unknown decode ratio counts as observed at or below the threshold, so it can
- * release the latch. Refusing work because a number is missing would turn a metrics hiccup into
- * an outage. When kv_total_blocks is unknown or 0 no ratio exists (Dynamo requires total > 0):
- * the decode signal says not busy and the latch is left untouched for the next message that
- * carries a capacity. */
+ * has_room() is busy_limits() (thresholds and capacity become the most a rank may hold) then
+ * busy_within() (the comparison): a caller that judges many rows against the same thresholds
+ * and capacity keeps the limits and calls busy_within() alone, which is the same rule. */
 #ifndef ADMIT_BUSY_H
 #define ADMIT_BUSY_H
 
@@ -31,15 +32,31 @@
 struct busy_thresholds {
     double active_decode_blocks_threshold;       /* fraction 0..1; NAN = unset */
     int64_t active_prefill_tokens_threshold;     /* tokens >= 0; -1 = unset */
-    double active_prefill_tokens_threshold_frac; /* >= 0 fraction of max_num_batched_tokens */
+    double active_prefill_tokens_threshold_frac; /* >= 0 fraction of the prefill budget */
 };
 
 /* The token budget assumed for a worker that does not report max_num_batched_tokens. */
 #define BUSY_DEFAULT_MAX_BATCHED_TOKENS 10000000
 
-/* Per (worker, rank) memory: the decode latch. Zero-initialise. */
-struct busy_latch {
-    int decode; /* 1 while the decode signal holds the rank busy */
+/* What one rank can take; a value <= 0 is unknown. */
+struct busy_capacity {
+    int64_t max_num_batched_tokens; /* the engine's per-step token budget */
+    int64_t kv_total_blocks;        /* KV blocks of the rank */
+    int64_t kv_block_size;          /* tokens per KV block */
+};
+
+/* The load of one rank, as a check sees it; a negative count is unknown. */
+struct busy_load {
+    int64_t prefill_tokens; /* prompt tokens not yet past their first output token */
+    int64_t decode_blocks;  /* KV blocks held */
+    int64_t requests;       /* active requests */
+    int observed;           /* 0: never heard from (idle, and flagged so callers can tell) */
+};
+
+/* The most a rank may hold and still have room; INT64_MAX = no limit. */
+struct busy_limits {
+    int64_t prefill_tokens;
+    int64_t decode_blocks;
 };
 
 /** sets every threshold to unset (never busy) */
@@ -48,12 +65,39 @@ void busy_thresholds_unset(struct busy_thresholds *t);
 int busy_thresholds_any(const struct busy_thresholds *t);
 /** 0 if the thresholds are acceptable, else -1 with a reason in err */
 int busy_thresholds_validate(const struct busy_thresholds *t, char *err, size_t errlen);
-/** one rank: updates the latch from this message and says whether the rank is busy */
+/** the prefill budget: max_num_batched_tokens, or BUSY_DEFAULT_MAX_BATCHED_TOKENS unknown */
+int64_t busy_prefill_budget(const struct busy_capacity *c);
+/** the limits thresholds t give a rank of capacity c */
+void busy_limits(const struct busy_capacity *c, const struct busy_thresholds *t,
+                 struct busy_limits *out);
+/** 1 when load l is within the limits (unknown counts never exceed them) */
+int busy_within(const struct busy_load *l, const struct busy_limits *lim);
+/** does a rank with load l and capacity c have room under t? The one rule */
+int has_room(const struct busy_load *l, const struct busy_capacity *c,
+             const struct busy_thresholds *t);
+/** 1 when every one of n ranks lacks room (n == 0: not full) */
+int worker_is_full(const struct busy_load *l, const struct busy_capacity *c, size_t n,
+                   const struct busy_thresholds *t);
+
+/* ---- worker-published load (the router's monitor, admit-top) -------------------------- */
+
+/* Per (worker, rank) memory of the monitor: the decode latch. Zero-initialise. */
+struct busy_latch {
+    int decode; /* 1 while the decode signal holds the rank busy */
+};
+
+/** the capacity a load message reports */
+void busy_capacity_of(const struct admit_load *m, struct busy_capacity *out);
+/** the load row a message publishes: its prefill tokens, and the larger of its two decode
+ *  signals (kv_used_blocks, active_decode_blocks), either one being over meaning over */
+void busy_load_of(const struct admit_load *m, struct busy_load *out);
+/** one rank by its message: updates the latch (set when the decode signal is over, cleared
+ *  only when every signal it judges is at or below) and says whether the rank is busy */
 int busy_rank(const struct busy_thresholds *t, const struct admit_load *m, struct busy_latch *l);
 /** a worker's n rank messages: busy only when every one is busy (n == 0: not); updates latches */
 int busy_worker(const struct busy_thresholds *t, const struct admit_load *ranks, size_t n,
                 struct busy_latch *latches);
-/** "does this worker have room?": !busy_worker(...), the one call router, admit-top, tests use */
+/** "does this worker have room by what it publishes?": !busy_worker(...) */
 int busy_has_room(const struct busy_thresholds *t, const struct admit_load *ranks, size_t n,
                   struct busy_latch *latches);
 

@@ -70,11 +70,14 @@ struct proxy_admission {
 
 /* Router mode: the engine is chosen per request among several (admit-router). */
 struct proxy_route {
-    /* picks an engine; exclude is the one that just refused (or NULL); NULL when none can
-     * take the request, with the status and message to answer, and busy = 1 when that is
-     * an overload answer (every engine busy) rather than "none available" */
-    struct upstream *(*pick)(void *arg, const struct http_req *r, const struct upstream *exclude,
-                             int *status, const char **msg, int *busy);
+    /* picks an engine for exchange x (its admission state is the router's to use, when the
+     * router brings its own admission hooks); exclude is the one that just refused (or
+     * NULL); NULL when none can take the request, with the status and message to answer,
+     * and busy = 1 when that is an overload answer (every engine busy) rather than "none
+     * available" */
+    struct upstream *(*pick)(void *arg, struct pxreq *x, const struct http_req *r,
+                             const struct upstream *exclude, int *status, const char **msg,
+                             int *busy);
     /* the engine answered with its overload status before anything was sent */
     void (*overloaded)(void *arg, struct upstream *up);
     /* a second engine refused too: its overload answer goes to the client */

@@ -25,6 +25,8 @@ struct router_cfg {
     struct hostport metrics_listen; /* /metrics, /load, /health, /ready */
     struct busy_thresholds t;       /* the defaults of every model; unset = never busy */
     int overload_status;            /* every worker busy: 200..999 */
+    int track_output_blocks;        /* book output blocks as they are generated */
+    unsigned kv_block_size;         /* block size of workers that do not report theirs */
     unsigned missed_heartbeats;     /* a worker silent this many heartbeats is not routable */
     unsigned upstream_timeout_ms;   /* a worker silent this long: 504 (or a cut stream) */
     unsigned client_timeout_ms;     /* a client idle this long: closed */

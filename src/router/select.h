@@ -1,0 +1,112 @@
+/* select: admit-router's view of its workers' ranks, the load it books, and the choice of a
+ * worker for each request.
+ *
+ * Published load lags behind the router's own decisions: a burst that arrives between two load
+ * messages would all go to the same worker. So the router books what it sends, at the moment
+ * it sends it, on the worker's rank with the lowest projected cost: the prompt's tokens as
+ * prefill (released at the first output token) and ceil(prompt / block size) decode blocks
+ * (released when the request ends, and moved when it migrates).
+ *
+ * One pass per request over the candidate workers projects each rank (booked load plus this
+ * request), judges the router-wide reject thresholds on that projection, and prices what has
+ * room: cost = projected prefill tokens + projected decode blocks x block size, which is
+ * Dynamo's default (prefill blocks + decode blocks, no cache overlap) in tokens, so workers of
+ * different block sizes compare fairly. The lowest cost wins; ties are taken in turn. A worker
+ * is a candidate when it is alive (heard from within its missed heartbeats, not draining), not
+ * skipped for a recent overload answer, not the one the request just left, and not busy by
+ * what it publishes (the monitor: the same thresholds on worker-published load, which covers
+ * other routers' traffic and generated tokens that this router cannot book). The room rule is
+ * core/busy.h's, applied through limits kept per rank for the thresholds last used.
+ *
+ * Pure: no sockets, no clock (callers pass the time), no allocation per selection. */
+#ifndef ADMIT_SELECT_H
+#define ADMIT_SELECT_H
+
+#include "admit/load.h"
+#include "core/busy.h"
+
+#include <stddef.h>
+#include <stdint.h>
+
+/* Most data-parallel ranks a worker may have (dp_rank 0..SEL_MAX_RANKS-1). */
+#define SEL_MAX_RANKS 64
+
+/* One request's booking, embedded by the caller; zero-initialised means nothing booked. */
+struct sel_booking {
+    int booked;
+    int worker;      /* index, valid while booked */
+    unsigned rank;   /* rank of that worker */
+    int64_t prefill; /* prefill tokens still booked: the prompt, 0 after the first token */
+    int64_t blocks;  /* decode blocks booked */
+    int64_t tokens;  /* prompt + output tokens so far (for output block tracking) */
+};
+
+/* What selection found for a request. */
+enum sel_result {
+    SEL_OK,       /* *worker and *rank are the choice */
+    SEL_ALL_BUSY, /* workers are alive, none has room: the overload answer */
+    SEL_NO_WORKER /* no worker is alive (or the pinned one is not): 503 */
+};
+
+/* One rank as reported: what the router booked, what the worker published, its capacity and
+ * whether each check finds room under the thresholds last used. */
+struct sel_rank_view {
+    struct busy_load booked;
+    int published;                 /* a message for this rank has arrived */
+    int64_t pub_prefill_tokens;    /* active_prefill_tokens of the newest message */
+    int64_t pub_decode_blocks;     /* active_decode_blocks of the newest message */
+    int64_t pub_kv_used_blocks;    /* kv_used_blocks of the newest message */
+    struct busy_capacity capacity; /* as published; unknown <= 0 */
+    int64_t block_size;            /* the one bookings use (the default when unknown) */
+    int booked_room;               /* the booked load (with no request added) has room */
+    int published_room;            /* the published load has room (the monitor) */
+};
+
+struct sel;
+
+/** creates an empty view: a worker is alive for missed_heartbeats of its heartbeat after a
+ *  message; default_block_size (>= 1) books for workers that do not report theirs */
+struct sel *sel_new(unsigned missed_heartbeats, int64_t default_block_size);
+/** frees the view */
+void sel_free(struct sel *s);
+/** adds a worker, not yet heard from (not alive); returns its index */
+int sel_add_worker(struct sel *s);
+/** number of workers added */
+int sel_workers(const struct sel *s);
+/** a load message of worker w arrived at now_ms: its rank's capacity and published load,
+ *  the worker's liveness and state; a rank past SEL_MAX_RANKS is ignored */
+void sel_message(struct sel *s, int w, const struct admit_load *m, int64_t now_ms);
+/** skips worker w until until_ms (it answered with its overload status); a message clears it */
+void sel_mark_overloaded(struct sel *s, int w, int64_t until_ms);
+/** books output blocks too: one more block each time prompt + output cross a block boundary */
+void sel_track_output(struct sel *s, int on);
+
+/** chooses a worker and rank for a request of prompt_tokens under the reject thresholds t;
+ *  exclude (or -1) is a worker the request may not go back to, pinned (or -1) the only one
+ *  judged; one pass, no allocation */
+enum sel_result sel_pick(struct sel *s, int64_t now_ms, int64_t prompt_tokens,
+                         const struct busy_thresholds *t, int exclude, int pinned, int *worker,
+                         unsigned *rank);
+/** books a request of prompt_tokens on (worker, rank); b must not be booked */
+void sel_book(struct sel *s, struct sel_booking *b, int worker, unsigned rank,
+              int64_t prompt_tokens);
+/** the first output token arrived: the prompt is no longer prefill (idempotent) */
+void sel_first_token(struct sel *s, struct sel_booking *b);
+/** n more output tokens (books blocks only when output tracking is on) */
+void sel_output(struct sel *s, struct sel_booking *b, unsigned n);
+/** ends the booking (idempotent; a booking never made is a no-op) */
+void sel_release(struct sel *s, struct sel_booking *b);
+
+/** 1 when worker w is alive at now_ms: heard from within its missed heartbeats, not draining */
+int sel_alive(const struct sel *s, int w, int64_t now_ms);
+/** 1 when alive and not skipped for an overload answer */
+int sel_routable(const struct sel *s, int w, int64_t now_ms);
+/** 1 when every rank of worker w lacks room by its published load under t (the monitor) */
+int sel_published_full(struct sel *s, int w, const struct busy_thresholds *t);
+/** ranks of worker w known so far (1 + the highest dp_rank heard, at least 1) */
+unsigned sel_ranks(const struct sel *s, int w);
+/** fills out for rank r of worker w, judged under t */
+void sel_view(struct sel *s, int w, unsigned r, const struct busy_thresholds *t,
+              struct sel_rank_view *out);
+
+#endif
