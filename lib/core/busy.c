@@ -130,8 +130,8 @@ void busy_capacity_of(const struct admit_load *m, struct busy_capacity *out)
 void busy_load_of(const struct admit_load *m, struct busy_load *out)
 {
     out->prefill_tokens = m->active_prefill_tokens;
-    out->decode_blocks = m->kv_used_blocks > m->active_decode_blocks ? m->kv_used_blocks
-                                                                      : m->active_decode_blocks;
+    out->decode_blocks =
+        m->kv_used_blocks > m->active_decode_blocks ? m->kv_used_blocks : m->active_decode_blocks;
     out->requests = m->engine_requests;
     out->observed = 1;
 }
@@ -147,8 +147,12 @@ int busy_rank(const struct busy_thresholds *t, const struct admit_load *m, struc
     decode_only.prefill_tokens = -1;
     /* Every message carries both decode signals, so setting and clearing the latch are
      * decided by the same message; the latch keeps the rule explicit should one ever be
-     * missing (unknown counts as at or below). */
-    l->decode = !has_room(&decode_only, &c, t);
+     * missing (unknown counts as at or below). With the signal unset or no capacity to
+     * judge it against (kv_total_blocks unknown or 0) nothing is decided, and the latch is
+     * left for the next message that carries one: a restart's capacity-less message must
+     * not read as "released". */
+    if (!isnan(t->active_decode_blocks_threshold) && c.kv_total_blocks > 0)
+        l->decode = !has_room(&decode_only, &c, t);
     return !has_room(&row, &c, t);
 }
 
