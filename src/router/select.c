@@ -35,7 +35,7 @@ struct sel {
     int64_t default_bs;
     int track_output;
     struct busy_thresholds t; /* what every rank's limits were computed for */
-    unsigned rr;              /* where the next pass starts: ties taken in turn */
+    int rr;                   /* where the next pass starts: after the last one chosen */
 };
 
 static int same_frac(double a, double b)
@@ -54,8 +54,8 @@ static int same_thresholds(const struct busy_thresholds *a, const struct busy_th
 /* The published load row: prefill tokens, and the larger of the two decode signals. */
 static struct busy_load published(const struct srank *r)
 {
-    struct busy_load l = {r->pub_prefill, r->pub_kv_used > r->pub_decode ? r->pub_kv_used
-                                                                         : r->pub_decode,
+    struct busy_load l = {r->pub_prefill,
+                          r->pub_kv_used > r->pub_decode ? r->pub_kv_used : r->pub_decode,
                           r->pub_requests, 1};
     return l;
 }
@@ -155,7 +155,7 @@ void sel_message(struct sel *s, int wi, const struct admit_load *m, int64_t now_
     struct sworker *w = &s->w[wi];
     struct busy_capacity cap;
     struct srank *r;
-    int64_t hb = m->heartbeat_ms > 0 ? m->heartbeat_ms : SEL_DEFAULT_HEARTBEAT_MS;
+    int64_t hb = m->heartbeat_ms > 0 ? m->heartbeat_ms : SEL_DEFAULT_HEARTBEAT_MS, span;
 
     if (m->dp_rank < 0 || m->dp_rank >= SEL_MAX_RANKS)
         return;
@@ -178,9 +178,10 @@ void sel_message(struct sel *s, int wi, const struct admit_load *m, int64_t now_
     w->draining = 0;
     for (unsigned i = 0; i < w->nranks; i++)
         w->draining |= w->ranks[i].draining;
-    w->alive_until = now_ms > INT64_MAX - hb * (int64_t) s->missed
-                         ? INT64_MAX
-                         : now_ms + hb * (int64_t) s->missed;
+    /* Saturating: heartbeat_ms may be up to 2^53 and missed any unsigned, and a product
+     * out of int64 would be undefined. */
+    span = hb > INT64_MAX / (int64_t) s->missed ? INT64_MAX : hb * (int64_t) s->missed;
+    w->alive_until = now_ms > INT64_MAX - span ? INT64_MAX : now_ms + span;
     w->skip_until = 0; /* its own word replaces our guess */
     judge_published(w);
 }
@@ -208,6 +209,8 @@ enum sel_result sel_pick(struct sel *s, int64_t now_ms, int64_t prompt_tokens,
     int best = -1, nalive = 0, check, from, to;
     unsigned best_rank = 0;
 
+    if (pinned >= s->n)
+        return SEL_NO_WORKER; /* no such worker, so none alive; never read past the array */
     if (prompt_tokens < 0)
         prompt_tokens = 0;
     use_thresholds(s, t);
@@ -219,8 +222,11 @@ enum sel_result sel_pick(struct sel *s, int64_t now_ms, int64_t prompt_tokens,
         from = 0;
         to = s->n;
     }
-    /* Two runs, start..to then from..start, so that ties go round without a division. */
-    int start = (pinned >= 0 || s->n == 0) ? from : from + (int) (s->rr++ % (unsigned) s->n);
+    /* Two runs, start..to then from..start, so that ties go round without a division. The
+     * pass starts just after the worker chosen last, so equal candidates are taken in turn
+     * even with others between them: a start that merely advanced by one each pick would
+     * hand the worker after a busy one the turns of both. */
+    int start = (pinned >= 0 || s->rr >= s->n) ? from : s->rr;
     for (int run = 0; run < 2; run++) {
         int lo = run == 0 ? start : from, hi = run == 0 ? to : start;
 
@@ -262,6 +268,8 @@ enum sel_result sel_pick(struct sel *s, int64_t now_ms, int64_t prompt_tokens,
         }
     }
     if (best >= 0) {
+        if (pinned < 0)
+            s->rr = best + 1;
         *worker = best;
         *rank = best_rank;
         return SEL_OK;
