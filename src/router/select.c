@@ -9,6 +9,7 @@
 /* Heartbeat assumed for a worker whose messages do not say (they always do). */
 #define SEL_DEFAULT_HEARTBEAT_MS 1000
 
+/* A rank, as everything but the pass reads it. */
 struct srank {
     struct busy_capacity cap;
     struct busy_limits lim; /* for sel.t: the thresholds last used */
@@ -19,13 +20,37 @@ struct srank {
     int draining;
 };
 
+/* A rank, as the pass reads it: derived from its srank at every change (refresh_load(),
+ * refresh_size()), and kept apart and small so that a pass over thousands of workers reads
+ * 24 bytes a rank, not the two cache lines an srank spans.
+ *
+ * The projection's two limits are one number of prompt tokens. booked + prompt > limit is
+ * prompt > limit - booked; and for the decode limit, with D = limit - booked blocks left,
+ * ceil(prompt / bs) > D is exactly prompt > D x bs (D >= 0, bs >= 1). The prompt fits when
+ * it is within both, so within the smaller. */
+struct shot {
+    int64_t room;  /* most prompt tokens that fit under every limit; < 0: none */
+    int64_t cost;  /* booked prefill + booked decode x bs: the cost before this request */
+    uint32_t size; /* index of the rank's block size in sel.sizes */
+    uint32_t unused;
+};
+
+/* A block size some rank has, and what the request being chosen for adds to the cost of such
+ * a rank. The pass would otherwise divide (blocks = ceil(prompt / bs)) at every rank, or keep
+ * a cache whose variables crowd its registers; a fleet has one or two sizes. */
+struct ssize {
+    int64_t bs;
+    int64_t cost; /* prompt + ceil(prompt / bs) x bs, for sel.sizes_prompt */
+};
+
+/* A worker, 32 bytes: what the pass reads first of each, in one array. */
 struct sworker {
     int64_t alive_until; /* newest message + missed heartbeats; INT64_MIN until the first */
     int64_t skip_until;  /* skipped for an overload answer until then */
-    int draining;        /* a rank said so in its newest message */
-    int pub_full;        /* every rank lacks room by its published load, under sel.t */
-    unsigned nranks;
-    struct srank *ranks;
+    struct shot *hot;    /* nranks shots, then nranks sranks, in one allocation: see cold() */
+    uint32_t nranks;
+    uint8_t draining; /* a rank said so in its newest message */
+    uint8_t pub_full; /* every rank lacks room by its published load, under sel.t */
 };
 
 struct sel {
@@ -36,7 +61,81 @@ struct sel {
     int track_output;
     struct busy_thresholds t; /* what every rank's limits were computed for */
     int rr;                   /* where the next pass starts: after the last one chosen */
+    struct ssize *sizes;      /* every block size a rank has (and perhaps a few it had) */
+    uint32_t nsizes, capsizes;
+    uint32_t compact_at;  /* nsizes that makes compact_sizes() worth its pass */
+    int64_t sizes_prompt; /* the prompt sizes[].cost is for; -1: none */
 };
+
+/* The sranks of worker w, behind its shots (none before its first message: no offset from
+ * NULL, which is undefined even when 0). */
+static struct srank *cold(const struct sworker *w)
+{
+    return w->hot ? (struct srank *) (void *) (w->hot + w->nranks) : NULL;
+}
+
+/* Room under a limit when booked is held: limit - booked, or -1 (none) when the limit itself
+ * is below 0, where the subtraction could overflow. booked >= 0 always. */
+static int64_t room(int64_t limit, int64_t booked)
+{
+    return limit >= 0 ? limit - booked : -1;
+}
+
+/* Makes rank i's shot what its srank's booked load and limits say: after every change of
+ * either (and of its block size, after refresh_size()). */
+static void refresh_load(struct sworker *w, unsigned i)
+{
+    const struct srank *r = &cold(w)[i];
+    struct shot *h = &w->hot[i];
+
+    int64_t prefill = room(r->lim.prefill_tokens, r->booked_prefill);
+    int64_t blocks = room(r->lim.decode_blocks, r->booked_decode), decode;
+
+    if (blocks < 0)
+        decode = -1;
+    else /* saturating: beyond INT64_MAX tokens every prompt fits */
+        decode = blocks > INT64_MAX / r->bs ? INT64_MAX : blocks * r->bs;
+    h->room = prefill < decode ? prefill : decode;
+    h->cost = r->booked_prefill + r->booked_decode * r->bs;
+}
+
+/* The index of block size bs in s->sizes, added if new; a rank's size changes only when its
+ * worker restarts. */
+static uint32_t find_size(struct sel *s, int64_t bs)
+{
+    for (uint32_t i = 0; i < s->nsizes; i++)
+        if (s->sizes[i].bs == bs)
+            return i;
+    if (s->nsizes == s->capsizes) {
+        s->capsizes = s->capsizes ? s->capsizes * 2 : 4;
+        s->sizes = xrealloc(s->sizes, s->capsizes * sizeof *s->sizes);
+    }
+    s->sizes[s->nsizes].bs = bs;
+    s->sizes_prompt = -1; /* the new size's adds are not computed yet */
+    return s->nsizes++;
+}
+
+/* Rebuilds s->sizes from the sizes ranks have now, so that sizes no rank has any more are not
+ * computed for at every pass: restarts with ever new block sizes would grow it without end.
+ * The next rebuild waits until the table has doubled, so that a fleet that really has many
+ * sizes does not pay a pass over every rank at each of its messages. */
+static void compact_sizes(struct sel *s)
+{
+    s->nsizes = 0;
+    for (int k = 0; k < s->n; k++)
+        for (unsigned i = 0; i < s->w[k].nranks; i++)
+            s->w[k].hot[i].size = find_size(s, cold(&s->w[k])[i].bs);
+    s->compact_at = 2 * s->nsizes + 8;
+}
+
+/* Makes rank i's shot hold its srank's block size, then its load. */
+static void refresh_size(struct sel *s, struct sworker *w, unsigned i)
+{
+    w->hot[i].size = find_size(s, cold(w)[i].bs);
+    if (s->nsizes > s->compact_at)
+        compact_sizes(s);
+    refresh_load(w, i);
+}
 
 static int same_frac(double a, double b)
 {
@@ -70,14 +169,15 @@ static struct busy_load booked(const struct srank *r)
  * room (a rank never heard from is free). */
 static void judge_published(struct sworker *w)
 {
+    const struct srank *ranks = cold(w);
     int full = w->nranks > 0;
 
     for (unsigned i = 0; i < w->nranks && full; i++) {
-        struct busy_load l = published(&w->ranks[i]);
-        if (!w->ranks[i].have_pub || busy_within(&l, &w->ranks[i].lim))
+        struct busy_load l = published(&ranks[i]);
+        if (!ranks[i].have_pub || busy_within(&l, &ranks[i].lim))
             full = 0;
     }
-    w->pub_full = full;
+    w->pub_full = (uint8_t) full;
 }
 
 /* Makes every rank's limits those of t; a change of thresholds costs one pass. */
@@ -89,8 +189,10 @@ static void use_thresholds(struct sel *s, const struct busy_thresholds *t)
     for (int k = 0; k < s->n; k++) {
         struct sworker *w = &s->w[k];
 
-        for (unsigned i = 0; i < w->nranks; i++)
-            busy_limits(&w->ranks[i].cap, t, &w->ranks[i].lim);
+        for (unsigned i = 0; i < w->nranks; i++) {
+            busy_limits(&cold(w)[i].cap, t, &cold(w)[i].lim);
+            refresh_load(w, i);
+        }
         judge_published(w);
     }
 }
@@ -102,6 +204,8 @@ struct sel *sel_new(unsigned missed_heartbeats, int64_t default_block_size)
     s->missed = missed_heartbeats ? missed_heartbeats : 3;
     s->default_bs = default_block_size > 0 ? default_block_size : 16;
     busy_thresholds_unset(&s->t);
+    s->sizes_prompt = -1;
+    s->compact_at = 8;
     return s;
 }
 
@@ -110,8 +214,9 @@ void sel_free(struct sel *s)
     if (s == NULL)
         return;
     for (int k = 0; k < s->n; k++)
-        free(s->w[k].ranks);
+        free(s->w[k].hot);
     free(s->w);
+    free(s->sizes);
     free(s);
 }
 
@@ -134,20 +239,34 @@ int sel_workers(const struct sel *s)
     return s->n;
 }
 
-/* Grows worker w to n ranks; new ranks are unknown (capacity and load) and free. */
+/* Grows worker w to n ranks; new ranks are unknown (capacity and load) and free. A worker
+ * grows only when it first reports a higher rank: the copy is rare. */
 static void grow(struct sel *s, struct sworker *w, unsigned n)
 {
-    w->ranks = xrealloc(w->ranks, n * sizeof *w->ranks);
-    for (unsigned i = w->nranks; i < n; i++) {
-        struct srank *r = &w->ranks[i];
+    unsigned old = w->nranks;
+    struct shot *hot = xmalloc(n * (sizeof *hot + sizeof(struct srank)));
+    struct srank *ranks = (struct srank *) (void *) (hot + n);
+
+    if (old > 0) {
+        memcpy(hot, w->hot, old * sizeof *hot);
+        memcpy(ranks, cold(w), old * sizeof *ranks);
+    }
+    free(w->hot);
+    w->hot = hot;
+    w->nranks = n;
+    for (unsigned i = old; i < n; i++) {
+        struct srank *r = &ranks[i];
 
         memset(r, 0, sizeof *r);
         r->cap.max_num_batched_tokens = r->cap.kv_total_blocks = r->cap.kv_block_size = -1;
         r->pub_prefill = r->pub_decode = r->pub_kv_used = r->pub_requests = -1;
         r->bs = s->default_bs;
         busy_limits(&r->cap, &s->t, &r->lim);
+        hot[i].size = 0;
     }
-    w->nranks = n;
+    /* Every new srank is whole before any shot is made: compact_sizes() reads them all. */
+    for (unsigned i = old; i < n; i++)
+        refresh_size(s, w, i);
 }
 
 void sel_message(struct sel *s, int wi, const struct admit_load *m, int64_t now_ms)
@@ -161,13 +280,14 @@ void sel_message(struct sel *s, int wi, const struct admit_load *m, int64_t now_
         return;
     if ((unsigned) m->dp_rank >= w->nranks)
         grow(s, w, (unsigned) m->dp_rank + 1);
-    r = &w->ranks[m->dp_rank];
+    r = &cold(w)[m->dp_rank];
     busy_capacity_of(m, &cap);
     if (memcmp(&cap, &r->cap, sizeof cap) != 0) {
         /* Capacity changes only when a worker restarts or re-registers. */
         r->cap = cap;
         r->bs = cap.kv_block_size > 0 ? cap.kv_block_size : s->default_bs;
         busy_limits(&r->cap, &s->t, &r->lim);
+        refresh_size(s, w, (unsigned) m->dp_rank);
     }
     r->pub_prefill = m->active_prefill_tokens;
     r->pub_decode = m->active_decode_blocks;
@@ -177,7 +297,7 @@ void sel_message(struct sel *s, int wi, const struct admit_load *m, int64_t now_
     r->draining = m->state == ADMIT_LOAD_DRAINING;
     w->draining = 0;
     for (unsigned i = 0; i < w->nranks; i++)
-        w->draining |= w->ranks[i].draining;
+        w->draining |= (uint8_t) cold(w)[i].draining;
     /* Saturating: heartbeat_ms may be up to 2^53 and missed any unsigned, and a product
      * out of int64 would be undefined. */
     span = hb > INT64_MAX / (int64_t) s->missed ? INT64_MAX : hb * (int64_t) s->missed;
@@ -201,20 +321,41 @@ static int64_t blocks_for(int64_t tokens, int64_t bs)
     return tokens > 0 ? (tokens + bs - 1) / bs : 0;
 }
 
+int sel_alive(const struct sel *s, int w, int64_t now_ms)
+{
+    return s->w[w].alive_until >= now_ms && !s->w[w].draining;
+}
+
+/* Computes what a request of prompt tokens adds on a rank of each block size. */
+static void size_adds(struct sel *s, int64_t prompt)
+{
+    if (s->sizes_prompt == prompt)
+        return;
+    for (uint32_t i = 0; i < s->nsizes; i++) {
+        struct ssize *z = &s->sizes[i];
+
+        z->cost = prompt + blocks_for(prompt, z->bs) * z->bs;
+    }
+    s->sizes_prompt = prompt;
+}
+
 enum sel_result sel_pick(struct sel *s, int64_t now_ms, int64_t prompt_tokens,
                          const struct busy_thresholds *t, int exclude, int pinned, int *worker,
                          unsigned *rank)
 {
-    int64_t best_cost = INT64_MAX, last_bs = 0, blocks = 0;
-    int best = -1, nalive = 0, check, from, to;
-    unsigned best_rank = 0;
+    const struct sworker *ws = s->w, *w, *stop, *excl, *best = NULL;
+    const struct shot *best_h = NULL;
+    const struct ssize *sizes;
+    int64_t best_cost = INT64_MAX;
+    int from, to, start;
 
-    if (pinned >= s->n)
+    if (pinned >= s->n || s->n == 0)
         return SEL_NO_WORKER; /* no such worker, so none alive; never read past the array */
     if (prompt_tokens < 0)
         prompt_tokens = 0;
     use_thresholds(s, t);
-    check = busy_thresholds_any(t);
+    size_adds(s, prompt_tokens);
+    sizes = s->sizes;
     if (pinned >= 0) {
         from = pinned;
         to = pinned + 1;
@@ -222,65 +363,65 @@ enum sel_result sel_pick(struct sel *s, int64_t now_ms, int64_t prompt_tokens,
         from = 0;
         to = s->n;
     }
-    /* Two runs, start..to then from..start, so that ties go round without a division. The
+    excl = exclude >= 0 && exclude < s->n ? &ws[exclude] : NULL;
+    /* One loop serves thresholds set and unset, with nothing to test for which: with none
+     * set every limit is INT64_MAX, so no room is ever short (booked + prompt would have to
+     * pass INT64_MAX) and no worker is full by what it publishes. It keeps few variables, so
+     * that they stay in registers: workers by pointer, and whether any is alive asked again
+     * only when none was chosen.
+     *
+     * Two runs, start..to then from..start, so that ties go round without a division. The
      * pass starts just after the worker chosen last, so equal candidates are taken in turn
      * even with others between them: a start that merely advanced by one each pick would
      * hand the worker after a busy one the turns of both. */
-    int start = (pinned >= 0 || s->rr >= s->n) ? from : s->rr;
-    for (int run = 0; run < 2; run++) {
-        int lo = run == 0 ? start : from, hi = run == 0 ? to : start;
-
-        for (int k = lo; k < hi; k++) {
-            const struct sworker *w = &s->w[k];
-            int64_t wcost = INT64_MAX;
-            unsigned wrank = 0;
-
-            if (w->alive_until < now_ms || w->draining)
+    start = (pinned >= 0 || s->rr >= s->n) ? from : s->rr;
+    w = &ws[start];
+    stop = &ws[to];
+    for (int run = 0; run < 2; run++, w = &ws[from], stop = &ws[start]) {
+        for (; w < stop; w++) {
+            /* Not a candidate: not alive, skipped for its own 529, just left, or full by what
+             * it publishes. */
+            if (w->alive_until < now_ms || w->draining || w->skip_until > now_ms || w == excl ||
+                w->pub_full)
                 continue;
-            nalive++;
-            /* Alive but not a candidate: skipped for its own 529, just left, or full by what
-             * it publishes. These make the answer "all busy", not "no worker". */
-            if (w->skip_until > now_ms || k == exclude || (check && w->pub_full))
-                continue;
-            for (unsigned i = 0; i < w->nranks; i++) {
-                const struct srank *r = &w->ranks[i];
-                int64_t pp, pd, cost;
+            /* Every rank against the best so far, in order: the first lowest cost is the
+             * worker whose cheapest rank is lowest, first in turn, and its first cheapest rank,
+             * as a minimum per worker then across workers would find; but a new best is rare
+             * here, where within a worker it is a coin toss that the branch predictor loses. */
+            for (const struct shot *h = w->hot, *end = h + w->nranks; h < end; h++) {
+                /* projected prefill + projected blocks x bs; none when over a limit */
+                int64_t cost = h->cost + sizes[h->size].cost;
 
-                if (r->bs != last_bs) {
-                    last_bs = r->bs;
-                    blocks = blocks_for(prompt_tokens, last_bs);
+                cost = prompt_tokens > h->room ? INT64_MAX : cost;
+                if (cost < best_cost) {
+                    best_cost = cost;
+                    best = w;
+                    best_h = h;
                 }
-                pp = r->booked_prefill + prompt_tokens;
-                pd = r->booked_decode + blocks;
-                if (check && (pp > r->lim.prefill_tokens || pd > r->lim.decode_blocks))
-                    continue; /* the projection has no room on this rank */
-                cost = pp + pd * r->bs;
-                if (cost < wcost) {
-                    wcost = cost;
-                    wrank = i;
-                }
-            }
-            if (wcost < best_cost) {
-                best_cost = wcost;
-                best = k;
-                best_rank = wrank;
             }
         }
     }
-    if (best >= 0) {
+    if (best != NULL) {
+        int b = (int) (best - ws);
+
         if (pinned < 0)
-            s->rr = best + 1;
-        *worker = best;
-        *rank = best_rank;
+            s->rr = b + 1;
+        *worker = b;
+        *rank = (unsigned) (best_h - best->hot);
         return SEL_OK;
     }
-    return nalive > 0 ? SEL_ALL_BUSY : SEL_NO_WORKER;
+    /* Alive but no candidate (overloaded, excluded, full, no room) is "all busy", the
+     * overload answer; none alive is "no worker". */
+    for (int k = from; k < to; k++)
+        if (sel_alive(s, k, now_ms))
+            return SEL_ALL_BUSY;
+    return SEL_NO_WORKER;
 }
 
 void sel_book(struct sel *s, struct sel_booking *b, int worker, unsigned rank,
               int64_t prompt_tokens)
 {
-    struct srank *r = &s->w[worker].ranks[rank];
+    struct srank *r = &cold(&s->w[worker])[rank];
 
     if (prompt_tokens < 0)
         prompt_tokens = 0;
@@ -293,13 +434,15 @@ void sel_book(struct sel *s, struct sel_booking *b, int worker, unsigned rank,
     r->booked_prefill += b->prefill;
     r->booked_decode += b->blocks;
     r->booked_requests++;
+    refresh_load(&s->w[worker], rank);
 }
 
 void sel_first_token(struct sel *s, struct sel_booking *b)
 {
     if (!b->booked || b->prefill == 0)
         return;
-    s->w[b->worker].ranks[b->rank].booked_prefill -= b->prefill;
+    cold(&s->w[b->worker])[b->rank].booked_prefill -= b->prefill;
+    refresh_load(&s->w[b->worker], b->rank);
     b->prefill = 0;
 }
 
@@ -310,12 +453,13 @@ void sel_output(struct sel *s, struct sel_booking *b, unsigned n)
 
     if (!b->booked || !s->track_output || n == 0)
         return;
-    r = &s->w[b->worker].ranks[b->rank];
+    r = &cold(&s->w[b->worker])[b->rank];
     b->tokens += n;
     want = blocks_for(b->tokens, r->bs);
     if (want > b->blocks) {
         r->booked_decode += want - b->blocks;
         b->blocks = want;
+        refresh_load(&s->w[b->worker], b->rank);
     }
 }
 
@@ -325,16 +469,12 @@ void sel_release(struct sel *s, struct sel_booking *b)
 
     if (!b->booked)
         return;
-    r = &s->w[b->worker].ranks[b->rank];
+    r = &cold(&s->w[b->worker])[b->rank];
     r->booked_prefill -= b->prefill;
     r->booked_decode -= b->blocks;
     r->booked_requests--;
+    refresh_load(&s->w[b->worker], b->rank);
     memset(b, 0, sizeof *b);
-}
-
-int sel_alive(const struct sel *s, int w, int64_t now_ms)
-{
-    return s->w[w].alive_until >= now_ms && !s->w[w].draining;
 }
 
 int sel_routable(const struct sel *s, int w, int64_t now_ms)
@@ -369,7 +509,7 @@ void sel_view(struct sel *s, int wi, unsigned ri, const struct busy_thresholds *
         out->booked_room = out->published_room = 1;
         return;
     }
-    const struct srank *r = &w->ranks[ri];
+    const struct srank *r = &cold(w)[ri];
     out->booked = booked(r);
     out->published = r->have_pub;
     out->pub_prefill_tokens = r->pub_prefill;

@@ -363,6 +363,58 @@ static void test_projection_reject(void **state)
     sel_free(s);
 }
 
+/* The pass's verdict on a projection is has_room()'s, the one rule, on booked + the request:
+ * over a grid of block sizes, capacities, thresholds, booked load and prompts. */
+static void test_projection_is_has_room(void **state)
+{
+    static const int64_t sizes[] = {1, 3, 16};
+    static const int64_t totals[] = {2, 10, 31, -1};
+    static const int64_t absolute[] = {-1, 0, 5, 40};
+    static const double fracs[] = {NAN, 0.0, 0.5, 1.0};
+    int checked = 0, refused = 0;
+
+    (void) state;
+    for (size_t a = 0; a < 3; a++)
+        for (size_t b = 0; b < 4; b++)
+            for (size_t c = 0; c < 4; c++)
+                for (size_t d = 0; d < 4; d++)
+                    for (int64_t held = 0; held <= 20; held += 10) {
+                        struct sel *s = view(1, 1);
+                        struct busy_thresholds t = unset();
+                        struct admit_load m = load(0, 0);
+                        struct busy_capacity cap;
+                        struct sel_booking bk = {0};
+                        int w;
+                        unsigned r;
+
+                        m.kv_block_size = sizes[a];
+                        m.kv_total_blocks = totals[b];
+                        sel_message(s, 0, &m, 0);
+                        busy_capacity_of(&m, &cap);
+                        t.active_prefill_tokens_threshold = absolute[c];
+                        t.active_decode_blocks_threshold = fracs[d];
+                        t.active_prefill_tokens_threshold_frac = 0.3; /* of 100: 30 */
+                        sel_book(s, &bk, 0, 0, held);
+                        if (held == 10)
+                            sel_first_token(s, &bk); /* blocks held, no prefill */
+                        for (int64_t prompt = 0; prompt <= 60; prompt++) {
+                            struct busy_load l = booked_of(s, 0, 0);
+                            int room;
+
+                            l.prefill_tokens += prompt;
+                            l.decode_blocks += (prompt + sizes[a] - 1) / sizes[a];
+                            room = has_room(&l, &cap, &t);
+                            assert_int_equal(sel_pick(s, 0, prompt, &t, -1, -1, &w, &r),
+                                             room ? SEL_OK : SEL_ALL_BUSY);
+                            checked++;
+                            refused += !room;
+                        }
+                        sel_release(s, &bk);
+                        sel_free(s);
+                    }
+    assert_true(refused > 0 && refused < checked); /* both verdicts were met */
+}
+
 /* A projection over on one worker sends the request to the next, not to the overload answer. */
 static void test_projection_spills(void **state)
 {
@@ -703,6 +755,57 @@ static void test_block_size(void **state)
     sel_free(s);
 }
 
+/* Restarts with ever new block sizes: each booking and each pass use the size the rank has
+ * now, and the other ranks keep theirs. */
+static void test_block_size_restarts(void **state)
+{
+    struct sel *s = view(3, 2);
+    struct busy_thresholds t = unset();
+    struct sel_booking b = {0}, keep = {0};
+    struct admit_load m;
+    int w;
+    unsigned r;
+
+    (void) state;
+    sel_book(s, &keep, 2, 1, 100); /* held across every restart: 7 blocks of 16 */
+    for (int64_t bs = 1; bs <= 200; bs++) {
+        int64_t blocks = (1000 + bs - 1) / bs;
+
+        m = load(0, 1);
+        m.kv_block_size = bs;
+        sel_message(s, 0, &m, 0);
+        sel_book(s, &b, 0, 1, 1000);
+        assert_int_equal(booked_of(s, 0, 1).decode_blocks, blocks);
+        sel_release(s, &b);
+        sel_book(s, &b, 1, 0, 1000); /* another worker, 16 all along: ceil(1000 / 16) */
+        assert_int_equal(booked_of(s, 1, 0).decode_blocks, 63);
+        sel_release(s, &b);
+        /* Both ranks of w0 idle: rank 0 costs 1000 + 63 x 16 = 2008, rank 1
+         * 1000 + blocks x bs, the lower winning and rank 0 a tie. */
+        assert_int_equal(sel_pick(s, 0, 1000, &t, -1, 0, &w, &r), SEL_OK);
+        assert_int_equal(r, 1000 + blocks * bs < 2008 ? 1 : 0);
+    }
+    assert_int_equal(booked_of(s, 2, 1).decode_blocks, 7);
+    sel_release(s, &keep);
+    /* Two sizes side by side after all those: the lower cost in tokens wins. w0 has blocks of
+     * 64 on both ranks: a prompt of 16 adds 16 + 64. */
+    m = load(0, 0);
+    m.kv_block_size = 64;
+    sel_message(s, 0, &m, 0);
+    m = load(0, 1);
+    m.kv_block_size = 64;
+    sel_message(s, 0, &m, 0);
+    sel_book(s, &b, 1, 0, 16); /* w1 rank 0 holds 16 + 16: rank 1 is its cheaper */
+    assert_int_equal(sel_pick(s, 0, 16, &t, 1, -1, &w, &r), SEL_OK);
+    assert_int_equal(w, 2); /* idle, 16 + 16 */
+    assert_int_equal(r, 0);
+    assert_int_equal(sel_pick(s, 0, 16, &t, 2, -1, &w, &r), SEL_OK);
+    assert_int_equal(w, 1); /* 32 on rank 1, against 80 on w0 */
+    assert_int_equal(r, 1);
+    sel_release(s, &b);
+    sel_free(s);
+}
+
 /* Cost in tokens compares workers of different block sizes fairly: a block of 64 tokens
  * weighs four of 16. */
 static void test_cost_in_tokens(void **state)
@@ -874,6 +977,7 @@ int main(void)
         cmocka_unit_test(test_ties_rotate),
         cmocka_unit_test(test_output_blocks),
         cmocka_unit_test(test_projection_reject),
+        cmocka_unit_test(test_projection_is_has_room),
         cmocka_unit_test(test_projection_spills),
         cmocka_unit_test(test_no_worker),
         cmocka_unit_test(test_liveness_saturates),
@@ -883,6 +987,7 @@ int main(void)
         cmocka_unit_test(test_monitor_ranks),
         cmocka_unit_test(test_thresholds_change),
         cmocka_unit_test(test_block_size),
+        cmocka_unit_test(test_block_size_restarts),
         cmocka_unit_test(test_cost_in_tokens),
         cmocka_unit_test(test_unset_admits),
         cmocka_unit_test(test_rank_limit),
