@@ -503,6 +503,12 @@ static void test_liveness_saturates(void **state)
     assert_true(sel_alive(s, 0, INT64_MAX));
     assert_int_equal(sel_pick(s, INT64_MAX, 1, &t, -1, -1, &w, &r), SEL_OK);
     sel_free(s);
+    /* At the earliest time, a worker never heard from reads as alive; it has no rank to
+     * book, so it is never chosen. */
+    s = sel_new(3, 16);
+    sel_add_worker(s);
+    assert_int_equal(sel_pick(s, INT64_MIN, 1, &t, -1, -1, &w, &r), SEL_ALL_BUSY);
+    sel_free(s);
 }
 
 /* Alive but not a candidate (overloaded, excluded) is "all busy", never "no worker". */
