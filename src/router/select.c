@@ -59,12 +59,14 @@ struct ssize {
 struct sworker {
     int64_t alive_until; /* newest message + missed heartbeats; INT64_MIN until the first */
     int64_t skip_until;  /* skipped for an overload answer until then */
-    struct shot *hot;    /* nranks shots, then nranks sranks, in one allocation: see cold() */
-    uint32_t nranks;
-    uint8_t draining; /* a rank said so in its newest message */
-    uint8_t pub_full; /* every rank lacks room by its published load, under sel.t */
-    uint8_t out;      /* draining, pub_full or no rank yet: the pass tests one byte for the three */
+    struct srank *ranks; /* nranks of them */
+    uint32_t first;      /* its shots are sel.shots[first .. first + nranks) */
+    uint8_t nranks;      /* <= SEL_MAX_RANKS */
+    uint8_t draining;    /* a rank said so in its newest message */
+    uint8_t pub_full;    /* every rank lacks room by its published load, under sel.t */
+    uint8_t out; /* draining, pub_full or no rank yet: the pass tests one byte for the three */
 };
+_Static_assert(sizeof(struct sworker) <= 32, "a worker is half a cache line");
 
 struct sel {
     struct sworker *w;
@@ -78,13 +80,23 @@ struct sel {
     uint32_t nsizes, capsizes;
     uint32_t compact_at;  /* nsizes that makes compact_sizes() worth its pass */
     int64_t sizes_prompt; /* the prompt sizes[].cost is for; -1: none */
+    /* Every worker's shots, in one array, so that the pass reads them in a stream: a
+     * worker that grows takes a new run at the end, and the runs left behind are dropped
+     * when they are as many as the live ones (grow_shots()). */
+    struct shot *shots;
+    uint32_t nshots, capshots, dead;
 };
 
-/* The sranks of worker w, behind its shots (none before its first message: no offset from
- * NULL, which is undefined even when 0). */
+/* The sranks of worker w. */
 static struct srank *cold(const struct sworker *w)
 {
-    return w->hot ? (struct srank *) (void *) (w->hot + w->nranks) : NULL;
+    return w->ranks;
+}
+
+/* The shots of worker w. */
+static struct shot *hot(const struct sel *s, const struct sworker *w)
+{
+    return &s->shots[w->first];
 }
 
 /* Room under a limit when booked is held: limit - booked, or -1 (none) when the limit itself
@@ -96,10 +108,10 @@ static int64_t room(int64_t limit, int64_t booked)
 
 /* Makes rank i's shot what its srank's booked load and limits say: after every change of
  * either (and of its block size, after refresh_size()). */
-static void refresh_load(struct sworker *w, unsigned i)
+static void refresh_load(struct sel *s, struct sworker *w, unsigned i)
 {
     const struct srank *r = &cold(w)[i];
-    struct shot *h = &w->hot[i];
+    struct shot *h = &hot(s, w)[i];
 
     int64_t prefill = room(r->lim.prefill_tokens, r->booked_prefill);
     int64_t blocks = room(r->lim.decode_blocks, r->booked_decode), decode;
@@ -137,17 +149,19 @@ static void compact_sizes(struct sel *s)
     s->nsizes = 0;
     for (int k = 0; k < s->n; k++)
         for (unsigned i = 0; i < s->w[k].nranks; i++)
-            s->w[k].hot[i].size = find_size(s, cold(&s->w[k])[i].bs);
+            hot(s, &s->w[k])[i].size = find_size(s, cold(&s->w[k])[i].bs);
     s->compact_at = 2 * s->nsizes + 8;
 }
 
 /* Makes rank i's shot hold its srank's block size, then its load. */
 static void refresh_size(struct sel *s, struct sworker *w, unsigned i)
 {
-    w->hot[i].size = find_size(s, cold(w)[i].bs);
+    uint32_t size = find_size(s, cold(w)[i].bs);
+
+    hot(s, w)[i].size = size;
     if (s->nsizes > s->compact_at)
         compact_sizes(s);
-    refresh_load(w, i);
+    refresh_load(s, w, i);
 }
 
 static int same_frac(double a, double b)
@@ -205,7 +219,7 @@ static void use_thresholds(struct sel *s, const struct busy_thresholds *t)
 
         for (unsigned i = 0; i < w->nranks; i++) {
             busy_limits(&cold(w)[i].cap, t, &cold(w)[i].lim);
-            refresh_load(w, i);
+            refresh_load(s, w, i);
         }
         judge_published(w);
     }
@@ -228,8 +242,9 @@ void sel_free(struct sel *s)
     if (s == NULL)
         return;
     for (int k = 0; k < s->n; k++)
-        free(s->w[k].hot);
+        free(s->w[k].ranks);
     free(s->w);
+    free(s->shots);
     free(s->sizes);
     free(s);
 }
@@ -254,30 +269,58 @@ int sel_workers(const struct sel *s)
     return s->n;
 }
 
-/* Grows worker w to n ranks; new ranks are unknown (capacity and load) and free. A worker
- * grows only when it first reports a higher rank: the copy is rare. */
+/* Moves worker w's shots to a new run of n at the end of s->shots (the new ones zeroed), and
+ * drops the runs left behind once they are as many as the live shots, by laying every
+ * worker's run out again in worker order: the order the pass reads them. Workers grow only
+ * when they first report a higher rank, so this is start-up work. */
+static void grow_shots(struct sel *s, struct sworker *w, unsigned n)
+{
+    uint32_t live = s->nshots - s->dead;
+
+    if (s->dead > live && s->dead > 64) {
+        struct shot *fresh = xmalloc((size_t) (live + n) * sizeof *fresh);
+        uint32_t at = 0;
+
+        for (int k = 0; k < s->n; k++) {
+            struct sworker *o = &s->w[k];
+
+            memcpy(&fresh[at], hot(s, o), o->nranks * sizeof *fresh);
+            o->first = at;
+            at += o->nranks;
+        }
+        free(s->shots);
+        s->shots = fresh;
+        s->nshots = at;
+        s->capshots = live + n;
+        s->dead = 0;
+    }
+    if (s->nshots + n > s->capshots) {
+        s->capshots = s->capshots * 2 > s->nshots + n ? s->capshots * 2 : s->nshots + n;
+        s->shots = xrealloc(s->shots, (size_t) s->capshots * sizeof *s->shots);
+    }
+    memcpy(&s->shots[s->nshots], hot(s, w), w->nranks * sizeof *s->shots);
+    memset(&s->shots[s->nshots + w->nranks], 0, (n - w->nranks) * sizeof *s->shots);
+    s->dead += w->nranks;
+    w->first = s->nshots;
+    s->nshots += n;
+}
+
+/* Grows worker w to n ranks; new ranks are unknown (capacity and load) and free. */
 static void grow(struct sel *s, struct sworker *w, unsigned n)
 {
     unsigned old = w->nranks;
-    struct shot *hot = xmalloc(n * (sizeof *hot + sizeof(struct srank)));
-    struct srank *ranks = (struct srank *) (void *) (hot + n);
 
-    if (old > 0) {
-        memcpy(hot, w->hot, old * sizeof *hot);
-        memcpy(ranks, cold(w), old * sizeof *ranks);
-    }
-    free(w->hot);
-    w->hot = hot;
-    w->nranks = n;
+    grow_shots(s, w, n);
+    w->ranks = xrealloc(w->ranks, n * sizeof *w->ranks);
+    w->nranks = (uint8_t) n;
     for (unsigned i = old; i < n; i++) {
-        struct srank *r = &ranks[i];
+        struct srank *r = &w->ranks[i];
 
         memset(r, 0, sizeof *r);
         r->cap.max_num_batched_tokens = r->cap.kv_total_blocks = r->cap.kv_block_size = -1;
         r->pub_prefill = r->pub_decode = r->pub_kv_used = r->pub_requests = -1;
         r->bs = s->default_bs;
         busy_limits(&r->cap, &s->t, &r->lim);
-        hot[i].size = 0;
     }
     /* Every new srank is whole before any shot is made: compact_sizes() reads them all. */
     for (unsigned i = old; i < n; i++)
@@ -359,7 +402,7 @@ enum sel_result sel_pick(struct sel *s, int64_t now_ms, int64_t prompt_tokens,
                          unsigned *rank)
 {
     const struct sworker *ws = s->w, *w, *stop, *excl, *best = NULL;
-    const struct shot *best_h = NULL;
+    const struct shot *shots = s->shots, *best_h = NULL;
     const struct ssize *sizes;
     int64_t best_cost = INT64_MAX;
     int from, to, start;
@@ -402,7 +445,7 @@ enum sel_result sel_pick(struct sel *s, int64_t now_ms, int64_t prompt_tokens,
              * worker whose cheapest rank is lowest, first in turn, and its first cheapest rank,
              * as a minimum per worker then across workers would find; but a new best is rare
              * here, where within a worker it is a coin toss that the branch predictor loses. */
-            const struct shot *h = w->hot, *end = h + w->nranks;
+            const struct shot *h = &shots[w->first], *end = h + w->nranks;
             do { /* not out: it has a rank */
                 /* projected prefill + projected blocks x bs; none when over a limit */
                 int64_t cost = h->cost + sizes[h->size].cost;
@@ -423,7 +466,7 @@ enum sel_result sel_pick(struct sel *s, int64_t now_ms, int64_t prompt_tokens,
         if (pinned < 0)
             s->rr = b + 1;
         *worker = b;
-        *rank = (unsigned) (best_h - best->hot);
+        *rank = (unsigned) (best_h - &shots[best->first]);
         return SEL_OK;
     }
     /* Alive but no candidate (overloaded, excluded, full, no room) is "all busy", the
@@ -450,7 +493,7 @@ void sel_book(struct sel *s, struct sel_booking *b, int worker, unsigned rank,
     r->booked_prefill += b->prefill;
     r->booked_decode += b->blocks;
     r->booked_requests++;
-    refresh_load(&s->w[worker], rank);
+    refresh_load(s, &s->w[worker], rank);
 }
 
 void sel_first_token(struct sel *s, struct sel_booking *b)
@@ -458,7 +501,7 @@ void sel_first_token(struct sel *s, struct sel_booking *b)
     if (!b->booked || b->prefill == 0)
         return;
     cold(&s->w[b->worker])[b->rank].booked_prefill -= b->prefill;
-    refresh_load(&s->w[b->worker], b->rank);
+    refresh_load(s, &s->w[b->worker], b->rank);
     b->prefill = 0;
 }
 
@@ -475,7 +518,7 @@ void sel_output(struct sel *s, struct sel_booking *b, unsigned n)
     if (want > b->blocks) {
         r->booked_decode += want - b->blocks;
         b->blocks = want;
-        refresh_load(&s->w[b->worker], b->rank);
+        refresh_load(s, &s->w[b->worker], b->rank);
     }
 }
 
@@ -489,7 +532,7 @@ void sel_release(struct sel *s, struct sel_booking *b)
     r->booked_prefill -= b->prefill;
     r->booked_decode -= b->blocks;
     r->booked_requests--;
-    refresh_load(&s->w[b->worker], b->rank);
+    refresh_load(s, &s->w[b->worker], b->rank);
     memset(b, 0, sizeof *b);
 }
 

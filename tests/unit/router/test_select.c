@@ -919,6 +919,49 @@ static void test_view_unknown_rank(void **state)
     sel_free(s);
 }
 
+/* Workers that grow rank by rank, interleaved as their messages arrive, keep each rank's
+ * load and cost where the pass finds it (the shots move as workers grow, and are laid out
+ * again when enough have moved). */
+static void test_workers_grow(void **state)
+{
+    enum { WORKERS = 40, RANKS = 4 };
+    struct sel *s = sel_new(3, 16);
+    struct busy_thresholds t = unset();
+    struct sel_booking b[WORKERS][RANKS];
+    int w;
+    unsigned r;
+
+    (void) state;
+    memset(b, 0, sizeof b);
+    for (int k = 0; k < WORKERS; k++)
+        sel_add_worker(s);
+    for (unsigned j = 0; j < RANKS; j++)
+        for (int k = 0; k < WORKERS; k++) {
+            struct admit_load m = load(k, j);
+
+            m.kv_block_size = k % 3 ? 16 : 32;
+            sel_message(s, k, &m, 0);
+            /* Booked as it grows: rank (RANKS - k % RANKS) % RANKS ends up the cheapest. */
+            sel_book(s, &b[k][j], k, j, 100 + (int64_t) ((j + (unsigned) k) % RANKS) * 10);
+        }
+    for (int k = 0; k < WORKERS; k++) {
+        assert_int_equal(sel_ranks(s, k), RANKS);
+        for (unsigned j = 0; j < RANKS; j++)
+            assert_int_equal(booked_of(s, k, j).prefill_tokens,
+                             100 + (int64_t) ((j + (unsigned) k) % RANKS) * 10);
+        assert_int_equal(sel_pick(s, 0, 1, &t, -1, k, &w, &r), SEL_OK);
+        assert_int_equal(w, k);
+        assert_int_equal(r, (RANKS - (unsigned) k % RANKS) % RANKS);
+    }
+    for (int k = 0; k < WORKERS; k++)
+        for (unsigned j = 0; j < RANKS; j++) {
+            sel_release(s, &b[k][j]);
+            assert_int_equal(booked_of(s, k, j).prefill_tokens, 0);
+            assert_int_equal(booked_of(s, k, j).decode_blocks, 0);
+        }
+    sel_free(s);
+}
+
 /* Many overlapping bookings, with every release path, leave every gauge at 0. */
 static void test_many_cycles(void **state)
 {
@@ -998,6 +1041,7 @@ int main(void)
         cmocka_unit_test(test_unset_admits),
         cmocka_unit_test(test_rank_limit),
         cmocka_unit_test(test_view_unknown_rank),
+        cmocka_unit_test(test_workers_grow),
         cmocka_unit_test(test_many_cycles),
     };
 
