@@ -447,10 +447,13 @@ enum sel_result sel_pick(struct sel *s, int64_t now_ms, int64_t prompt_tokens,
              * here, where within a worker it is a coin toss that the branch predictor loses. */
             const struct shot *h = &shots[w->first], *end = h + w->nranks;
             do { /* not out: it has a rank */
-                /* projected prefill + projected blocks x bs; none when over a limit */
+                /* projected prefill + projected blocks x bs; none (INT64_MAX) when over a
+                 * limit. Which ranks are over is as random as their load, so not a branch
+                 * (which compilers make of a ?:) but a mask: a cost is >= 0, and
+                 * cost | INT64_MAX is INT64_MAX. */
                 int64_t cost = h->cost + sizes[h->size].cost;
 
-                cost = prompt_tokens > h->room ? INT64_MAX : cost;
+                cost |= INT64_MAX & -(int64_t) (prompt_tokens > h->room);
                 if (SEL_UNLIKELY(cost < best_cost)) {
                     SEL_KEEP_BRANCH();
                     best_cost = cost;
