@@ -55,21 +55,31 @@ struct ssize {
     int64_t cost; /* prompt + ceil(prompt / bs) x bs, for sel.sizes_prompt */
 };
 
-/* A worker, 32 bytes: what the pass reads first of each, in one array. */
+/* A worker, 48 bytes: what the pass reads of each, in one array.
+ *
+ * With it, the worker's cheapest rank (the first of the cheapest, kept by summarize()): when
+ * its ranks share a block size, their costs compare as their shots' costs, so when that rank
+ * has room for the request it is the worker's choice, and the pass reads none of the ranks.
+ * It nearly always has room, holding the least; otherwise the pass reads them all. */
 struct sworker {
     int64_t alive_until; /* newest message + missed heartbeats; INT64_MIN until the first */
     int64_t skip_until;  /* skipped for an overload answer until then */
-    struct srank *ranks; /* nranks of them */
-    uint32_t first;      /* its shots are sel.shots[first .. first + nranks) */
-    uint8_t nranks;      /* <= SEL_MAX_RANKS */
-    uint8_t draining;    /* a rank said so in its newest message */
-    uint8_t pub_full;    /* every rank lacks room by its published load, under sel.t */
-    uint8_t out; /* draining, pub_full or no rank yet: the pass tests one byte for the three */
+    int64_t min_cost;    /* the cheapest rank's shot: cost, room, size */
+    int64_t min_room;
+    uint32_t min_size;
+    uint32_t first;   /* its shots are sel.shots[first .. first + nranks) */
+    uint8_t nranks;   /* <= SEL_MAX_RANKS */
+    uint8_t min_rank; /* which rank is the cheapest */
+    uint8_t uniform;  /* its ranks share a block size (min_* can stand for them) */
+    uint8_t draining; /* a rank said so in its newest message */
+    uint8_t pub_full; /* every rank lacks room by its published load, under sel.t */
+    uint8_t out;      /* draining, pub_full or no rank yet: the pass tests one byte for the three */
 };
-_Static_assert(sizeof(struct sworker) <= 32, "a worker is half a cache line");
+_Static_assert(sizeof(struct sworker) <= 48, "a worker is three quarters of a cache line");
 
 struct sel {
     struct sworker *w;
+    struct srank **ranks; /* worker k's nranks sranks: ranks[k] */
     int n, cap;
     unsigned missed;
     int64_t default_bs;
@@ -88,9 +98,9 @@ struct sel {
 };
 
 /* The sranks of worker w. */
-static struct srank *cold(const struct sworker *w)
+static struct srank *cold(const struct sel *s, const struct sworker *w)
 {
-    return w->ranks;
+    return s->ranks[w - s->w];
 }
 
 /* The shots of worker w. */
@@ -108,9 +118,29 @@ static int64_t room(int64_t limit, int64_t booked)
 
 /* Makes rank i's shot what its srank's booked load and limits say: after every change of
  * either (and of its block size, after refresh_size()). */
+/* Keeps worker w's cheapest rank (the first of the cheapest) and whether its ranks share a
+ * block size: after any change of a shot. */
+static void summarize(struct sel *s, struct sworker *w)
+{
+    const struct shot *h = hot(s, w);
+    unsigned best = 0;
+
+    w->uniform = 1;
+    for (unsigned i = 1; i < w->nranks; i++) {
+        if (h[i].size != h[0].size)
+            w->uniform = 0;
+        if (h[i].cost < h[best].cost)
+            best = i;
+    }
+    w->min_cost = h[best].cost;
+    w->min_room = h[best].room;
+    w->min_size = h[best].size;
+    w->min_rank = (uint8_t) best;
+}
+
 static void refresh_load(struct sel *s, struct sworker *w, unsigned i)
 {
-    const struct srank *r = &cold(w)[i];
+    const struct srank *r = &cold(s, w)[i];
     struct shot *h = &hot(s, w)[i];
 
     int64_t prefill = room(r->lim.prefill_tokens, r->booked_prefill);
@@ -122,6 +152,7 @@ static void refresh_load(struct sel *s, struct sworker *w, unsigned i)
         decode = blocks > INT64_MAX / r->bs ? INT64_MAX : blocks * r->bs;
     h->room = prefill < decode ? prefill : decode;
     h->cost = r->booked_prefill + r->booked_decode * r->bs;
+    summarize(s, w);
 }
 
 /* The index of block size bs in s->sizes, added if new; a rank's size changes only when its
@@ -149,14 +180,17 @@ static void compact_sizes(struct sel *s)
     s->nsizes = 0;
     for (int k = 0; k < s->n; k++)
         for (unsigned i = 0; i < s->w[k].nranks; i++)
-            hot(s, &s->w[k])[i].size = find_size(s, cold(&s->w[k])[i].bs);
+            hot(s, &s->w[k])[i].size = find_size(s, cold(s, &s->w[k])[i].bs);
+    for (int k = 0; k < s->n; k++)
+        if (s->w[k].nranks > 0)
+            summarize(s, &s->w[k]);
     s->compact_at = 2 * s->nsizes + 8;
 }
 
 /* Makes rank i's shot hold its srank's block size, then its load. */
 static void refresh_size(struct sel *s, struct sworker *w, unsigned i)
 {
-    uint32_t size = find_size(s, cold(w)[i].bs);
+    uint32_t size = find_size(s, cold(s, w)[i].bs);
 
     hot(s, w)[i].size = size;
     if (s->nsizes > s->compact_at)
@@ -194,9 +228,9 @@ static struct busy_load booked(const struct srank *r)
 
 /* The monitor's verdict on a worker, under sel.t: full when every rank it published lacks
  * room (a rank never heard from is free). */
-static void judge_published(struct sworker *w)
+static void judge_published(struct sel *s, struct sworker *w)
 {
-    const struct srank *ranks = cold(w);
+    const struct srank *ranks = cold(s, w);
     int full = w->nranks > 0;
 
     for (unsigned i = 0; i < w->nranks && full; i++) {
@@ -218,10 +252,10 @@ static void use_thresholds(struct sel *s, const struct busy_thresholds *t)
         struct sworker *w = &s->w[k];
 
         for (unsigned i = 0; i < w->nranks; i++) {
-            busy_limits(&cold(w)[i].cap, t, &cold(w)[i].lim);
+            busy_limits(&cold(s, w)[i].cap, t, &cold(s, w)[i].lim);
             refresh_load(s, w, i);
         }
-        judge_published(w);
+        judge_published(s, w);
     }
 }
 
@@ -242,7 +276,8 @@ void sel_free(struct sel *s)
     if (s == NULL)
         return;
     for (int k = 0; k < s->n; k++)
-        free(s->w[k].ranks);
+        free(s->ranks[k]);
+    free(s->ranks);
     free(s->w);
     free(s->shots);
     free(s->sizes);
@@ -256,7 +291,9 @@ int sel_add_worker(struct sel *s)
     if (s->n == s->cap) {
         s->cap = s->cap ? s->cap * 2 : 16;
         s->w = xrealloc(s->w, (size_t) s->cap * sizeof *s->w);
+        s->ranks = xrealloc(s->ranks, (size_t) s->cap * sizeof *s->ranks);
     }
+    s->ranks[s->n] = NULL;
     w = &s->w[s->n];
     memset(w, 0, sizeof *w);
     w->alive_until = INT64_MIN;
@@ -309,12 +346,13 @@ static void grow_shots(struct sel *s, struct sworker *w, unsigned n)
 static void grow(struct sel *s, struct sworker *w, unsigned n)
 {
     unsigned old = w->nranks;
+    struct srank **ranks = &s->ranks[w - s->w];
 
     grow_shots(s, w, n);
-    w->ranks = xrealloc(w->ranks, n * sizeof *w->ranks);
+    *ranks = xrealloc(*ranks, n * sizeof **ranks);
     w->nranks = (uint8_t) n;
     for (unsigned i = old; i < n; i++) {
-        struct srank *r = &w->ranks[i];
+        struct srank *r = &(*ranks)[i];
 
         memset(r, 0, sizeof *r);
         r->cap.max_num_batched_tokens = r->cap.kv_total_blocks = r->cap.kv_block_size = -1;
@@ -338,7 +376,7 @@ void sel_message(struct sel *s, int wi, const struct admit_load *m, int64_t now_
         return;
     if ((unsigned) m->dp_rank >= w->nranks)
         grow(s, w, (unsigned) m->dp_rank + 1);
-    r = &cold(w)[m->dp_rank];
+    r = &cold(s, w)[m->dp_rank];
     busy_capacity_of(m, &cap);
     if (memcmp(&cap, &r->cap, sizeof cap) != 0) {
         /* Capacity changes only when a worker restarts or re-registers. */
@@ -355,13 +393,13 @@ void sel_message(struct sel *s, int wi, const struct admit_load *m, int64_t now_
     r->draining = m->state == ADMIT_LOAD_DRAINING;
     w->draining = 0;
     for (unsigned i = 0; i < w->nranks; i++)
-        w->draining |= (uint8_t) cold(w)[i].draining;
+        w->draining |= (uint8_t) cold(s, w)[i].draining;
     /* Saturating: heartbeat_ms may be up to 2^53 and missed any unsigned, and a product
      * out of int64 would be undefined. */
     span = hb > INT64_MAX / (int64_t) s->missed ? INT64_MAX : hb * (int64_t) s->missed;
     w->alive_until = now_ms > INT64_MAX - span ? INT64_MAX : now_ms + span;
     w->skip_until = 0; /* its own word replaces our guess */
-    judge_published(w);
+    judge_published(s, w);
 }
 
 void sel_mark_overloaded(struct sel *s, int w, int64_t until_ms)
@@ -402,9 +440,10 @@ enum sel_result sel_pick(struct sel *s, int64_t now_ms, int64_t prompt_tokens,
                          unsigned *rank)
 {
     const struct sworker *ws = s->w, *w, *stop, *excl, *best = NULL;
-    const struct shot *shots = s->shots, *best_h = NULL;
+    const struct shot *shots = s->shots;
     const struct ssize *sizes;
     int64_t best_cost = INT64_MAX;
+    unsigned best_rank = 0;
     int from, to, start;
 
     if (pinned >= s->n || s->n == 0)
@@ -428,6 +467,11 @@ enum sel_result sel_pick(struct sel *s, int64_t now_ms, int64_t prompt_tokens,
      * that they stay in registers: workers by pointer, and whether any is alive asked again
      * only when none was chosen.
      *
+     * Every rank is judged against the best so far, in order: the first lowest cost is the
+     * worker whose cheapest rank is lowest, first in turn, and its first cheapest rank, as a
+     * minimum per worker then across workers would find; but a new best is rare here, where
+     * within a worker it is a coin toss that the branch predictor loses.
+     *
      * Two runs, start..to then from..start, so that ties go round without a division. The
      * pass starts just after the worker chosen last, so equal candidates are taken in turn
      * even with others between them: a start that merely advanced by one each pick would
@@ -437,15 +481,26 @@ enum sel_result sel_pick(struct sel *s, int64_t now_ms, int64_t prompt_tokens,
     stop = &ws[to];
     for (int run = 0; run < 2; run++, w = &ws[from], stop = &ws[start]) {
         for (; w < stop; w++) {
+            const struct shot *h, *end;
+
             /* Not a candidate: not alive, skipped for its own 529, just left, or full by what
              * it publishes. */
             if (w->alive_until < now_ms || w->skip_until > now_ms || w->out || w == excl)
                 continue;
-            /* Every rank against the best so far, in order: the first lowest cost is the
-             * worker whose cheapest rank is lowest, first in turn, and its first cheapest rank,
-             * as a minimum per worker then across workers would find; but a new best is rare
-             * here, where within a worker it is a coin toss that the branch predictor loses. */
-            const struct shot *h = &shots[w->first], *end = h + w->nranks;
+            if (w->uniform && prompt_tokens <= w->min_room) {
+                /* Its cheapest rank has room: the worker's choice (see struct sworker). */
+                int64_t cost = w->min_cost + sizes[w->min_size].cost;
+
+                if (SEL_UNLIKELY(cost < best_cost)) {
+                    SEL_KEEP_BRANCH();
+                    best_cost = cost;
+                    best = w;
+                    best_rank = w->min_rank;
+                }
+                continue;
+            }
+            h = &shots[w->first];
+            end = h + w->nranks;
             do { /* not out: it has a rank */
                 /* projected prefill + projected blocks x bs; none (INT64_MAX) when over a
                  * limit. Which ranks are over is as random as their load, so not a branch
@@ -458,7 +513,7 @@ enum sel_result sel_pick(struct sel *s, int64_t now_ms, int64_t prompt_tokens,
                     SEL_KEEP_BRANCH();
                     best_cost = cost;
                     best = w;
-                    best_h = h;
+                    best_rank = (unsigned) (h - &shots[w->first]);
                 }
             } while (++h < end);
         }
@@ -469,7 +524,7 @@ enum sel_result sel_pick(struct sel *s, int64_t now_ms, int64_t prompt_tokens,
         if (pinned < 0)
             s->rr = b + 1;
         *worker = b;
-        *rank = (unsigned) (best_h - &shots[best->first]);
+        *rank = best_rank;
         return SEL_OK;
     }
     /* Alive but no candidate (overloaded, excluded, full, no room) is "all busy", the
@@ -483,7 +538,7 @@ enum sel_result sel_pick(struct sel *s, int64_t now_ms, int64_t prompt_tokens,
 void sel_book(struct sel *s, struct sel_booking *b, int worker, unsigned rank,
               int64_t prompt_tokens)
 {
-    struct srank *r = &cold(&s->w[worker])[rank];
+    struct srank *r = &cold(s, &s->w[worker])[rank];
 
     if (prompt_tokens < 0)
         prompt_tokens = 0;
@@ -503,7 +558,7 @@ void sel_first_token(struct sel *s, struct sel_booking *b)
 {
     if (!b->booked || b->prefill == 0)
         return;
-    cold(&s->w[b->worker])[b->rank].booked_prefill -= b->prefill;
+    cold(s, &s->w[b->worker])[b->rank].booked_prefill -= b->prefill;
     refresh_load(s, &s->w[b->worker], b->rank);
     b->prefill = 0;
 }
@@ -515,7 +570,7 @@ void sel_output(struct sel *s, struct sel_booking *b, unsigned n)
 
     if (!b->booked || !s->track_output || n == 0)
         return;
-    r = &cold(&s->w[b->worker])[b->rank];
+    r = &cold(s, &s->w[b->worker])[b->rank];
     b->tokens += n;
     want = blocks_for(b->tokens, r->bs);
     if (want > b->blocks) {
@@ -531,7 +586,7 @@ void sel_release(struct sel *s, struct sel_booking *b)
 
     if (!b->booked)
         return;
-    r = &cold(&s->w[b->worker])[b->rank];
+    r = &cold(s, &s->w[b->worker])[b->rank];
     r->booked_prefill -= b->prefill;
     r->booked_decode -= b->blocks;
     r->booked_requests--;
@@ -571,7 +626,7 @@ void sel_view(struct sel *s, int wi, unsigned ri, const struct busy_thresholds *
         out->booked_room = out->published_room = 1;
         return;
     }
-    const struct srank *r = &cold(w)[ri];
+    const struct srank *r = &cold(s, w)[ri];
     out->booked = booked(r);
     out->published = r->have_pub;
     out->pub_prefill_tokens = r->pub_prefill;

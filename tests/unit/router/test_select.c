@@ -234,6 +234,43 @@ static void test_lowest_cost_rank(void **state)
     sel_free(s);
 }
 
+/* When the cheapest rank has no room for the request, the next cheapest that has is chosen;
+ * when it has, it is. */
+static void test_cheapest_rank_without_room(void **state)
+{
+    struct sel *s = view(1, 4);
+    struct busy_thresholds t = unset();
+    struct sel_booking b[4];
+    int w;
+    unsigned r;
+
+    (void) state;
+    memset(b, 0, sizeof b);
+    t.active_prefill_tokens_threshold = 100;
+    t.active_decode_blocks_threshold = 0.5; /* 50 of 100 blocks */
+    sel_book(s, &b[0], 0, 0, 49 * 16);      /* 49 blocks: room for 1 more, 16 tokens */
+    sel_first_token(s, &b[0]);              /* cost 784 */
+    sel_book(s, &b[1], 0, 1, 90);           /* room 10 prefill tokens; cost 90 + 6 x 16 */
+    sel_book(s, &b[2], 0, 2, 20 * 16);      /* room 100 (prefill); cost 320 */
+    sel_first_token(s, &b[2]);
+    sel_book(s, &b[3], 0, 3, 50); /* room 50; cost 50 + 4 x 16 = 114, the cheapest */
+    assert_int_equal(sel_pick(s, 0, 40, &t, -1, -1, &w, &r), SEL_OK);
+    assert_int_equal(r, 3);
+    assert_int_equal(sel_pick(s, 0, 50, &t, -1, -1, &w, &r), SEL_OK);
+    assert_int_equal(r, 3);
+    assert_int_equal(sel_pick(s, 0, 51, &t, -1, -1, &w, &r), SEL_OK);
+    assert_int_equal(r, 2); /* 3, 1 and 0 lack room; 2 costs most but has it */
+    assert_int_equal(sel_pick(s, 0, 100, &t, -1, -1, &w, &r), SEL_OK);
+    assert_int_equal(r, 2);
+    assert_int_equal(sel_pick(s, 0, 101, &t, -1, -1, &w, &r), SEL_ALL_BUSY);
+    sel_release(s, &b[3]); /* rank 3 idle: the cheapest, and room for 100 */
+    assert_int_equal(sel_pick(s, 0, 100, &t, -1, -1, &w, &r), SEL_OK);
+    assert_int_equal(r, 3);
+    for (int i = 0; i < 3; i++)
+        sel_release(s, &b[i]);
+    sel_free(s);
+}
+
 /* Equal costs are taken in turn across workers, not always by the first. */
 static void test_ties_rotate(void **state)
 {
@@ -1023,6 +1060,7 @@ int main(void)
         cmocka_unit_test(test_release_points),
         cmocka_unit_test(test_lowest_cost),
         cmocka_unit_test(test_lowest_cost_rank),
+        cmocka_unit_test(test_cheapest_rank_without_room),
         cmocka_unit_test(test_ties_rotate),
         cmocka_unit_test(test_output_blocks),
         cmocka_unit_test(test_projection_reject),
