@@ -11,8 +11,8 @@
 
 /* The pass's best-so-far test is a branch taken a handful of times a pass. Compilers turn its
  * three assignments into conditional moves, which put a compare-and-move chain through every
- * rank (the pass at 4096 workers of 4 ranks took half as long again); the hint and the empty
- * volatile asm, which cannot be made conditional, keep it a branch. Elsewhere: plain C. */
+ * rank (a pass over every rank of 4096 workers of 4 took half as long again); the hint and the
+ * empty volatile asm, which cannot be made conditional, keep it a branch. Else: plain C. */
 #if defined(__GNUC__)
 #define SEL_UNLIKELY(x)   __builtin_expect(!!(x), 0)
 #define SEL_KEEP_BRANCH() __asm__ volatile("")
@@ -33,8 +33,9 @@ struct srank {
 };
 
 /* A rank, as the pass reads it: derived from its srank at every change (refresh_load(),
- * refresh_size()), and kept apart and small so that a pass over thousands of workers reads
- * 24 bytes a rank, not the two cache lines an srank spans.
+ * refresh_size()), and kept apart and small so that a pass that reads a worker's ranks (see
+ * struct sworker for when it need not) reads 24 bytes a rank, not the two cache lines an
+ * srank spans.
  *
  * The projection's two limits are one number of prompt tokens. booked + prompt > limit is
  * prompt > limit - booked; and for the decode limit, with D = limit - booked blocks left,
