@@ -141,8 +141,12 @@ int busy_rank(const struct busy_thresholds *t, const struct admit_load *m, struc
     decode_only.prefill_tokens = -1;
     /* Every message carries both decode signals, so setting and clearing the latch are
      * decided by the same message; the latch keeps the rule explicit should one ever be
-     * missing (unknown counts as at or below). */
-    l->decode = !has_room(&decode_only, &c, t);
+     * missing (unknown counts as at or below). With the signal unset or no capacity to
+     * judge it against (kv_total_blocks unknown or 0) nothing is decided, and the latch is
+     * left for the next message that carries one: a restart's capacity-less message must
+     * not read as "released". */
+    if (!isnan(t->active_decode_blocks_threshold) && c.kv_total_blocks > 0)
+        l->decode = !has_room(&decode_only, &c, t);
     return !has_room(&row, &c, t);
 }
 

@@ -97,7 +97,8 @@ void busy_capacity_of(const struct admit_load *m, struct busy_capacity *out);
  *  signals (kv_used_blocks, active_decode_blocks), either one being over meaning over */
 void busy_load_of(const struct admit_load *m, struct busy_load *out);
 /** one rank by its message: updates the latch (set when the decode signal is over, cleared
- *  only when every signal it judges is at or below) and says whether the rank is busy */
+ *  only when every signal it judges is at or below; left as it is when the signal is unset or
+ *  kv_total_blocks unknown) and says whether the rank is busy */
 int busy_rank(const struct busy_thresholds *t, const struct admit_load *m, struct busy_latch *l);
 /** a worker's n rank messages: busy only when every one is busy (n == 0: not); updates latches */
 int busy_worker(const struct busy_thresholds *t, const struct admit_load *ranks, size_t n,

@@ -1,5 +1,6 @@
 /* Unit tests for the busy predicate: each signal, their combinations, multi-rank workers, the
- * decode latch, unknown values and threshold validation. */
+ * decode latch, unknown values and threshold validation; and the room rule itself (has_room,
+ * worker_is_full) at each boundary, on load rows. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -263,6 +264,273 @@ static void test_validate(void **state)
     assert_int_equal(busy_thresholds_validate(&t, err, sizeof err), 0);
 }
 
+/* ---- the room rule on load rows: has_room() and worker_is_full() ----------------------- */
+
+/* A row of known load, heard from. */
+static struct busy_load row(int64_t prefill, int64_t blocks)
+{
+    struct busy_load l = {prefill, blocks, 1, 1};
+
+    return l;
+}
+
+static struct busy_capacity capacity(int64_t max_batched, int64_t kv_total)
+{
+    struct busy_capacity c = {max_batched, kv_total, 16};
+
+    return c;
+}
+
+/* 6 of 8 blocks is 0.75 > 0.5: full; 4 of 8 is exactly 0.5, and the rule is a strict `>`. */
+static void test_room_decode_boundary(void **state)
+{
+    struct busy_thresholds t = unset();
+    struct busy_capacity c = capacity(100, 8);
+    struct busy_load l;
+
+    (void) state;
+    t.active_decode_blocks_threshold = 0.5;
+    l = row(0, 6);
+    assert_false(has_room(&l, &c, &t));
+    l = row(0, 5);
+    assert_false(has_room(&l, &c, &t));
+    l = row(0, 4);
+    assert_true(has_room(&l, &c, &t));
+    l = row(0, 0);
+    assert_true(has_room(&l, &c, &t));
+    t.active_decode_blocks_threshold = 1.0; /* only more blocks than the rank has is over */
+    l = row(0, 8);
+    assert_true(has_room(&l, &c, &t));
+    l = row(0, 9);
+    assert_false(has_room(&l, &c, &t));
+    t.active_decode_blocks_threshold = 0.0; /* any block at all is over */
+    l = row(0, 1);
+    assert_false(has_room(&l, &c, &t));
+    l = row(0, 0);
+    assert_true(has_room(&l, &c, &t));
+}
+
+/* A fraction 0.5 of a reported budget of 100 is a limit of 50: 64 is past it, 50 is not. */
+static void test_room_prefill_frac_boundary(void **state)
+{
+    struct busy_thresholds t = unset();
+    struct busy_capacity c = capacity(100, 8);
+    struct busy_load l;
+
+    (void) state;
+    t.active_prefill_tokens_threshold_frac = 0.5;
+    l = row(64, 0);
+    assert_false(has_room(&l, &c, &t));
+    l = row(51, 0);
+    assert_false(has_room(&l, &c, &t));
+    l = row(50, 0);
+    assert_true(has_room(&l, &c, &t));
+    t.active_prefill_tokens_threshold_frac = 0.555; /* (int64)(55.5) = 55: truncated */
+    l = row(55, 0);
+    assert_true(has_room(&l, &c, &t));
+    l = row(56, 0);
+    assert_false(has_room(&l, &c, &t));
+}
+
+/* The absolute threshold: at it is room, one more is not; the tighter of the two wins. */
+static void test_room_prefill_absolute_boundary(void **state)
+{
+    struct busy_thresholds t = unset();
+    struct busy_capacity c = capacity(100, 8);
+    struct busy_load l;
+
+    (void) state;
+    t.active_prefill_tokens_threshold = 70;
+    l = row(70, 0);
+    assert_true(has_room(&l, &c, &t));
+    l = row(71, 0);
+    assert_false(has_room(&l, &c, &t));
+    t.active_prefill_tokens_threshold_frac = 0.5; /* 50 < 70: the fraction decides */
+    l = row(51, 0);
+    assert_false(has_room(&l, &c, &t));
+    t.active_prefill_tokens_threshold_frac = 0.9; /* 90 > 70: the absolute decides */
+    l = row(71, 0);
+    assert_false(has_room(&l, &c, &t));
+    l = row(70, 0);
+    assert_true(has_room(&l, &c, &t));
+    t.active_prefill_tokens_threshold = 0;
+    l = row(0, 0);
+    assert_true(has_room(&l, &c, &t));
+    l = row(1, 0);
+    assert_false(has_room(&l, &c, &t));
+}
+
+/* An unknown (or 0) max_num_batched_tokens is a budget of 10,000,000. */
+static void test_room_default_budget(void **state)
+{
+    struct busy_thresholds t = unset();
+    struct busy_capacity c = capacity(-1, 8);
+    struct busy_limits lim;
+    struct busy_load l;
+
+    (void) state;
+    assert_int_equal(busy_prefill_budget(&c), 10000000);
+    assert_int_equal(BUSY_DEFAULT_MAX_BATCHED_TOKENS, 10000000);
+    c.max_num_batched_tokens = 0;
+    assert_int_equal(busy_prefill_budget(&c), 10000000);
+    c.max_num_batched_tokens = 4096;
+    assert_int_equal(busy_prefill_budget(&c), 4096);
+    c.max_num_batched_tokens = -1;
+    t.active_prefill_tokens_threshold_frac = 0.5;
+    busy_limits(&c, &t, &lim);
+    assert_int_equal(lim.prefill_tokens, 5000000);
+    assert_int_equal(lim.decode_blocks, INT64_MAX);
+    l = row(5000000, 0);
+    assert_true(has_room(&l, &c, &t));
+    l = row(5000001, 0);
+    assert_false(has_room(&l, &c, &t));
+}
+
+/* A rank never heard from carries no load: it has room under any thresholds. */
+static void test_room_idle_rank(void **state)
+{
+    struct busy_thresholds t = unset();
+    struct busy_capacity c = capacity(100, 8);
+    struct busy_load l = {0, 0, 0, 0};
+
+    (void) state;
+    t.active_decode_blocks_threshold = 0.0;
+    t.active_prefill_tokens_threshold = 0;
+    t.active_prefill_tokens_threshold_frac = 0.0;
+    assert_true(has_room(&l, &c, &t));
+    assert_false(worker_is_full(&l, &c, 1, &t));
+    l.decode_blocks = 1; /* the same thresholds do judge a loaded rank */
+    assert_false(has_room(&l, &c, &t));
+    assert_true(worker_is_full(&l, &c, 1, &t));
+}
+
+/* Without a KV capacity there is no ratio: no number of blocks makes the rank full. */
+static void test_room_kv_total_unknown(void **state)
+{
+    static const int64_t totals[] = {0, -1};
+    static const int64_t blocks[] = {0, 1, 9, 1000000, INT64_MAX};
+    struct busy_thresholds t = unset();
+
+    (void) state;
+    t.active_decode_blocks_threshold = 0.0;
+    for (size_t i = 0; i < sizeof totals / sizeof totals[0]; i++) {
+        struct busy_capacity c = capacity(100, totals[i]);
+
+        for (size_t j = 0; j < sizeof blocks / sizeof blocks[0]; j++) {
+            struct busy_load l = row(0, blocks[j]);
+
+            assert_true(has_room(&l, &c, &t));
+            assert_false(worker_is_full(&l, &c, 1, &t));
+        }
+    }
+    {
+        struct busy_capacity c = capacity(100, 8); /* the same row, with a capacity */
+        struct busy_load l = row(0, 9);
+
+        assert_false(has_room(&l, &c, &t));
+    }
+}
+
+/* Unknown (negative) load takes no room away, even under thresholds of 0. */
+static void test_room_unknown_load(void **state)
+{
+    struct busy_thresholds t = unset();
+    struct busy_capacity c = capacity(100, 8);
+    struct busy_load l = row(-1, -1);
+
+    (void) state;
+    t.active_decode_blocks_threshold = 0.0;
+    t.active_prefill_tokens_threshold = 0;
+    assert_true(has_room(&l, &c, &t));
+    l.prefill_tokens = 1;
+    assert_false(has_room(&l, &c, &t));
+}
+
+/* Full only when every rank is: 1, 2 and 4 ranks, each with one free rank in every position. */
+static void test_worker_full_every_rank(void **state)
+{
+    static const size_t sizes[] = {1, 2, 4};
+    struct busy_thresholds t = unset();
+    struct busy_capacity c[4];
+    struct busy_load l[4];
+
+    (void) state;
+    t.active_decode_blocks_threshold = 0.5;
+    for (size_t i = 0; i < 4; i++)
+        c[i] = capacity(100, 8);
+    assert_false(worker_is_full(l, c, 0, &t)); /* no ranks: not full */
+    for (size_t s = 0; s < sizeof sizes / sizeof sizes[0]; s++) {
+        size_t n = sizes[s];
+
+        for (size_t i = 0; i < n; i++)
+            l[i] = row(0, 6);
+        assert_true(worker_is_full(l, c, n, &t));
+        for (size_t free_rank = 0; free_rank < n; free_rank++) {
+            l[free_rank] = row(0, 4);
+            assert_false(worker_is_full(l, c, n, &t));
+            l[free_rank] = row(0, 6);
+        }
+        assert_true(worker_is_full(l, c, n, &t));
+    }
+    /* Each rank by its own capacity: 6 blocks fill a rank of 8, not one of 16. */
+    l[0] = row(0, 6);
+    l[1] = row(0, 6);
+    c[1] = capacity(100, 16);
+    assert_false(worker_is_full(l, c, 2, &t));
+    c[1] = capacity(100, 8);
+    assert_true(worker_is_full(l, c, 2, &t));
+    /* Ranks full by different signals still make a full worker. */
+    t.active_prefill_tokens_threshold = 10;
+    l[0] = row(11, 0);
+    l[1] = row(0, 6);
+    assert_true(worker_is_full(l, c, 2, &t));
+    l[0] = row(10, 0);
+    assert_false(worker_is_full(l, c, 2, &t));
+}
+
+/* No threshold set: no load is too much. */
+static void test_room_unset_never_full(void **state)
+{
+    struct busy_thresholds t = unset();
+    struct busy_capacity c[2] = {capacity(100, 8), capacity(-1, -1)};
+    struct busy_load l[2] = {row(INT64_MAX, INT64_MAX), row(1000000, 1000000)};
+    struct busy_limits lim;
+
+    (void) state;
+    busy_limits(&c[0], &t, &lim);
+    assert_int_equal(lim.prefill_tokens, INT64_MAX);
+    assert_int_equal(lim.decode_blocks, INT64_MAX);
+    assert_true(has_room(&l[0], &c[0], &t));
+    assert_true(has_room(&l[1], &c[1], &t));
+    assert_false(worker_is_full(l, c, 2, &t));
+    t.active_decode_blocks_threshold = 0.5; /* one signal set: the same rows are full */
+    assert_false(has_room(&l[0], &c[0], &t));
+    assert_true(has_room(&l[1], &c[1], &t)); /* no capacity: still room */
+}
+
+/* busy_within() on kept limits is has_room(): the same verdict on a grid of rows. */
+static void test_room_limits_same_rule(void **state)
+{
+    struct busy_thresholds t = unset();
+    struct busy_capacity c = capacity(100, 8);
+    struct busy_limits lim;
+
+    (void) state;
+    t.active_decode_blocks_threshold = 0.7;
+    t.active_prefill_tokens_threshold = 60;
+    t.active_prefill_tokens_threshold_frac = 0.5;
+    busy_limits(&c, &t, &lim);
+    assert_int_equal(lim.prefill_tokens, 50);
+    assert_int_equal(lim.decode_blocks, 5); /* 5/8 = 0.625 <= 0.7 < 6/8 */
+    for (int64_t p = -1; p <= 70; p++)
+        for (int64_t b = -1; b <= 10; b++) {
+            struct busy_load l = row(p, b);
+
+            assert_int_equal(busy_within(&l, &lim), has_room(&l, &c, &t));
+            assert_int_equal(has_room(&l, &c, &t), p <= 50 && b <= 5);
+        }
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -276,6 +544,16 @@ int main(void)
         cmocka_unit_test(test_combinations),
         cmocka_unit_test(test_multi_rank),
         cmocka_unit_test(test_validate),
+        cmocka_unit_test(test_room_decode_boundary),
+        cmocka_unit_test(test_room_prefill_frac_boundary),
+        cmocka_unit_test(test_room_prefill_absolute_boundary),
+        cmocka_unit_test(test_room_default_budget),
+        cmocka_unit_test(test_room_idle_rank),
+        cmocka_unit_test(test_room_kv_total_unknown),
+        cmocka_unit_test(test_room_unknown_load),
+        cmocka_unit_test(test_worker_full_every_rank),
+        cmocka_unit_test(test_room_unset_never_full),
+        cmocka_unit_test(test_room_limits_same_rule),
     };
 
     return cmocka_run_group_tests(tests, NULL, NULL);

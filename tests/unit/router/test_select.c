@@ -1,4 +1,7 @@
-/* Unit tests for the router's selection and booking (src/router/select.c). */
+/* Unit tests for the router's selection and booking (src/router/select.c): the lowest projected
+ * cost wins and ties go round, what is booked and when it is released, the projection judged
+ * against the reject thresholds, liveness, the monitor on published load, per-worker block
+ * sizes, and gauges that return to 0. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -7,10 +10,13 @@
 
 #include "router/select.h"
 
+#include <limits.h>
+#include <math.h>
 #include <stdio.h>
 #include <string.h>
 
-static void message(struct sel *s, int w, int64_t rank, int64_t now)
+/* An idle, serving rank: 100 KV blocks of 16 tokens, a step budget of 100 tokens. */
+static struct admit_load load(int w, int64_t rank)
 {
     struct admit_load m;
 
@@ -24,39 +30,1107 @@ static void message(struct sel *s, int w, int64_t rank, int64_t now)
     m.active_decode_blocks = 0;
     m.active_prefill_tokens = 0;
     m.max_num_batched_tokens = 100;
+    return m;
+}
+
+static void message(struct sel *s, int w, int64_t rank, int64_t now)
+{
+    struct admit_load m = load(w, rank);
+
     sel_message(s, w, &m, now);
+}
+
+static struct busy_thresholds unset(void)
+{
+    struct busy_thresholds t;
+
+    busy_thresholds_unset(&t);
+    return t;
+}
+
+/* A view with n workers of ranks ranks each, all heard from at time 0. */
+static struct sel *view(int n, unsigned ranks)
+{
+    struct sel *s = sel_new(3, 16);
+
+    for (int w = 0; w < n; w++) {
+        assert_int_equal(sel_add_worker(s), w);
+        for (unsigned r = 0; r < ranks; r++)
+            message(s, w, r, 0);
+    }
+    assert_int_equal(sel_workers(s), n);
+    return s;
+}
+
+/* The booked load of (w, r), viewed under t (the view judges room under them). */
+static struct busy_load booked_under(struct sel *s, int w, unsigned r,
+                                     const struct busy_thresholds *t)
+{
+    struct sel_rank_view v;
+
+    sel_view(s, w, r, t, &v);
+    return v.booked;
+}
+
+static struct busy_load booked_of(struct sel *s, int w, unsigned r)
+{
+    struct busy_thresholds t = unset();
+
+    return booked_under(s, w, r, &t);
+}
+
+/* Picks and books in one, asserting the pick is allowed; returns the worker. */
+static int pick_book(struct sel *s, const struct busy_thresholds *t, int64_t prompt,
+                     struct sel_booking *b)
+{
+    int w = -1;
+    unsigned r = 0;
+
+    assert_int_equal(sel_pick(s, 0, prompt, t, -1, -1, &w, &r), SEL_OK);
+    sel_book(s, b, w, r, prompt);
+    return w;
 }
 
 /* A booking moves the rank's booked load, and its release brings it back to 0. */
 static void test_book_release(void **state)
 {
     struct sel *s = sel_new(3, 16);
-    struct busy_thresholds t;
+    struct busy_thresholds t = unset();
     struct sel_booking b = {0};
     struct sel_rank_view v;
     int w;
     unsigned r;
 
     (void) state;
-    busy_thresholds_unset(&t);
     assert_int_equal(sel_pick(s, 0, 10, &t, -1, -1, &w, &r), SEL_NO_WORKER);
     sel_add_worker(s);
     message(s, 0, 0, 0);
     assert_int_equal(sel_pick(s, 0, 33, &t, -1, -1, &w, &r), SEL_OK);
     assert_int_equal(w, 0);
+    assert_int_equal(r, 0);
     sel_book(s, &b, w, r, 33);
+    assert_true(b.booked);
     sel_view(s, 0, 0, &t, &v);
     assert_int_equal(v.booked.prefill_tokens, 33);
     assert_int_equal(v.booked.decode_blocks, 3);
+    assert_int_equal(v.booked.requests, 1);
     sel_first_token(s, &b);
     sel_view(s, 0, 0, &t, &v);
     assert_int_equal(v.booked.prefill_tokens, 0);
     assert_int_equal(v.booked.decode_blocks, 3);
     sel_release(s, &b);
     sel_release(s, &b);
+    assert_false(b.booked);
     sel_view(s, 0, 0, &t, &v);
     assert_int_equal(v.booked.decode_blocks, 0);
     assert_int_equal(v.booked.requests, 0);
+    sel_free(s);
+}
+
+/* Prefill is released at the first token (once), blocks at the end (once); a booking never
+ * made releases nothing. */
+static void test_release_points(void **state)
+{
+    struct sel *s = view(1, 1);
+    struct busy_thresholds t = unset();
+    struct sel_booking a = {0}, b = {0}, never = {0};
+    struct busy_load l;
+
+    (void) state;
+    pick_book(s, &t, 40, &a); /* 40 tokens, 3 blocks */
+    pick_book(s, &t, 20, &b); /* 20 tokens, 2 blocks */
+    l = booked_of(s, 0, 0);
+    assert_int_equal(l.prefill_tokens, 60);
+    assert_int_equal(l.decode_blocks, 5);
+    assert_int_equal(l.requests, 2);
+    sel_first_token(s, &a);
+    sel_first_token(s, &a); /* idempotent: b's prefill stays booked */
+    l = booked_of(s, 0, 0);
+    assert_int_equal(l.prefill_tokens, 20);
+    assert_int_equal(l.decode_blocks, 5);
+    sel_release(s, &never);
+    sel_first_token(s, &never);
+    sel_output(s, &never, 100);
+    l = booked_of(s, 0, 0);
+    assert_int_equal(l.prefill_tokens, 20);
+    assert_int_equal(l.decode_blocks, 5);
+    assert_int_equal(l.requests, 2);
+    sel_release(s, &a);
+    sel_release(s, &a); /* idempotent: b's blocks stay booked */
+    l = booked_of(s, 0, 0);
+    assert_int_equal(l.prefill_tokens, 20);
+    assert_int_equal(l.decode_blocks, 2);
+    assert_int_equal(l.requests, 1);
+    sel_release(s, &b); /* before its first token: its prefill goes too */
+    l = booked_of(s, 0, 0);
+    assert_int_equal(l.prefill_tokens, 0);
+    assert_int_equal(l.decode_blocks, 0);
+    assert_int_equal(l.requests, 0);
+    sel_free(s);
+}
+
+/* The rank of lowest projected cost (prefill tokens + decode blocks x block size) wins. */
+static void test_lowest_cost(void **state)
+{
+    struct sel *s = view(2, 1);
+    struct busy_thresholds t = unset();
+    struct sel_booking a = {0}, b = {0}, c = {0};
+    int w;
+    unsigned r;
+
+    (void) state;
+    /* w0: 160 tokens, past their first token (10 blocks, no prefill); w1: 100 tokens of
+     * prefill and 7 blocks. A prompt of 16 costs 16 + 11 x 16 = 192 on w0 and
+     * 116 + 8 x 16 = 244 on w1, though w0 holds more blocks. */
+    sel_book(s, &a, 0, 0, 160);
+    sel_first_token(s, &a);
+    sel_book(s, &b, 1, 0, 100);
+    for (int i = 0; i < 4; i++) {
+        assert_int_equal(sel_pick(s, 0, 16, &t, -1, -1, &w, &r), SEL_OK);
+        assert_int_equal(w, 0);
+    }
+    /* With w1's prefill gone it holds 7 blocks against w0's 10. */
+    sel_first_token(s, &b);
+    for (int i = 0; i < 4; i++) {
+        assert_int_equal(sel_pick(s, 0, 16, &t, -1, -1, &w, &r), SEL_OK);
+        assert_int_equal(w, 1);
+    }
+    /* Booking moves the choice: w1 now holds 7 + 5 blocks and 80 prefill tokens. */
+    sel_book(s, &c, 1, 0, 80);
+    assert_int_equal(sel_pick(s, 0, 16, &t, -1, -1, &w, &r), SEL_OK);
+    assert_int_equal(w, 0);
+    sel_release(s, &a);
+    sel_release(s, &b);
+    sel_release(s, &c);
+    sel_free(s);
+}
+
+/* Within a worker the least loaded rank is booked; ranks tied go to the lowest. */
+static void test_lowest_cost_rank(void **state)
+{
+    struct sel *s = view(1, 4);
+    struct busy_thresholds t = unset();
+    struct sel_booking b[4];
+    int w;
+    unsigned r;
+
+    (void) state;
+    memset(b, 0, sizeof b);
+    assert_int_equal(sel_ranks(s, 0), 4);
+    for (unsigned i = 0; i < 4; i++) {
+        assert_int_equal(sel_pick(s, 0, 50, &t, -1, -1, &w, &r), SEL_OK);
+        assert_int_equal(w, 0);
+        assert_int_equal(r, i); /* each booking fills one rank, the next goes to another */
+        sel_book(s, &b[i], w, r, 50);
+    }
+    sel_first_token(s, &b[2]); /* rank 2 now costs least */
+    assert_int_equal(sel_pick(s, 0, 50, &t, -1, -1, &w, &r), SEL_OK);
+    assert_int_equal(r, 2);
+    sel_release(s, &b[1]); /* rank 1 is empty: cheaper still */
+    assert_int_equal(sel_pick(s, 0, 50, &t, -1, -1, &w, &r), SEL_OK);
+    assert_int_equal(r, 1);
+    for (unsigned i = 0; i < 4; i++)
+        sel_release(s, &b[i]);
+    sel_free(s);
+}
+
+/* When the cheapest rank has no room for the request, the next cheapest that has is chosen;
+ * when it has, it is. */
+static void test_cheapest_rank_without_room(void **state)
+{
+    struct sel *s = view(1, 4);
+    struct busy_thresholds t = unset();
+    struct sel_booking b[4];
+    int w;
+    unsigned r;
+
+    (void) state;
+    memset(b, 0, sizeof b);
+    t.active_prefill_tokens_threshold = 100;
+    t.active_decode_blocks_threshold = 0.5; /* 50 of 100 blocks */
+    sel_book(s, &b[0], 0, 0, 49 * 16);      /* 49 blocks: room for 1 more, 16 tokens */
+    sel_first_token(s, &b[0]);              /* cost 784 */
+    sel_book(s, &b[1], 0, 1, 90);           /* room 10 prefill tokens; cost 90 + 6 x 16 */
+    sel_book(s, &b[2], 0, 2, 20 * 16);      /* room 100 (prefill); cost 320 */
+    sel_first_token(s, &b[2]);
+    sel_book(s, &b[3], 0, 3, 50); /* room 50; cost 50 + 4 x 16 = 114, the cheapest */
+    assert_int_equal(sel_pick(s, 0, 40, &t, -1, -1, &w, &r), SEL_OK);
+    assert_int_equal(r, 3);
+    assert_int_equal(sel_pick(s, 0, 50, &t, -1, -1, &w, &r), SEL_OK);
+    assert_int_equal(r, 3);
+    assert_int_equal(sel_pick(s, 0, 51, &t, -1, -1, &w, &r), SEL_OK);
+    assert_int_equal(r, 2); /* 3, 1 and 0 lack room; 2 costs most but has it */
+    assert_int_equal(sel_pick(s, 0, 100, &t, -1, -1, &w, &r), SEL_OK);
+    assert_int_equal(r, 2);
+    assert_int_equal(sel_pick(s, 0, 101, &t, -1, -1, &w, &r), SEL_ALL_BUSY);
+    sel_release(s, &b[3]); /* rank 3 idle: the cheapest, and room for 100 */
+    assert_int_equal(sel_pick(s, 0, 100, &t, -1, -1, &w, &r), SEL_OK);
+    assert_int_equal(r, 3);
+    for (int i = 0; i < 3; i++)
+        sel_release(s, &b[i]);
+    sel_free(s);
+}
+
+/* Equal costs are taken in turn across workers, not always by the first. */
+static void test_ties_rotate(void **state)
+{
+    struct sel *s = view(3, 1);
+    struct busy_thresholds t = unset();
+    struct sel_booking b = {0}, hold = {0};
+    int seen[3] = {0}, first = -1, prev = -1, w;
+    unsigned r;
+
+    (void) state;
+    for (int i = 0; i < 9; i++) {
+        w = pick_book(s, &t, 32, &b);
+        sel_first_token(s, &b);
+        sel_release(s, &b); /* every worker idle again: a three-way tie each time */
+        assert_int_not_equal(w, prev);
+        if (i == 0)
+            first = w;
+        if (i % 3 == 0)
+            assert_int_equal(w, first);
+        seen[w]++;
+        prev = w;
+    }
+    assert_int_equal(seen[0], 3);
+    assert_int_equal(seen[1], 3);
+    assert_int_equal(seen[2], 3);
+    /* With w1 loaded, the turn goes between w0 and w2 only. */
+    sel_book(s, &hold, 1, 0, 64);
+    memset(seen, 0, sizeof seen);
+    for (int i = 0; i < 6; i++) {
+        assert_int_equal(sel_pick(s, 0, 32, &t, -1, -1, &w, &r), SEL_OK);
+        seen[w]++;
+    }
+    assert_int_equal(seen[1], 0);
+    assert_int_equal(seen[0], 3);
+    assert_int_equal(seen[2], 3);
+    sel_release(s, &hold);
+    sel_free(s);
+}
+
+/* Output blocks are booked only with tracking on, and only when prompt + output cross a
+ * block boundary. */
+static void test_output_blocks(void **state)
+{
+    struct sel *s = view(1, 1);
+    struct busy_thresholds t = unset();
+    struct sel_booking b = {0};
+
+    (void) state;
+    pick_book(s, &t, 33, &b); /* 33 tokens in 16-token blocks: 3 blocks, room up to 48 */
+    sel_first_token(s, &b);
+    sel_output(s, &b, 100); /* tracking off: nothing */
+    assert_int_equal(booked_of(s, 0, 0).decode_blocks, 3);
+    sel_release(s, &b);
+    assert_int_equal(booked_of(s, 0, 0).decode_blocks, 0);
+
+    sel_track_output(s, 1);
+    pick_book(s, &t, 33, &b);
+    sel_first_token(s, &b);
+    sel_output(s, &b, 0);
+    sel_output(s, &b, 15); /* 48: the third block is full, no new one */
+    assert_int_equal(booked_of(s, 0, 0).decode_blocks, 3);
+    sel_output(s, &b, 1); /* 49: crosses into a fourth */
+    assert_int_equal(booked_of(s, 0, 0).decode_blocks, 4);
+    assert_int_equal(b.blocks, 4);
+    for (int i = 0; i < 15; i++) /* 64: still four */
+        sel_output(s, &b, 1);
+    assert_int_equal(booked_of(s, 0, 0).decode_blocks, 4);
+    sel_output(s, &b, 33); /* 97: ceil(97 / 16) = 7 */
+    assert_int_equal(booked_of(s, 0, 0).decode_blocks, 7);
+    assert_int_equal(booked_of(s, 0, 0).prefill_tokens, 0);
+    sel_release(s, &b); /* the output blocks go with the request */
+    assert_int_equal(booked_of(s, 0, 0).decode_blocks, 0);
+    assert_int_equal(booked_of(s, 0, 0).requests, 0);
+
+    sel_track_output(s, 0); /* off again: a running request's output books nothing */
+    pick_book(s, &t, 16, &b);
+    sel_output(s, &b, 64);
+    assert_int_equal(booked_of(s, 0, 0).decode_blocks, 1);
+    sel_release(s, &b);
+    sel_free(s);
+}
+
+/* The projection (booked + this request) is judged: with an absolute prefill threshold of 100
+ * and prompts of 40, one worker takes 40 and 80, and 120 is over. */
+static void test_projection_reject(void **state)
+{
+    struct sel *s = view(1, 1);
+    struct busy_thresholds t = unset();
+    struct sel_booking b[3];
+    int w;
+    unsigned r;
+
+    (void) state;
+    memset(b, 0, sizeof b);
+    t.active_prefill_tokens_threshold = 100;
+    pick_book(s, &t, 40, &b[0]);
+    pick_book(s, &t, 40, &b[1]);
+    assert_int_equal(booked_of(s, 0, 0).prefill_tokens, 80);
+    assert_int_equal(sel_pick(s, 0, 40, &t, -1, -1, &w, &r), SEL_ALL_BUSY);
+    assert_int_equal(sel_pick(s, 0, 20, &t, -1, -1, &w, &r), SEL_OK); /* 100: at, not over */
+    assert_int_equal(sel_pick(s, 0, 21, &t, -1, -1, &w, &r), SEL_ALL_BUSY);
+    sel_first_token(s, &b[0]); /* 40 tokens leave prefill: room for one more */
+    pick_book(s, &t, 40, &b[2]);
+    assert_int_equal(sel_pick(s, 0, 40, &t, -1, -1, &w, &r), SEL_ALL_BUSY);
+    for (int i = 0; i < 3; i++)
+        sel_release(s, &b[i]);
+    assert_int_equal(booked_of(s, 0, 0).prefill_tokens, 0);
+
+    /* The decode projection: 0.5 of 100 blocks is 50; prompts of 25 blocks fit twice. */
+    t = unset();
+    t.active_decode_blocks_threshold = 0.5;
+    pick_book(s, &t, 400, &b[0]);
+    sel_first_token(s, &b[0]);
+    pick_book(s, &t, 400, &b[1]);
+    sel_first_token(s, &b[1]);
+    assert_int_equal(booked_of(s, 0, 0).decode_blocks, 50);
+    assert_int_equal(sel_pick(s, 0, 1, &t, -1, -1, &w, &r), SEL_ALL_BUSY);
+    assert_int_equal(sel_pick(s, 0, 0, &t, -1, -1, &w, &r), SEL_OK); /* adds no block */
+    sel_release(s, &b[0]);
+    sel_release(s, &b[1]);
+
+    /* The fraction: 0.5 of the reported budget of 100 is 50 tokens. A rank with nothing
+     * booked takes any one request, larger than the limit included (else it would be refused
+     * everywhere, for ever); with one booked the projection decides. */
+    t = unset();
+    t.active_prefill_tokens_threshold_frac = 0.5;
+    assert_int_equal(sel_pick(s, 0, 51, &t, -1, -1, &w, &r), SEL_OK);
+    assert_int_equal(sel_pick(s, 0, 5000, &t, -1, -1, &w, &r), SEL_OK);
+    pick_book(s, &t, 10, &b[0]);
+    assert_int_equal(sel_pick(s, 0, 40, &t, -1, -1, &w, &r), SEL_OK);
+    assert_int_equal(sel_pick(s, 0, 41, &t, -1, -1, &w, &r), SEL_ALL_BUSY);
+    sel_release(s, &b[0]);
+    assert_int_equal(sel_pick(s, 0, 41, &t, -1, -1, &w, &r), SEL_OK);
+    sel_free(s);
+}
+
+/* The pass's verdict on a projection is has_room()'s, the one rule, on booked + the request:
+ * over a grid of block sizes, capacities, thresholds, booked load and prompts. */
+static void test_projection_is_has_room(void **state)
+{
+    static const int64_t sizes[] = {1, 3, 16};
+    static const int64_t totals[] = {2, 10, 31, -1};
+    static const int64_t absolute[] = {-1, 0, 5, 40};
+    static const double fracs[] = {NAN, 0.0, 0.5, 1.0};
+    int checked = 0, refused = 0;
+
+    (void) state;
+    for (size_t a = 0; a < 3; a++)
+        for (size_t b = 0; b < 4; b++)
+            for (size_t c = 0; c < 4; c++)
+                for (size_t d = 0; d < 4; d++)
+                    for (int64_t held = 0; held <= 20; held += 10) {
+                        struct sel *s = view(1, 1);
+                        struct busy_thresholds t = unset();
+                        struct admit_load m = load(0, 0);
+                        struct busy_capacity cap;
+                        struct sel_booking bk = {0};
+                        int w;
+                        unsigned r;
+
+                        m.kv_block_size = sizes[a];
+                        m.kv_total_blocks = totals[b];
+                        sel_message(s, 0, &m, 0);
+                        busy_capacity_of(&m, &cap);
+                        t.active_prefill_tokens_threshold = absolute[c];
+                        t.active_decode_blocks_threshold = fracs[d];
+                        t.active_prefill_tokens_threshold_frac = 0.3; /* of 100: 30 */
+                        sel_book(s, &bk, 0, 0, held);
+                        if (held == 10)
+                            sel_first_token(s, &bk); /* blocks held, no prefill */
+                        for (int64_t prompt = 0; prompt <= 60; prompt++) {
+                            struct busy_load l = booked_of(s, 0, 0);
+                            int room;
+
+                            l.prefill_tokens += prompt;
+                            l.decode_blocks += (prompt + sizes[a] - 1) / sizes[a];
+                            room = has_room(&l, &cap, &t);
+                            assert_int_equal(sel_pick(s, 0, prompt, &t, -1, -1, &w, &r),
+                                             room ? SEL_OK : SEL_ALL_BUSY);
+                            checked++;
+                            refused += !room;
+                        }
+                        sel_release(s, &bk);
+                        sel_free(s);
+                    }
+    assert_true(refused > 0 && refused < checked); /* both verdicts were met */
+}
+
+/* A projection over on one worker sends the request to the next, not to the overload answer. */
+static void test_projection_spills(void **state)
+{
+    struct sel *s = view(2, 1);
+    struct busy_thresholds t = unset();
+    struct sel_booking b[4];
+    int w, count[2] = {0};
+    unsigned r;
+
+    (void) state;
+    memset(b, 0, sizeof b);
+    t.active_prefill_tokens_threshold = 100;
+    for (int i = 0; i < 4; i++)
+        count[pick_book(s, &t, 40, &b[i])]++;
+    assert_int_equal(count[0], 2);
+    assert_int_equal(count[1], 2);
+    assert_int_equal(sel_pick(s, 0, 40, &t, -1, -1, &w, &r), SEL_ALL_BUSY);
+    for (int i = 0; i < 4; i++)
+        sel_release(s, &b[i]);
+    sel_free(s);
+}
+
+/* No worker alive: never heard from, silent for longer than its missed heartbeats, draining. */
+static void test_no_worker(void **state)
+{
+    struct sel *s = sel_new(3, 16);
+    struct busy_thresholds t = unset();
+    struct admit_load m;
+    int w;
+    unsigned r;
+
+    (void) state;
+    sel_add_worker(s);
+    sel_add_worker(s);
+    assert_int_equal(sel_ranks(s, 0), 1);
+    assert_false(sel_alive(s, 0, 0));
+    assert_int_equal(sel_pick(s, 0, 10, &t, -1, -1, &w, &r), SEL_NO_WORKER);
+    message(s, 1, 0, 1000); /* alive until 1000 + 3 x 1000 */
+    assert_int_equal(sel_pick(s, 4000, 10, &t, -1, -1, &w, &r), SEL_OK);
+    assert_int_equal(w, 1);
+    assert_true(sel_alive(s, 1, 4000));
+    assert_false(sel_alive(s, 1, 4001));
+    assert_int_equal(sel_pick(s, 4001, 10, &t, -1, -1, &w, &r), SEL_NO_WORKER);
+    /* Its own heartbeat counts: 200 ms x 3. */
+    m = load(1, 0);
+    m.heartbeat_ms = 200;
+    sel_message(s, 1, &m, 5000);
+    assert_int_equal(sel_pick(s, 5600, 10, &t, -1, -1, &w, &r), SEL_OK);
+    assert_int_equal(sel_pick(s, 5601, 10, &t, -1, -1, &w, &r), SEL_NO_WORKER);
+    /* Draining: heard from, but not alive, until it says it serves again. */
+    m.state = ADMIT_LOAD_DRAINING;
+    sel_message(s, 1, &m, 6000);
+    assert_false(sel_alive(s, 1, 6000));
+    assert_int_equal(sel_pick(s, 6000, 10, &t, -1, -1, &w, &r), SEL_NO_WORKER);
+    m.state = ADMIT_LOAD_SERVING;
+    sel_message(s, 1, &m, 6000);
+    assert_int_equal(sel_pick(s, 6000, 10, &t, -1, -1, &w, &r), SEL_OK);
+    /* One rank draining makes its worker draining; the other worker then takes it all. */
+    message(s, 0, 0, 6000);
+    m.dp_rank = 1;
+    m.state = ADMIT_LOAD_DRAINING;
+    sel_message(s, 1, &m, 6000);
+    assert_false(sel_alive(s, 1, 6000));
+    for (int i = 0; i < 4; i++) {
+        assert_int_equal(sel_pick(s, 6000, 10, &t, -1, -1, &w, &r), SEL_OK);
+        assert_int_equal(w, 0);
+    }
+    sel_free(s);
+}
+
+/* A huge heartbeat and missed count saturate instead of overflowing. */
+static void test_liveness_saturates(void **state)
+{
+    struct sel *s = sel_new(UINT_MAX, 16);
+    struct busy_thresholds t = unset();
+    struct admit_load m = load(0, 0);
+    int w;
+    unsigned r;
+
+    (void) state;
+    sel_add_worker(s);
+    m.heartbeat_ms = ADMIT_LOAD_INT_MAX;
+    sel_message(s, 0, &m, INT64_MAX - 10);
+    assert_true(sel_alive(s, 0, INT64_MAX));
+    sel_message(s, 0, &m, 0);
+    assert_true(sel_alive(s, 0, INT64_MAX));
+    assert_int_equal(sel_pick(s, INT64_MAX, 1, &t, -1, -1, &w, &r), SEL_OK);
+    sel_free(s);
+    /* At the earliest time, a worker never heard from reads as alive; it has no rank to
+     * book, so it is never chosen. */
+    s = sel_new(3, 16);
+    sel_add_worker(s);
+    assert_int_equal(sel_pick(s, INT64_MIN, 1, &t, -1, -1, &w, &r), SEL_ALL_BUSY);
+    sel_free(s);
+}
+
+/* Alive but not a candidate (overloaded, excluded) is "all busy", never "no worker". */
+static void test_all_busy_not_no_worker(void **state)
+{
+    struct sel *s = view(1, 1);
+    struct busy_thresholds t = unset();
+    int w;
+    unsigned r;
+
+    (void) state;
+    sel_mark_overloaded(s, 0, 500);
+    assert_false(sel_routable(s, 0, 100));
+    assert_true(sel_alive(s, 0, 100));
+    assert_int_equal(sel_pick(s, 100, 10, &t, -1, -1, &w, &r), SEL_ALL_BUSY);
+    assert_int_equal(sel_pick(s, 499, 10, &t, -1, -1, &w, &r), SEL_ALL_BUSY);
+    assert_int_equal(sel_pick(s, 500, 10, &t, -1, -1, &w, &r), SEL_OK); /* the skip is over */
+    assert_true(sel_routable(s, 0, 500));
+    sel_mark_overloaded(s, 0, 2000);
+    message(s, 0, 0, 100); /* its own word replaces the guess */
+    assert_int_equal(sel_pick(s, 100, 10, &t, -1, -1, &w, &r), SEL_OK);
+    assert_int_equal(sel_pick(s, 100, 10, &t, 0, -1, &w, &r), SEL_ALL_BUSY); /* excluded */
+    sel_add_worker(s);
+    message(s, 1, 0, 100);
+    for (int i = 0; i < 3; i++) {
+        assert_int_equal(sel_pick(s, 100, 10, &t, 0, -1, &w, &r), SEL_OK);
+        assert_int_equal(w, 1);
+    }
+    sel_mark_overloaded(s, 1, 1000);
+    assert_int_equal(sel_pick(s, 100, 10, &t, 0, -1, &w, &r), SEL_ALL_BUSY);
+    assert_int_equal(sel_pick(s, 100, 10, &t, -1, -1, &w, &r), SEL_OK);
+    assert_int_equal(w, 0);
+    sel_free(s);
+}
+
+/* A pinned worker is judged alone: its lack of room is the answer, whoever else has room. */
+static void test_pinned(void **state)
+{
+    struct sel *s = view(2, 1);
+    struct busy_thresholds t = unset();
+    struct sel_booking b = {0};
+    int w;
+    unsigned r;
+
+    (void) state;
+    t.active_prefill_tokens_threshold = 100;
+    sel_book(s, &b, 0, 0, 80);
+    assert_int_equal(sel_pick(s, 0, 40, &t, -1, 0, &w, &r), SEL_ALL_BUSY);
+    assert_int_equal(sel_pick(s, 0, 20, &t, -1, 0, &w, &r), SEL_OK);
+    assert_int_equal(w, 0);
+    for (int i = 0; i < 3; i++) {
+        assert_int_equal(sel_pick(s, 0, 40, &t, -1, 1, &w, &r), SEL_OK);
+        assert_int_equal(w, 1);
+    }
+    /* Pinned, the worker is taken though another costs less: pinning is not a hint. */
+    sel_first_token(s, &b);
+    assert_int_equal(sel_pick(s, 0, 10, &t, -1, 0, &w, &r), SEL_OK);
+    assert_int_equal(w, 0);
+    sel_mark_overloaded(s, 0, 100);
+    assert_int_equal(sel_pick(s, 0, 10, &t, -1, 0, &w, &r), SEL_ALL_BUSY);
+    assert_int_equal(sel_pick(s, 0, 10, &t, -1, -1, &w, &r), SEL_OK);
+    assert_int_equal(w, 1);
+    /* Pinned and dead, or no such worker: no worker. */
+    assert_int_equal(sel_pick(s, 10000, 10, &t, -1, 1, &w, &r), SEL_NO_WORKER);
+    sel_add_worker(s);
+    assert_int_equal(sel_pick(s, 0, 10, &t, -1, 2, &w, &r), SEL_NO_WORKER);
+    assert_int_equal(sel_pick(s, 0, 10, &t, -1, 3, &w, &r), SEL_NO_WORKER);
+    sel_release(s, &b);
+    sel_free(s);
+}
+
+/* The monitor: a worker whose every rank is full by what it publishes is skipped; one free
+ * rank keeps it a candidate. */
+static void test_monitor_published(void **state)
+{
+    struct sel *s = view(2, 1);
+    struct busy_thresholds t = unset();
+    struct sel_booking b = {0};
+    struct admit_load m;
+    int w;
+    unsigned r;
+
+    (void) state;
+    t.active_decode_blocks_threshold = 0.5;
+    t.active_prefill_tokens_threshold = 1000;
+    t.active_prefill_tokens_threshold_frac = 0.9; /* 90 of the budget of 100 */
+    sel_book(s, &b, 1, 0, 48); /* w1 costs more by its booking, so w0 would win */
+    for (int signal = 0; signal < 4; signal++) {
+        m = load(0, 0);
+        if (signal == 0)
+            m.kv_used_blocks = 51;
+        else if (signal == 1)
+            m.active_decode_blocks = 51;
+        else if (signal == 2)
+            m.active_prefill_tokens = 91; /* the fraction */
+        else {
+            m.max_num_batched_tokens = 10000; /* a fraction of 9000: the absolute decides */
+            m.active_prefill_tokens = 1001;
+        }
+        sel_message(s, 0, &m, 0);
+        assert_true(sel_published_full(s, 0, &t));
+        for (int i = 0; i < 3; i++) {
+            assert_int_equal(sel_pick(s, 0, 16, &t, -1, -1, &w, &r), SEL_OK);
+            assert_int_equal(w, 1);
+        }
+        assert_int_equal(sel_pick(s, 0, 16, &t, 1, -1, &w, &r), SEL_ALL_BUSY);
+        /* At the threshold is not over. */
+        m = load(0, 0);
+        m.kv_used_blocks = 50;
+        m.active_decode_blocks = 50;
+        m.active_prefill_tokens = 90;
+        sel_message(s, 0, &m, 0);
+        assert_false(sel_published_full(s, 0, &t));
+        /* A candidate again (its published load makes it the dearer, so w1 is left out). */
+        assert_int_equal(sel_pick(s, 0, 16, &t, 1, -1, &w, &r), SEL_OK);
+        assert_int_equal(w, 0);
+    }
+    sel_release(s, &b);
+    sel_free(s);
+}
+
+/* A multi-rank worker is skipped only when every rank is full by what it publishes. */
+static void test_monitor_ranks(void **state)
+{
+    struct sel *s = view(1, 4);
+    struct busy_thresholds t = unset();
+    struct sel_rank_view v;
+    struct admit_load m;
+    int w;
+    unsigned r;
+
+    (void) state;
+    t.active_decode_blocks_threshold = 0.5;
+    for (unsigned i = 0; i < 3; i++) {
+        m = load(0, i);
+        m.kv_used_blocks = 60;
+        sel_message(s, 0, &m, 0);
+        assert_false(sel_published_full(s, 0, &t));
+        assert_int_equal(sel_pick(s, 0, 16, &t, -1, -1, &w, &r), SEL_OK);
+    }
+    sel_view(s, 0, 0, &t, &v);
+    assert_true(v.published);
+    assert_false(v.published_room);
+    assert_true(v.booked_room);
+    assert_int_equal(v.pub_kv_used_blocks, 60);
+    sel_view(s, 0, 3, &t, &v);
+    assert_true(v.published_room);
+    m = load(0, 3);
+    m.active_decode_blocks = 60;
+    sel_message(s, 0, &m, 0);
+    assert_true(sel_published_full(s, 0, &t));
+    assert_int_equal(sel_pick(s, 0, 16, &t, -1, -1, &w, &r), SEL_ALL_BUSY);
+    m.active_decode_blocks = ADMIT_LOAD_UNKNOWN; /* unknown load is room */
+    sel_message(s, 0, &m, 0);
+    assert_false(sel_published_full(s, 0, &t));
+    assert_int_equal(sel_pick(s, 0, 16, &t, -1, -1, &w, &r), SEL_OK);
+    sel_free(s);
+}
+
+/* New thresholds are in force from the next pick: for the monitor and for the projection. */
+static void test_thresholds_change(void **state)
+{
+    struct sel *s = view(1, 1);
+    struct busy_thresholds t = unset();
+    struct sel_booking b[2];
+    struct admit_load m = load(0, 0);
+    int w;
+    unsigned r;
+
+    (void) state;
+    memset(b, 0, sizeof b);
+    m.kv_used_blocks = 70;
+    sel_message(s, 0, &m, 0);
+    t.active_decode_blocks_threshold = 0.5;
+    assert_int_equal(sel_pick(s, 0, 16, &t, -1, -1, &w, &r), SEL_ALL_BUSY);
+    t.active_decode_blocks_threshold = 0.8;
+    assert_int_equal(sel_pick(s, 0, 16, &t, -1, -1, &w, &r), SEL_OK);
+    t.active_decode_blocks_threshold = 0.6;
+    assert_int_equal(sel_pick(s, 0, 16, &t, -1, -1, &w, &r), SEL_ALL_BUSY);
+    t.active_decode_blocks_threshold = NAN;
+    assert_int_equal(sel_pick(s, 0, 16, &t, -1, -1, &w, &r), SEL_OK);
+    t.active_prefill_tokens_threshold = 100;
+    pick_book(s, &t, 40, &b[0]);
+    pick_book(s, &t, 40, &b[1]);
+    assert_int_equal(sel_pick(s, 0, 40, &t, -1, -1, &w, &r), SEL_ALL_BUSY);
+    t.active_prefill_tokens_threshold = 120;
+    assert_int_equal(sel_pick(s, 0, 40, &t, -1, -1, &w, &r), SEL_OK);
+    t.active_prefill_tokens_threshold_frac = 0.5; /* 50 of 100, the tighter */
+    assert_int_equal(sel_pick(s, 0, 40, &t, -1, -1, &w, &r), SEL_ALL_BUSY);
+    assert_true(sel_published_full(s, 0, &t) == 0); /* the monitor: 70 blocks, no signal */
+    for (int i = 0; i < 2; i++)
+        sel_release(s, &b[i]);
+    sel_free(s);
+}
+
+/* Bookings use the worker's own block size, or the default when it does not say. */
+static void test_block_size(void **state)
+{
+    struct sel *s = sel_new(3, 8);
+    struct busy_thresholds t = unset();
+    struct sel_booking b = {0};
+    struct sel_rank_view v;
+    struct admit_load m;
+
+    (void) state;
+    sel_add_worker(s);
+    sel_add_worker(s);
+    m = load(0, 0);
+    m.kv_block_size = 32;
+    sel_message(s, 0, &m, 0);
+    m = load(1, 0);
+    m.kv_block_size = ADMIT_LOAD_UNKNOWN;
+    sel_message(s, 1, &m, 0);
+    sel_view(s, 0, 0, &t, &v);
+    assert_int_equal(v.block_size, 32);
+    assert_int_equal(v.capacity.kv_block_size, 32);
+    sel_view(s, 1, 0, &t, &v);
+    assert_int_equal(v.block_size, 8);
+    sel_book(s, &b, 0, 0, 33); /* ceil(33 / 32) */
+    assert_int_equal(booked_of(s, 0, 0).decode_blocks, 2);
+    sel_release(s, &b);
+    sel_book(s, &b, 1, 0, 33); /* ceil(33 / 8) */
+    assert_int_equal(booked_of(s, 1, 0).decode_blocks, 5);
+    sel_release(s, &b);
+    sel_book(s, &b, 0, 0, 32); /* exactly one block */
+    assert_int_equal(booked_of(s, 0, 0).decode_blocks, 1);
+    sel_release(s, &b);
+    sel_book(s, &b, 0, 0, 0); /* an empty prompt books nothing but the request */
+    assert_int_equal(booked_of(s, 0, 0).decode_blocks, 0);
+    assert_int_equal(booked_of(s, 0, 0).requests, 1);
+    sel_release(s, &b);
+    /* A restart with another block size books with the new one. */
+    m = load(0, 0);
+    m.kv_block_size = 64;
+    sel_message(s, 0, &m, 0);
+    sel_book(s, &b, 0, 0, 65);
+    assert_int_equal(booked_of(s, 0, 0).decode_blocks, 2);
+    sel_release(s, &b);
+    /* The decode projection counts blocks of each worker's size: 0.5 of 100 is 50 blocks;
+     * with one block booked on each, 49 more are 3136 tokens of 64 on w0 but 392 of 8 on w1. */
+    t.active_decode_blocks_threshold = 0.5;
+    {
+        struct sel_booking one[2] = {{0}, {0}};
+        int w;
+        unsigned r;
+
+        sel_book(s, &one[0], 0, 0, 1);
+        sel_book(s, &one[1], 1, 0, 1);
+        assert_int_equal(sel_pick(s, 0, 3136, &t, -1, 0, &w, &r), SEL_OK);
+        assert_int_equal(sel_pick(s, 0, 3137, &t, -1, 0, &w, &r), SEL_ALL_BUSY);
+        assert_int_equal(sel_pick(s, 0, 392, &t, -1, 1, &w, &r), SEL_OK);
+        assert_int_equal(sel_pick(s, 0, 393, &t, -1, 1, &w, &r), SEL_ALL_BUSY);
+        sel_release(s, &one[0]);
+        sel_release(s, &one[1]);
+    }
+    sel_free(s);
+}
+
+/* Restarts with ever new block sizes: each booking and each pass use the size the rank has
+ * now, and the other ranks keep theirs. */
+static void test_block_size_restarts(void **state)
+{
+    struct sel *s = view(3, 2);
+    struct busy_thresholds t = unset();
+    struct sel_booking b = {0}, keep = {0};
+    struct admit_load m;
+    int w;
+    unsigned r;
+
+    (void) state;
+    sel_book(s, &keep, 2, 1, 100); /* held across every restart: 7 blocks of 16 */
+    for (int64_t bs = 1; bs <= 200; bs++) {
+        int64_t blocks = (1000 + bs - 1) / bs;
+
+        m = load(0, 1);
+        m.kv_block_size = bs;
+        sel_message(s, 0, &m, 0);
+        sel_book(s, &b, 0, 1, 1000);
+        assert_int_equal(booked_of(s, 0, 1).decode_blocks, blocks);
+        sel_release(s, &b);
+        sel_book(s, &b, 1, 0, 1000); /* another worker, 16 all along: ceil(1000 / 16) */
+        assert_int_equal(booked_of(s, 1, 0).decode_blocks, 63);
+        sel_release(s, &b);
+        /* Both ranks of w0 idle: rank 0 costs 1000 / 16 + 63 = 125.5 blocks, rank 1
+         * 1000 / bs + blocks, the lower winning and rank 0 a tie (bs 16 alone). */
+        assert_int_equal(sel_pick(s, 0, 1000, &t, -1, 0, &w, &r), SEL_OK);
+        assert_int_equal(r, 1000.0 / (double) bs + (double) blocks < 125.5 ? 1 : 0);
+    }
+    assert_int_equal(booked_of(s, 2, 1).decode_blocks, 7);
+    sel_release(s, &keep);
+    /* Two sizes side by side after all those: the lower cost in blocks wins. w0 has blocks of
+     * 64 on both ranks: a prompt of 16 adds 16 / 64 + 1 = 1.25 blocks. */
+    m = load(0, 0);
+    m.kv_block_size = 64;
+    sel_message(s, 0, &m, 0);
+    m = load(0, 1);
+    m.kv_block_size = 64;
+    sel_message(s, 0, &m, 0);
+    sel_book(s, &b, 1, 0, 16); /* w1 rank 0 holds 1 + 1 blocks: rank 1 is its cheaper */
+    assert_int_equal(sel_pick(s, 0, 16, &t, 1, -1, &w, &r), SEL_OK);
+    assert_int_equal(w, 0); /* 1.25 blocks, against 2 on idle w2 */
+    assert_int_equal(r, 0);
+    assert_int_equal(sel_pick(s, 0, 16, &t, 0, -1, &w, &r), SEL_OK);
+    /* 2 blocks on w1's rank 1 or on w2's rank 0, 4 on w1's rank 0 */
+    assert_true((w == 1 && r == 1) || (w == 2 && r == 0));
+    sel_release(s, &b);
+    sel_free(s);
+}
+
+/* Cost in blocks, as Dynamo's: prefill tokens / block size + decode blocks, so a block of 64
+ * tokens weighs as one of 16. */
+static void test_cost_in_blocks(void **state)
+{
+    struct sel *s = view(2, 1);
+    struct busy_thresholds t = unset();
+    struct sel_booking a = {0}, b = {0};
+    struct admit_load m = load(0, 0);
+    int w;
+    unsigned r;
+
+    (void) state;
+    m.kv_block_size = 64;
+    sel_message(s, 0, &m, 0);
+    sel_book(s, &a, 0, 0, 64); /* 1 block of 64 tokens */
+    sel_first_token(s, &a);
+    sel_book(s, &b, 1, 0, 48); /* 3 blocks of 16 tokens: 48 < 64 */
+    sel_first_token(s, &b);
+    /* w0: 1 + 1 blocks of 64, plus 16 / 64 of prefill = 2.25; w1: 3 + 1 + 1 = 5. */
+    assert_int_equal(sel_pick(s, 0, 16, &t, -1, -1, &w, &r), SEL_OK);
+    assert_int_equal(w, 0);
+    sel_release(s, &a);
+    sel_release(s, &b);
+    sel_free(s);
+}
+
+/* No threshold set: no load, booked or published, refuses a request. */
+static void test_unset_admits(void **state)
+{
+    struct sel *s = view(1, 1);
+    struct busy_thresholds t = unset();
+    struct sel_booking b[64];
+    struct admit_load m = load(0, 0);
+    int w;
+    unsigned r;
+
+    (void) state;
+    memset(b, 0, sizeof b);
+    m.kv_used_blocks = 100;
+    m.active_decode_blocks = 1000;
+    m.active_prefill_tokens = 1000000;
+    sel_message(s, 0, &m, 0);
+    assert_false(sel_published_full(s, 0, &t));
+    for (int i = 0; i < 64; i++)
+        pick_book(s, &t, 100000, &b[i]);
+    assert_int_equal(booked_of(s, 0, 0).prefill_tokens, 6400000);
+    assert_int_equal(sel_pick(s, 0, INT64_C(1) << 40, &t, -1, -1, &w, &r), SEL_OK);
+    t.active_prefill_tokens_threshold = 1000000000; /* a set one would refuse */
+    assert_int_equal(sel_pick(s, 0, INT64_C(1) << 40, &t, -1, -1, &w, &r), SEL_ALL_BUSY);
+    for (int i = 0; i < 64; i++)
+        sel_release(s, &b[i]);
+    sel_free(s);
+}
+
+/* Ranks 0..SEL_MAX_RANKS-1 are kept; a message of any other rank is ignored whole. */
+static void test_rank_limit(void **state)
+{
+    struct sel *s = sel_new(3, 16);
+    struct busy_thresholds t = unset();
+    struct admit_load m = load(0, SEL_MAX_RANKS);
+    int w;
+    unsigned r;
+
+    (void) state;
+    sel_add_worker(s);
+    sel_message(s, 0, &m, 0);
+    assert_int_equal(sel_ranks(s, 0), 1);
+    assert_false(sel_alive(s, 0, 0)); /* not even a heartbeat */
+    m.dp_rank = -1;
+    sel_message(s, 0, &m, 0);
+    assert_false(sel_alive(s, 0, 0));
+    assert_int_equal(sel_pick(s, 0, 10, &t, -1, -1, &w, &r), SEL_NO_WORKER);
+    m.dp_rank = SEL_MAX_RANKS - 1;
+    sel_message(s, 0, &m, 0);
+    assert_int_equal(sel_ranks(s, 0), SEL_MAX_RANKS);
+    assert_true(sel_alive(s, 0, 0));
+    assert_int_equal(sel_pick(s, 0, 10, &t, -1, -1, &w, &r), SEL_OK);
+    m.dp_rank = SEL_MAX_RANKS + 1;
+    m.state = ADMIT_LOAD_DRAINING; /* ignored: the worker stays serving */
+    sel_message(s, 0, &m, 0);
+    assert_int_equal(sel_ranks(s, 0), SEL_MAX_RANKS);
+    assert_true(sel_alive(s, 0, 0));
+    sel_free(s);
+}
+
+/* A rank the worker has not reported is shown unknown and free. */
+static void test_view_unknown_rank(void **state)
+{
+    struct sel *s = view(1, 1);
+    struct busy_thresholds t = unset();
+    struct sel_rank_view v;
+
+    (void) state;
+    sel_view(s, 0, 5, &t, &v);
+    assert_false(v.published);
+    assert_int_equal(v.capacity.kv_total_blocks, -1);
+    assert_int_equal(v.pub_decode_blocks, -1);
+    assert_int_equal(v.block_size, 16);
+    assert_true(v.booked_room);
+    assert_true(v.published_room);
+    sel_view(s, 0, 0, &t, &v);
+    assert_true(v.published);
+    assert_int_equal(v.capacity.kv_total_blocks, 100);
+    assert_int_equal(v.capacity.max_num_batched_tokens, 100);
+    sel_free(s);
+}
+
+/* Workers that grow rank by rank, interleaved as their messages arrive, keep each rank's
+ * load and cost where the pass finds it (the shots move as workers grow, and are laid out
+ * again when enough have moved). */
+static void test_workers_grow(void **state)
+{
+    enum { WORKERS = 40, RANKS = 4 };
+    struct sel *s = sel_new(3, 16);
+    struct busy_thresholds t = unset();
+    struct sel_booking b[WORKERS][RANKS];
+    int w;
+    unsigned r;
+
+    (void) state;
+    memset(b, 0, sizeof b);
+    for (int k = 0; k < WORKERS; k++)
+        sel_add_worker(s);
+    for (unsigned j = 0; j < RANKS; j++)
+        for (int k = 0; k < WORKERS; k++) {
+            struct admit_load m = load(k, j);
+
+            m.kv_block_size = k % 3 ? 16 : 32;
+            sel_message(s, k, &m, 0);
+            /* Booked as it grows: rank (RANKS - k % RANKS) % RANKS ends up the cheapest. */
+            sel_book(s, &b[k][j], k, j, 100 + (int64_t) ((j + (unsigned) k) % RANKS) * 10);
+        }
+    for (int k = 0; k < WORKERS; k++) {
+        assert_int_equal(sel_ranks(s, k), RANKS);
+        for (unsigned j = 0; j < RANKS; j++)
+            assert_int_equal(booked_of(s, k, j).prefill_tokens,
+                             100 + (int64_t) ((j + (unsigned) k) % RANKS) * 10);
+        assert_int_equal(sel_pick(s, 0, 1, &t, -1, k, &w, &r), SEL_OK);
+        assert_int_equal(w, k);
+        assert_int_equal(r, (RANKS - (unsigned) k % RANKS) % RANKS);
+    }
+    for (int k = 0; k < WORKERS; k++)
+        for (unsigned j = 0; j < RANKS; j++) {
+            sel_release(s, &b[k][j]);
+            assert_int_equal(booked_of(s, k, j).prefill_tokens, 0);
+            assert_int_equal(booked_of(s, k, j).decode_blocks, 0);
+        }
+    sel_free(s);
+}
+
+/* Many overlapping bookings, with every release path, leave every gauge at 0. */
+static void test_many_cycles(void **state)
+{
+    enum { WORKERS = 5, RANKS = 3, LIVE = 37 };
+    struct sel *s = view(WORKERS, RANKS);
+    struct busy_thresholds t = unset();
+    struct sel_booking live[LIVE];
+    uint32_t x = 12345;
+    int64_t peak = 0;
+
+    (void) state;
+    memset(live, 0, sizeof live);
+    t.active_decode_blocks_threshold = 0.95;
+    sel_track_output(s, 1);
+    for (int i = 0; i < 20000; i++) {
+        struct sel_booking *b = &live[i % LIVE];
+        int w;
+        unsigned r;
+        int64_t prompt;
+
+        x = x * 1103515245u + 12345u;
+        prompt = (int64_t) (x >> 16) % 300;
+        sel_release(s, b); /* the oldest of the ring ends */
+        if (sel_pick(s, 0, prompt, &t, (int) (x % (WORKERS + 1)) - 1, -1, &w, &r) == SEL_OK)
+            sel_book(s, b, w, r, prompt);
+        if (x & 1)
+            sel_first_token(s, b);
+        if (x & 2)
+            sel_output(s, b, (x >> 8) % 40);
+        for (int k = 0; k < WORKERS; k++)
+            for (unsigned j = 0; j < RANKS; j++) {
+                struct busy_load l = booked_under(s, k, j, &t);
+
+                assert_true(l.prefill_tokens >= 0);
+                assert_true(l.decode_blocks >= 0);
+                assert_true(l.requests >= 0);
+                if (l.decode_blocks > peak)
+                    peak = l.decode_blocks;
+            }
+    }
+    assert_true(peak > 0); /* something was booked */
+    for (int i = 0; i < LIVE; i++)
+        sel_release(s, &live[i]);
+    for (int k = 0; k < WORKERS; k++)
+        for (unsigned j = 0; j < RANKS; j++) {
+            struct busy_load l = booked_of(s, k, j);
+
+            assert_int_equal(l.prefill_tokens, 0);
+            assert_int_equal(l.decode_blocks, 0);
+            assert_int_equal(l.requests, 0);
+        }
+    sel_free(s);
+}
+
+/* The cost starts from the larger of booked and published load: a worker that publishes
+ * what another router sent it is dearer, though this router booked nothing there; and our
+ * own booking counts before the worker publishes it. */
+static void test_cost_counts_published(void **state)
+{
+    struct sel *s = view(2, 1);
+    struct busy_thresholds t = unset();
+    struct sel_booking b = {0};
+    struct admit_load m = load(0, 0);
+    int w;
+    unsigned r;
+
+    (void) state;
+    m.kv_used_blocks = 30; /* another router's traffic */
+    sel_message(s, 0, &m, 0);
+    for (int i = 0; i < 4; i++) {
+        assert_int_equal(sel_pick(s, 0, 16, &t, -1, -1, &w, &r), SEL_OK);
+        assert_int_equal(w, 1);
+    }
+    sel_book(s, &b, 1, 0, 640); /* 40 blocks + 40 of prefill, not yet published by w1 */
+    assert_int_equal(sel_pick(s, 0, 16, &t, -1, -1, &w, &r), SEL_OK);
+    assert_int_equal(w, 0);
+    m = load(1, 0);
+    m.active_decode_blocks = 10; /* w1 publishes less than we booked: the booking counts */
+    sel_message(s, 1, &m, 0);
+    assert_int_equal(sel_pick(s, 0, 16, &t, -1, -1, &w, &r), SEL_OK);
+    assert_int_equal(w, 0);
+    sel_first_token(s, &b); /* 40 blocks left on w1, 30 published on w0 */
+    assert_int_equal(sel_pick(s, 0, 16, &t, -1, -1, &w, &r), SEL_OK);
+    assert_int_equal(w, 0);
+    sel_release(s, &b);
+    assert_int_equal(sel_pick(s, 0, 16, &t, -1, -1, &w, &r), SEL_OK);
+    assert_int_equal(w, 1);
+    sel_free(s);
+}
+
+/* No thresholds (NULL, a GET): any live worker, whatever its booked or published load, and
+ * the limits kept for the thresholds last used stay as they were. */
+static void test_no_thresholds_null(void **state)
+{
+    struct sel *s = view(1, 1);
+    struct busy_thresholds t = unset();
+    struct sel_booking b = {0};
+    struct admit_load m = load(0, 0);
+    int w;
+    unsigned r;
+
+    (void) state;
+    t.active_prefill_tokens_threshold = 10;
+    sel_book(s, &b, 0, 0, 100);
+    assert_int_equal(sel_pick(s, 0, 1, &t, -1, -1, &w, &r), SEL_ALL_BUSY);
+    assert_int_equal(sel_pick(s, 0, 0, NULL, -1, -1, &w, &r), SEL_OK);
+    assert_int_equal(sel_pick(s, 0, 1, &t, -1, -1, &w, &r), SEL_ALL_BUSY);
+    sel_release(s, &b);
+    m.active_prefill_tokens = 1000; /* full by what it publishes */
+    sel_message(s, 0, &m, 0);
+    assert_int_equal(sel_pick(s, 0, 1, &t, -1, -1, &w, &r), SEL_ALL_BUSY);
+    assert_int_equal(sel_pick(s, 0, 0, NULL, -1, -1, &w, &r), SEL_OK);
+    /* Draining, or silent too long, is out whatever the thresholds. */
+    m.state = ADMIT_LOAD_DRAINING;
+    sel_message(s, 0, &m, 0);
+    assert_int_equal(sel_pick(s, 0, 0, NULL, -1, -1, &w, &r), SEL_NO_WORKER);
+    m.state = ADMIT_LOAD_SERVING;
+    sel_message(s, 0, &m, 0);
+    assert_int_equal(sel_pick(s, 100000, 0, NULL, -1, -1, &w, &r), SEL_NO_WORKER);
     sel_free(s);
 }
 
@@ -64,6 +1138,32 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_book_release),
+        cmocka_unit_test(test_release_points),
+        cmocka_unit_test(test_lowest_cost),
+        cmocka_unit_test(test_lowest_cost_rank),
+        cmocka_unit_test(test_cheapest_rank_without_room),
+        cmocka_unit_test(test_ties_rotate),
+        cmocka_unit_test(test_output_blocks),
+        cmocka_unit_test(test_projection_reject),
+        cmocka_unit_test(test_projection_is_has_room),
+        cmocka_unit_test(test_projection_spills),
+        cmocka_unit_test(test_no_worker),
+        cmocka_unit_test(test_liveness_saturates),
+        cmocka_unit_test(test_all_busy_not_no_worker),
+        cmocka_unit_test(test_pinned),
+        cmocka_unit_test(test_monitor_published),
+        cmocka_unit_test(test_monitor_ranks),
+        cmocka_unit_test(test_thresholds_change),
+        cmocka_unit_test(test_block_size),
+        cmocka_unit_test(test_block_size_restarts),
+        cmocka_unit_test(test_cost_in_blocks),
+        cmocka_unit_test(test_cost_counts_published),
+        cmocka_unit_test(test_no_thresholds_null),
+        cmocka_unit_test(test_unset_admits),
+        cmocka_unit_test(test_rank_limit),
+        cmocka_unit_test(test_view_unknown_rank),
+        cmocka_unit_test(test_workers_grow),
+        cmocka_unit_test(test_many_cycles),
     };
 
     return cmocka_run_group_tests(tests, NULL, NULL);
