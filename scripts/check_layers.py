@@ -37,6 +37,7 @@ MAY_INCLUDE = {
     "tests/unit/router": {"admit", "core", "router", "tests"},
     "tests/unit/admitd": {"admit", "core", "admitd", "tests"},
     "fuzz": {"admit", "core"},
+    "tests/bench": {"admit", "core", "router"},  # the selection bench: the pure modules only
 }
 
 # System headers, by what they are.
@@ -66,6 +67,8 @@ FORBIDDEN = {
     "tests/unit/admitd": [(LIBEVENT, "admitd's unit tests link only its pure modules"),
                           (NNG, "admitd's unit tests link only its pure modules")],
     "fuzz": [(LIBEVENT, "the fuzzed parsers are pure"), (NNG, "the fuzzed parsers are pure")],
+    "tests/bench": [(LIBEVENT, "the selection bench opens no socket"),
+                    (NNG, "the selection bench opens no socket")],
 }
 
 # Modules of the public headers.
@@ -74,7 +77,7 @@ PUBLIC = {"admit/gate.h": "lib/core/gate", "admit/load.h": "lib/core/load"}
 
 def sources(root):
     out = []
-    for top in ("include/admit", "lib", "src", "tests/unit", "fuzz"):
+    for top in ("include/admit", "lib", "src", "tests/unit", "tests/bench", "fuzz"):
         for dirpath, _, names in os.walk(os.path.join(root, top)):
             for n in sorted(names):
                 if n.endswith((".c", ".h")):
@@ -88,6 +91,8 @@ def layer_of(path):
         return parts[0] + "/" + parts[1]
     if parts[0] == "include":
         return "include/admit"
+    if parts[0] == "tests" and parts[1] == "bench":
+        return "tests/bench"
     if parts[0] == "tests" and len(parts) > 3:
         return "tests/unit/" + parts[2]
     return parts[0]

@@ -314,8 +314,7 @@ static struct upstream *choose(struct pxreq *x)
 
     if (px->route.pick == NULL)
         return px->up;
-    up = px->route.pick(px->route.arg, x, &x->req, x->retried ? x->up : NULL, &status, &msg,
-                        &busy);
+    up = px->route.pick(px->route.arg, x, &x->req, x->retried ? x->up : NULL, &status, &msg, &busy);
     if (up == NULL) {
         if (busy)
             proxy_answer_error(x, status, "overloaded_error", msg, px_retry_after(px), "all-busy",
