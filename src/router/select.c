@@ -259,14 +259,17 @@ static struct busy_load booked(const struct srank *r)
  * room (a rank never heard from is free). */
 static void judge_published(struct sel *s, struct sworker *w)
 {
+    static const struct busy_load never = {-1, -1, -1, 0}; /* not heard from: room */
     const struct srank *ranks = cold(s, w);
-    int full = w->nranks > 0;
+    struct busy_load rows[SEL_MAX_RANKS];
+    struct busy_capacity caps[SEL_MAX_RANKS];
+    int full;
 
-    for (unsigned i = 0; i < w->nranks && full; i++) {
-        struct busy_load l = published(&ranks[i]);
-        if (!ranks[i].have_pub || busy_within(&l, &ranks[i].lim))
-            full = 0;
+    for (unsigned i = 0; i < w->nranks; i++) {
+        rows[i] = ranks[i].have_pub ? published(&ranks[i]) : never;
+        caps[i] = ranks[i].cap;
     }
+    full = worker_is_full(rows, caps, w->nranks, &s->t); /* the one rule, core/busy.h */
     w->pub_full = (uint8_t) full;
     w->out = (uint8_t) ((w->draining || w->nranks == 0 ? SEL_OUT_ALWAYS : 0) |
                         (full ? SEL_OUT_FULL : 0));
