@@ -8,6 +8,7 @@ Each folder is a layer and may include only the layers beneath it:
     lib/pubsub   load messages over nng                         -> core
     lib/daemon   what admitd and admit-router share above the HTTP seam -> core, http, pubsub
     src/<prog>   one folder per program, with its main          -> any lib/ layer
+    examples/<x> code written against the public API alone        -> include/admit
 
 evhttp and the libevent buffer headers appear only in lib/http (and in the mock engine, a
 program of its own); nng only in lib/pubsub; and no two modules include each other, directly
@@ -38,6 +39,8 @@ MAY_INCLUDE = {
     "tests/unit/admitd": {"admit", "core", "admitd", "tests"},
     "fuzz": {"admit", "core"},
     "tests/bench": {"admit", "core", "router"},  # the selection bench: the pure modules only
+    # A plugin is built from the public header alone: it links against nothing of ours.
+    "examples/classifier": {"admit"},
 }
 
 # System headers, by what they are.
@@ -69,15 +72,18 @@ FORBIDDEN = {
     "fuzz": [(LIBEVENT, "the fuzzed parsers are pure"), (NNG, "the fuzzed parsers are pure")],
     "tests/bench": [(LIBEVENT, "the selection bench opens no socket"),
                     (NNG, "the selection bench opens no socket")],
+    "examples/classifier": [(LIBEVENT, "a classifier plugin sees only admit/classify.h"),
+                            (NNG, "a classifier plugin sees only admit/classify.h")],
 }
 
 # Modules of the public headers.
-PUBLIC = {"admit/gate.h": "lib/core/gate", "admit/load.h": "lib/core/load"}
+PUBLIC = {"admit/gate.h": "lib/core/gate", "admit/load.h": "lib/core/load",
+          "admit/classify.h": "src/router/classify"}
 
 
 def sources(root):
     out = []
-    for top in ("include/admit", "lib", "src", "tests/unit", "tests/bench", "fuzz"):
+    for top in ("include/admit", "lib", "src", "tests/unit", "tests/bench", "fuzz", "examples"):
         for dirpath, _, names in os.walk(os.path.join(root, top)):
             for n in sorted(names):
                 if n.endswith((".c", ".h")):
@@ -87,7 +93,7 @@ def sources(root):
 
 def layer_of(path):
     parts = path.split("/")
-    if parts[0] in ("lib", "src") and len(parts) > 2:
+    if parts[0] in ("lib", "src", "examples") and len(parts) > 2:
         return parts[0] + "/" + parts[1]
     if parts[0] == "include":
         return "include/admit"

@@ -684,3 +684,31 @@ void sel_view(struct sel *s, int wi, unsigned ri, const struct busy_thresholds *
     pl = published(r);
     out->published_room = !r->have_pub || busy_within(&pl, &r->lim);
 }
+
+void sel_booked(const struct sel *s, int wi, unsigned ri, struct busy_load *booked_out,
+                struct busy_capacity *cap)
+{
+    const struct sworker *w = &s->w[wi];
+
+    if (ri >= w->nranks) {
+        static const struct busy_load none = {0, 0, 0, 0};
+
+        *booked_out = none;
+        cap->max_num_batched_tokens = cap->kv_total_blocks = cap->kv_block_size = -1;
+        return;
+    }
+    *booked_out = booked(&cold(s, w)[ri]);
+    *cap = cold(s, w)[ri].cap;
+}
+
+int sel_room(struct sel *s, int64_t now_ms, int64_t prompt_tokens, const struct busy_thresholds *t)
+{
+    int rr = s->rr, w;
+    unsigned r;
+    enum sel_result res = sel_pick(s, now_ms, prompt_tokens, t, -1, -1, &w, &r);
+
+    /* The same pass as a pick, so that the answer cannot drift from selection's; but asking
+     * is not choosing, so the next pick starts where it would have. */
+    s->rr = rr;
+    return res == SEL_OK;
+}

@@ -111,5 +111,13 @@ unsigned sel_ranks(const struct sel *s, int w);
 /** fills out for rank r of worker w, judged under t */
 void sel_view(struct sel *s, int w, unsigned r, const struct busy_thresholds *t,
               struct sel_rank_view *out);
+/** the load this router booked on rank r of worker w and the rank's capacity; a rank not
+ *  heard from yet has nothing booked and unknown capacity */
+void sel_booked(const struct sel *s, int w, unsigned r, struct busy_load *booked,
+                struct busy_capacity *cap);
+/** 1 when sel_pick(s, now_ms, prompt_tokens, t, -1, -1, ...) would find a worker, without
+ *  choosing one: the turn of ties stays where it was (a classifier's "room anywhere?"); like
+ *  any pass under new thresholds, it recomputes the limits kept per rank */
+int sel_room(struct sel *s, int64_t now_ms, int64_t prompt_tokens, const struct busy_thresholds *t);
 
 #endif
