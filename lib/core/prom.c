@@ -76,12 +76,12 @@ void prom_hist_observe(struct prom_hist *h, double v)
     h->sum += v;
 }
 
-void prom_hist_write(struct buf *b, const char *name, const char *help, const struct prom_hist *h)
+void prom_hist_samples(struct buf *b, const char *name, const char *labels,
+                       const struct prom_hist *h)
 {
     char sample[128];
     uint64_t cum = 0;
 
-    prom_family(b, name, "histogram", help);
     snprintf(sample, sizeof sample, "%s_bucket", name);
     for (size_t i = 0; i <= h->nbounds; i++) {
         struct buf le;
@@ -93,12 +93,20 @@ void prom_hist_write(struct buf *b, const char *name, const char *help, const st
         else
             strcpy(bound, "+Inf");
         buf_init(&le);
+        if (labels != NULL && labels[0] != '\0')
+            buf_printf(&le, "%s", labels);
         prom_label(&le, "le", bound);
         prom_sample(b, sample, le.data, (double) cum);
         buf_free(&le);
     }
     snprintf(sample, sizeof sample, "%s_sum", name);
-    prom_sample(b, sample, NULL, h->sum);
+    prom_sample(b, sample, labels, h->sum);
     snprintf(sample, sizeof sample, "%s_count", name);
-    prom_sample(b, sample, NULL, (double) h->count);
+    prom_sample(b, sample, labels, (double) h->count);
+}
+
+void prom_hist_write(struct buf *b, const char *name, const char *help, const struct prom_hist *h)
+{
+    prom_family(b, name, "histogram", help);
+    prom_hist_samples(b, name, NULL, h);
 }

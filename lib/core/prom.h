@@ -35,6 +35,10 @@ void prom_label(struct buf *labels, const char *key, const char *value);
 void prom_hist_init(struct prom_hist *h, const double *bounds, size_t nbounds);
 /** records one observation */
 void prom_hist_observe(struct prom_hist *h, double v);
+/** writes one histogram's _bucket, _sum and _count samples, with labels (NULL or a
+ *  pre-rendered list) on each; the family's HELP and TYPE are the caller's */
+void prom_hist_samples(struct buf *b, const char *name, const char *labels,
+                       const struct prom_hist *h);
 /** writes a histogram family (HELP, TYPE, _bucket, _sum, _count) */
 void prom_hist_write(struct buf *b, const char *name, const char *help, const struct prom_hist *h);
 

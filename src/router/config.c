@@ -93,6 +93,8 @@ static const struct opt_def opts[] = {
         CFG_DEF_DRAIN_TIMEOUT_MS, "on SIGTERM, how long requests in flight may take"),
     OPT("admin-token", "ADMIT_ROUTER_ADMIN_TOKEN", OPT_TOKEN, AT(admin_token), 0, 0, NULL,
         "bearer token for POST /busy_threshold (default: open, as Dynamo)"),
+    OPT("classifier-plugin", "ADMIT_ROUTER_CLASSIFIER_PLUGIN", OPT_PATH, AT(classifier_plugin), 0,
+        0, NULL, "a policy-class classifier to load (an absolute path to a shared object)"),
     OPT("log-level", "ADMIT_ROUTER_LOG_LEVEL", OPT_LOGLEVEL, AT(log_level), 0, 0, "info",
         "error, warn, info or debug"),
     OPT("log-format", "ADMIT_ROUTER_LOG_FORMAT", OPT_LOGFMT, AT(log_json), 0, 0, "text",

@@ -38,6 +38,7 @@ struct router_cfg {
     unsigned retry_after_s;         /* Retry-After on overload answers; 0 = estimate it */
     unsigned drain_timeout_ms;      /* on SIGTERM, wait this long for requests in flight */
     char admin_token[128];          /* "" = POST /busy_threshold open to anyone (Dynamo) */
+    char classifier_plugin[512];    /* a classifier's shared object ("" = none) */
     enum log_level log_level;
     int log_json;          /* log lines as JSON objects */
     int access_log;        /* one line per finished request */

@@ -131,7 +131,13 @@ int main(int argc, char **argv)
     app.px = proxy_new(base, &app.popts, NULL, &app.m);
     app.drain = drain_new(base, app.px, &app.m);
     /* The router's own admission: no cap, it counts and books what it sends. */
-    app.r = router_new(base, app.px, &app.m, cfg);
+    if ((app.r = router_new(base, app.px, &app.m, cfg)) == NULL) {
+        proxy_free(app.px);
+        drain_free(app.drain);
+        event_base_free(base);
+        router_cfg_free(&rcfg);
+        return 2;
+    }
     router_set_change_cb(app.r, on_change, &app);
     for (size_t i = 0; i < rcfg.models.n; i++)
         router_add_model(app.r, rcfg.models.items[i]);

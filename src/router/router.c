@@ -20,16 +20,6 @@
 /* A worker marked overloaded by its own 529 is skipped this long (or until it speaks). */
 #define OVERLOAD_MARK_MS 1000
 
-/* Per exchange, inside the proxy's allocation (zeroed at arrival). */
-struct rreq {
-    struct router *r;
-    int bypass;     /* GET, HEAD, OPTIONS: not booked, not judged by the thresholds */
-    int counted;    /* tokens and model are read, once per exchange */
-    int64_t tokens; /* prompt tokens, by admitd's counter */
-    char model[128];
-    struct sel_booking bk; /* what this exchange holds on its worker */
-};
-
 int64_t router_now_ms(void)
 {
     struct timespec ts;
@@ -55,6 +45,7 @@ static void on_message(void *arg, const void *msg, size_t len)
     if (strcmp(w->worker_id, m.worker_id) != 0)
         snprintf(w->worker_id, sizeof w->worker_id, "%s", m.worker_id);
     sel_message(w->r->sel, w->idx, &m, w->last_ms);
+    rq_kick(w->r); /* its room may have changed */
 }
 
 /* ---- admission: count and book every exchange ---------------------------------------- */
@@ -71,6 +62,8 @@ static void on_begin(void *arg, struct pxreq *x, const struct http_req *req)
     struct rreq *q = pxreq_state(x);
 
     q->r = r;
+    q->cls = -1;
+    q->pinned = -1;
     q->bypass = http_method_is_safe(req->method);
     if (q->bypass) {
         r->m->requests_bypass++;
@@ -79,12 +72,15 @@ static void on_begin(void *arg, struct pxreq *x, const struct http_req *req)
         r->m->inflight_nocap++;
 }
 
+/* Without policy classes every request goes on to selection; with them, it may wait. */
 static enum px_verdict on_arrive(void *arg, struct pxreq *x, const struct http_req *req)
 {
-    (void) arg;
-    (void) x;
-    (void) req;
-    return PX_FORWARD; /* nothing waits in the router (yet): a worker, or an answer */
+    return rq_arrive(arg, x, pxreq_state(x), req);
+}
+
+static void on_expired(void *arg, struct pxreq *x)
+{
+    rq_expired(arg, x, pxreq_state(x));
 }
 
 /* Booked in pick(); tell us of output to release the prefill and count blocks. */
@@ -103,9 +99,11 @@ static void on_output(void *arg, struct pxreq *x, int first, unsigned tokens)
     struct router *r = arg;
     struct rreq *q = pxreq_state(x);
 
-    if (first)
-        sel_first_token(r->sel, &q->bk);
     sel_output(r->sel, &q->bk, tokens);
+    if (first) {
+        sel_first_token(r->sel, &q->bk);
+        rq_kick(r); /* its prefill is over: room for a waiting request, perhaps */
+    }
 }
 
 /* Completion, error, cancel: whatever the outcome, the booking ends here. */
@@ -116,11 +114,13 @@ static void on_finish(void *arg, struct pxreq *x, enum outcome o)
 
     (void) o;
     sel_release(r->sel, &q->bk);
+    rq_finish(r, q);
     if (q->bypass)
         r->m->inflight_bypass--;
     else
         r->m->inflight_nocap--;
     changed(r);
+    rq_kick(r);
 }
 
 static int on_retry_after(void *arg)
@@ -195,6 +195,23 @@ static int index_of(const struct router *r, const struct upstream *up)
     return -1;
 }
 
+void router_read_request(struct router *r, struct rreq *q, const struct http_req *req)
+{
+    const char *pin;
+    struct tokcount tc;
+
+    if (q->counted)
+        return;
+    q->counted = 1;
+    model_of(req, q->model, sizeof q->model);
+    if (!q->bypass) {
+        tokcount_body(req->body, req->body_len, r->cfg->chars_per_token, &tc);
+        q->tokens = tc.tokens > INT64_MAX ? INT64_MAX : (int64_t) tc.tokens;
+    }
+    if ((pin = http_req_header(req, ROUTER_PIN_HEADER)) != NULL)
+        q->pinned = pinned_worker(r, pin) >= 0 ? pinned_worker(r, pin) : -2;
+}
+
 static struct upstream *pick(void *arg, struct pxreq *x, const struct http_req *req,
                              const struct upstream *exclude, int *status, const char **msg,
                              int *busy)
@@ -202,22 +219,13 @@ static struct upstream *pick(void *arg, struct pxreq *x, const struct http_req *
     struct router *r = arg;
     struct rreq *q = pxreq_state(x);
     struct busy_thresholds t, *tp = NULL;
-    const char *pin = http_req_header(req, ROUTER_PIN_HEADER);
-    int pinned = -1, w;
+    int w;
     unsigned rank;
 
-    if (!q->counted) {
-        struct tokcount tc;
-
-        q->counted = 1;
-        model_of(req, q->model, sizeof q->model);
-        if (!q->bypass) {
-            tokcount_body(req->body, req->body_len, r->cfg->chars_per_token, &tc);
-            q->tokens = tc.tokens > INT64_MAX ? INT64_MAX : (int64_t) tc.tokens;
-        }
-    }
-    if (pin != NULL && (pinned = pinned_worker(r, pin)) < 0) {
-        snprintf(r->msg, sizeof r->msg, "Server unavailable: no worker named %.128s", pin);
+    router_read_request(r, q, req);
+    if (q->pinned == -2) {
+        snprintf(r->msg, sizeof r->msg, "Server unavailable: no worker named %.128s",
+                 http_req_header(req, ROUTER_PIN_HEADER));
         *status = 503;
         *msg = r->msg;
         r->rejected_no_worker++;
@@ -230,7 +238,7 @@ static struct upstream *pick(void *arg, struct pxreq *x, const struct http_req *
         tp = &t;
     }
     switch (sel_pick(r->sel, router_now_ms(), q->tokens, tp,
-                     exclude != NULL ? index_of(r, exclude) : -1, pinned, &w, &rank)) {
+                     exclude != NULL ? index_of(r, exclude) : -1, q->pinned, &w, &rank)) {
     case SEL_OK:
         if (!q->bypass)
             sel_book(r->sel, &q->bk, w, rank, q->tokens);
@@ -240,6 +248,7 @@ static struct upstream *pick(void *arg, struct pxreq *x, const struct http_req *
         *msg = "All workers are busy, please retry later";
         *busy = 1;
         r->rejected_all_busy++;
+        rq_count_busy(r, q);
         count_reject(r, q->model, endpoint_of(req->target));
         return NULL;
     case SEL_NO_WORKER:
@@ -289,6 +298,7 @@ static int local(void *arg, const struct http_req *req, struct http_reply *rep)
         rep->status = bt_api_handle(r->bt, http_method_name(req->method),
                                     http_req_header(req, "Content-Type"), req->body, req->body_len,
                                     &rep->body);
+    rq_kick(r); /* thresholds may have changed: the next selection sees them */
     return 1;
 }
 
@@ -298,10 +308,12 @@ struct router *router_new(struct event_base *base, struct proxy *px, struct metr
                           const struct router_cfg *cfg)
 {
     struct router *r = xcalloc(1, sizeof *r);
+    char err[512];
     struct proxy_route route = {pick, overloaded, refused, local, r};
     struct proxy_admission hooks = {
         .begin = on_begin,
         .arrive = on_arrive,
+        .expired = on_expired,
         .forwarding = on_forwarding,
         .output = on_output,
         .finish = on_finish,
@@ -318,6 +330,19 @@ struct router *router_new(struct event_base *base, struct proxy *px, struct metr
     r->sel = sel_new(cfg->missed_heartbeats ? cfg->missed_heartbeats : 3,
                      cfg->kv_block_size ? cfg->kv_block_size : 16);
     sel_track_output(r->sel, cfg->track_output_blocks);
+    if (rq_init(r, err, sizeof err) != 0)
+        fatal("%s", err); /* the configuration was checked when it was read */
+    if (cfg->classifier_plugin[0] != '\0') {
+        if (classify_plugin_open(cfg->classifier_plugin, &r->classifier, err, sizeof err) != 0) {
+            log_error("classifier plugin: %s", err);
+            rq_free(r);
+            sel_free(r->sel);
+            bt_registry_free(r->bt);
+            free(r);
+            return NULL;
+        }
+        log_info("classifier plugin %s loaded", cfg->classifier_plugin);
+    }
     proxy_set_admission(px, &hooks);
     proxy_set_route(px, &route);
     return r;
@@ -380,6 +405,7 @@ void router_free(struct router *r)
         free(r->w[k]);
     }
     free(r->w);
+    rq_free(r);
     sel_free(r->sel);
     bt_registry_free(r->bt);
     free(r);

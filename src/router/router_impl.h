@@ -3,13 +3,24 @@
 #ifndef ADMIT_ROUTER_IMPL_H
 #define ADMIT_ROUTER_IMPL_H
 
+#include "admit/classify.h"
 #include "admit/load.h"
-#include "core/bt_api.h"
-#include "core/netaddr.h"
+#include "classify.h"
 #include "config.h"
+#include "core/bt_api.h"
+#include "core/buf.h"
+#include "core/classq.h"
+#include "core/netaddr.h"
+#include "core/prom.h"
+#include "http/httpreq.h"
+#include "http/proxy.h"
 #include "select.h"
 
 #include <stdint.h>
+#include <time.h>
+
+struct event;
+struct pxreq;
 
 /* Distinct (model, endpoint) rejection counters kept. */
 #define ROUTER_MAX_REJECT_KEYS 256
@@ -24,6 +35,27 @@ struct rworker {
     struct subscriber *sub;
     int64_t last_ms; /* monotonic time of the newest message; 0 = never heard */
     int bad_messages;
+};
+
+/* Per exchange, inside the proxy's allocation (zeroed at arrival). */
+struct rreq {
+    struct classq_entry qe; /* first: the queue's entry while the request waits */
+    struct router *r;
+    int bypass;     /* GET, HEAD, OPTIONS: not booked, not judged, never queued */
+    int counted;    /* tokens, model and pin are read, once per exchange */
+    int64_t tokens; /* prompt tokens, by admitd's counter */
+    int pinned;     /* the worker a pin header names; -1 none; -2 a name no worker has */
+    int cls;        /* its policy class; -1 none (no classes, or never classified) */
+    struct timespec t_enq;
+    char model[128];
+    struct sel_booking bk; /* what this exchange holds on its worker */
+};
+
+/* One policy class's queue counters, and what the classifier sees of it. */
+struct rqclass {
+    uint64_t dispatched, rej_full, rej_timeout, rej_busy;
+    struct prom_hist wait;
+    char full_msg[128], timeout_msg[128];
 };
 
 struct reject_key {
@@ -46,10 +78,41 @@ struct router {
     uint64_t rejected_all_busy, rejected_no_worker;
     void (*on_change)(void *arg);
     void *on_change_arg;
+    /* The policy-class queue (router_queue.c); q NULL: no classes, nothing waits. */
+    struct classq *q;
+    struct rqclass *qc;             /* cfg->classes.n of them */
+    struct classify_class *cviews;  /* names and thresholds, for classifiers */
+    struct classify_view view;
+    admit_classifier_fn classifier; /* NULL: the built-in rules alone */
+    int dispatching;                /* inside rq_kick: a nested kick only asks for another turn */
+    int kick_again;
+    struct event *tick;             /* re-tries dispatch now and then while requests wait */
     char msg[ADMIT_LOAD_WORKER_ID_MAX + 96]; /* the answer of a pick that found none */
 };
 
 /** the monotonic clock in ms, as selection sees it */
 int64_t router_now_ms(void);
+/** reads a request's prompt tokens, model and pin into q, once per exchange */
+void router_read_request(struct router *r, struct rreq *q, const struct http_req *req);
+
+/* ---- router_queue.c: the policy-class queue -------------------------------------------- */
+
+/** sets the queue up from the config's classes (none: q stays NULL); 0, or -1 with err */
+int rq_init(struct router *r, char *err, size_t errlen);
+/** frees the queue (the proxy, and so every waiting exchange, is gone) */
+void rq_free(struct router *r);
+/** a new request: forward it, hold it in its class's queue, or answer that the queue is full */
+enum px_verdict rq_arrive(struct router *r, struct pxreq *x, struct rreq *q,
+                          const struct http_req *req);
+/** a held request waited past its class's queue_timeout_ms: answer it */
+void rq_expired(struct router *r, struct pxreq *x, struct rreq *q);
+/** the exchange ends: it leaves the queue if it is still there */
+void rq_finish(struct router *r, struct rreq *q);
+/** dispatches what can go now; every caller that may have made room calls it */
+void rq_kick(struct router *r);
+/** a request of a class got the reject answer (every worker busy) */
+void rq_count_busy(struct router *r, const struct rreq *q);
+/** appends the queue's families (nothing without classes) */
+void rq_render_metrics(struct router *r, struct buf *out);
 
 #endif

@@ -125,6 +125,7 @@ void router_render_metrics(struct router *r, struct buf *out)
     prom_sample(out, "admit_router_workers{state=\"configured\"}", NULL, (double) r->n);
     prom_sample(out, "admit_router_workers{state=\"routable\"}", NULL, routable_n);
     prom_sample(out, "admit_router_workers{state=\"busy\"}", NULL, busy_n);
+    rq_render_metrics(r, out);
 }
 
 static void put_int(struct buf *out, const char *key, int64_t v, int comma)

@@ -701,14 +701,20 @@ void sel_booked(const struct sel *s, int wi, unsigned ri, struct busy_load *book
     *cap = cold(s, w)[ri].cap;
 }
 
-int sel_room(struct sel *s, int64_t now_ms, int64_t prompt_tokens, const struct busy_thresholds *t)
+enum sel_result sel_gate(struct sel *s, int64_t now_ms, int64_t prompt_tokens,
+                         const struct busy_thresholds *t, int pinned)
 {
     int rr = s->rr, w;
     unsigned r;
-    enum sel_result res = sel_pick(s, now_ms, prompt_tokens, t, -1, -1, &w, &r);
+    enum sel_result res = sel_pick(s, now_ms, prompt_tokens, t, -1, pinned, &w, &r);
 
     /* The same pass as a pick, so that the answer cannot drift from selection's; but asking
      * is not choosing, so the next pick starts where it would have. */
     s->rr = rr;
-    return res == SEL_OK;
+    return res;
+}
+
+int sel_room(struct sel *s, int64_t now_ms, int64_t prompt_tokens, const struct busy_thresholds *t)
+{
+    return sel_gate(s, now_ms, prompt_tokens, t, -1) == SEL_OK;
 }

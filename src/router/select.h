@@ -119,5 +119,9 @@ void sel_booked(const struct sel *s, int w, unsigned r, struct busy_load *booked
  *  choosing one: the turn of ties stays where it was (a classifier's "room anywhere?"); like
  *  any pass under new thresholds, it recomputes the limits kept per rank */
 int sel_room(struct sel *s, int64_t now_ms, int64_t prompt_tokens, const struct busy_thresholds *t);
+/** what sel_pick(s, now_ms, prompt_tokens, t, -1, pinned, ...) would find, without choosing:
+ *  the policy-class queue's gate (SEL_ALL_BUSY: wait) */
+enum sel_result sel_gate(struct sel *s, int64_t now_ms, int64_t prompt_tokens,
+                         const struct busy_thresholds *t, int pinned);
 
 #endif

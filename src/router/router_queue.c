@@ -1,0 +1,306 @@
+/* router_queue: the policy-class queues, as admit-router's admission.
+ *
+ * With policy classes configured, a request that passed the proxy's checks is classified
+ * (the config's rules, then a classifier plugin if one is loaded) and then either goes on at
+ * once or waits in its class's queue. It waits while its class has a backlog (a new arrival
+ * never jumps it) or while no candidate worker has room under the CLASS's thresholds: the
+ * gate is the selection pass itself (sel_gate(), the booked load projected with the request,
+ * judged by has_room()'s limits), run under the class's thresholds instead of the router-wide
+ * ones. When it goes, selection still judges the router-wide reject thresholds and may
+ * answer 529: the two sets never merge.
+ *
+ * Across classes the heads go in weighted deficit round robin (core/classq.h). Dispatch is
+ * re-tried whenever room may have appeared: a booking released (first token, end, cancel),
+ * a load message, a threshold change, and a short tick while anything waits, which covers a
+ * worker coming back when its overload mark runs out. Each dispatch books its request, in
+ * the same call, before the next head is tested. A client that hangs up while it waits is
+ * noticed by the proxy's hang-up watch, as admitd's queue is, and leaves at once. */
+#include "router.h"
+#include "router_impl.h"
+#include "core/httputil.h"
+#include "core/log.h"
+#include "core/ratewin.h"
+#include "core/xmalloc.h"
+
+#include <event2/event.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* While requests wait, dispatch is re-tried at least this often. */
+#define RQ_TICK_MS 100
+
+/* Queue wait buckets, in seconds: from "at once" to the longest sensible timeout. */
+static const double rq_wait_bounds[] = {0.001, 0.005, 0.01, 0.05, 0.1, 0.25,
+                                        0.5,   1,     2.5,  5,    10,  30, 60};
+
+static struct rreq *rreq_of(const struct classq_entry *e)
+{
+    return (struct rreq *) (void *) e; /* qe is the first member */
+}
+
+static const struct rclass *class_def(const struct router *r, int cls)
+{
+    return &r->cfg->classes.c[cls];
+}
+
+static double seconds_since(const struct timespec *t0)
+{
+    struct timespec now;
+
+    clock_gettime(CLOCK_MONOTONIC, &now);
+    return (double) (now.tv_sec - t0->tv_sec) + (double) (now.tv_nsec - t0->tv_nsec) / 1e9;
+}
+
+/* May a request of class cls with this prompt go now? Only "every candidate is busy under the
+ * class's thresholds" holds it: with no worker alive it goes on, and selection answers 503. */
+static int class_has_room(struct router *r, int cls, const struct rreq *q)
+{
+    const struct busy_thresholds *t = &class_def(r, cls)->t;
+
+    if (!busy_thresholds_any(t))
+        return 1;
+    return sel_gate(r->sel, router_now_ms(), q->tokens, t, q->pinned >= 0 ? q->pinned : -1) !=
+           SEL_ALL_BUSY;
+}
+
+static void on_tick(evutil_socket_t fd, short what, void *arg)
+{
+    (void) fd;
+    (void) what;
+    rq_kick(arg);
+}
+
+static void arm_tick(struct router *r)
+{
+    struct timeval tv = {0, RQ_TICK_MS * 1000};
+
+    if (r->tick != NULL && !evtimer_pending(r->tick, NULL))
+        evtimer_add(r->tick, &tv);
+}
+
+int rq_init(struct router *r, char *err, size_t errlen)
+{
+    const struct router_classes *c = &r->cfg->classes;
+    struct classq_def *defs;
+
+    if (c->n == 0)
+        return 0;
+    defs = xcalloc(c->n, sizeof *defs);
+    r->qc = xcalloc(c->n, sizeof *r->qc);
+    r->cviews = xcalloc(c->n, sizeof *r->cviews);
+    for (size_t i = 0; i < c->n; i++) {
+        defs[i].quantum = c->c[i].quantum;
+        defs[i].policy = c->c[i].policy == RCLASS_WSPT ? CLASSQ_WSPT : CLASSQ_FCFS;
+        defs[i].limit_per_worker = c->c[i].limit_per_worker;
+        r->cviews[i].name = c->c[i].name;
+        r->cviews[i].t = c->c[i].t;
+        prom_hist_init(&r->qc[i].wait, rq_wait_bounds, sizeof rq_wait_bounds / sizeof *rq_wait_bounds);
+        snprintf(r->qc[i].full_msg, sizeof r->qc[i].full_msg,
+                 "Server overloaded: router queue for class %s is full", c->c[i].name);
+        snprintf(r->qc[i].timeout_msg, sizeof r->qc[i].timeout_msg,
+                 "Server overloaded: timed out in the router queue for class %s", c->c[i].name);
+    }
+    r->q = classq_new(defs, c->n);
+    free(defs);
+    if (r->q == NULL) {
+        snprintf(err, errlen, "policy classes: invalid class definitions");
+        return -1;
+    }
+    r->view.classes = r->cviews;
+    r->view.nclasses = c->n;
+    r->view.sel = r->sel;
+    r->tick = evtimer_new(r->base, on_tick, r);
+    if (r->tick == NULL)
+        fatal("evtimer_new failed");
+    return 0;
+}
+
+void rq_free(struct router *r)
+{
+    if (r->tick != NULL)
+        event_free(r->tick);
+    classq_free(r->q);
+    free(r->qc);
+    free(r->cviews);
+}
+
+static const char *req_header(const void *arg, const char *name)
+{
+    return http_req_header(arg, name);
+}
+
+static const char *rule_header(void *arg, const char *name)
+{
+    return http_req_header(arg, name);
+}
+
+/* The request's class: the config's rules, then the classifier, if any, may change it. */
+static int classify(struct router *r, const struct rreq *q, const struct http_req *req)
+{
+    int builtin = router_classes_classify(&r->cfg->classes, rule_header, (void *) req, q->model,
+                                          q->tokens);
+    struct classify_request facts = {q->model, q->tokens, req_header, req};
+    struct busy_thresholds reject;
+    struct admit_classify c;
+    int k;
+
+    if (r->classifier == NULL)
+        return builtin;
+    bt_registry_get(r->bt, q->model, &reject);
+    classify_init(&c, &r->view, &facts, builtin, &reject, router_now_ms());
+    k = classify_run(&c, r->classifier, NULL);
+    return k >= 0 ? k : builtin;
+}
+
+enum px_verdict rq_arrive(struct router *r, struct pxreq *x, struct rreq *q,
+                          const struct http_req *req)
+{
+    const struct rclass *d;
+    int cls;
+
+    if (r->q == NULL || q->bypass)
+        return PX_FORWARD;
+    router_read_request(r, q, req);
+    if (q->pinned == -2)
+        return PX_FORWARD; /* selection answers it: no worker has that name */
+    cls = classify(r, q, req);
+    if (cls < 0)
+        cls = r->cfg->classes.default_cls;
+    q->cls = cls;
+    d = class_def(r, cls);
+    if (classq_depth(r->q, cls) == 0 && class_has_room(r, cls, q)) {
+        r->qc[cls].dispatched++;
+        prom_hist_observe(&r->qc[cls].wait, 0.0);
+        return PX_FORWARD;
+    }
+    if (classq_push(r->q, cls, &q->qe, q->tokens, router_routable(r)) != 0) {
+        r->qc[cls].rej_full++;
+        proxy_answer_error(x, r->cfg->overload_status, "overloaded_error", r->qc[cls].full_msg,
+                           r->cfg->retry_after_s > 0 ? (int) r->cfg->retry_after_s
+                                                     : RETRY_AFTER_MIN,
+                           "class-queue-full", OUT_REJECTED);
+        return PX_ANSWERED;
+    }
+    clock_gettime(CLOCK_MONOTONIC, &q->t_enq);
+    if (d->queue_timeout_ms > 0)
+        proxy_wait_deadline(x, d->queue_timeout_ms);
+    arm_tick(r);
+    return PX_WAIT;
+}
+
+void rq_expired(struct router *r, struct pxreq *x, struct rreq *q)
+{
+    if (!classq_queued(&q->qe))
+        return;
+    classq_remove(r->q, &q->qe);
+    r->qc[q->cls].rej_timeout++;
+    proxy_answer_error(x, r->cfg->overload_status, "overloaded_error", r->qc[q->cls].timeout_msg,
+                       r->cfg->retry_after_s > 0 ? (int) r->cfg->retry_after_s : RETRY_AFTER_MIN,
+                       "class-queue-timeout", OUT_QUEUE_TIMEOUT);
+}
+
+void rq_finish(struct router *r, struct rreq *q)
+{
+    if (r->q != NULL && classq_queued(&q->qe))
+        classq_remove(r->q, &q->qe); /* a client that left, or the proxy shutting down */
+}
+
+void rq_count_busy(struct router *r, const struct rreq *q)
+{
+    if (r->q != NULL && q->cls >= 0)
+        r->qc[q->cls].rej_busy++;
+}
+
+static int ready(void *arg, int cls, const struct classq_entry *head)
+{
+    return class_has_room(arg, cls, rreq_of(head));
+}
+
+/* A head goes: it is out of the queue already; proxy_forward() picks its worker and books
+ * it in this call (or answers it), so the next ready() sees the booking. */
+static void go(void *arg, struct classq_entry *e)
+{
+    struct router *r = arg;
+    struct rreq *q = rreq_of(e);
+    double waited = seconds_since(&q->t_enq);
+    struct pxreq *x = pxreq_of_state(q);
+
+    r->qc[q->cls].dispatched++;
+    prom_hist_observe(&r->qc[q->cls].wait, waited);
+    pxreq_set_queue_wait(x, waited);
+    proxy_forward(x);
+}
+
+void rq_kick(struct router *r)
+{
+    if (r->q == NULL || proxy_closing(r->px))
+        return;
+    if (r->dispatching) {
+        r->kick_again = 1; /* a dispatch ended an exchange: the outer loop goes round again */
+        return;
+    }
+    r->dispatching = 1;
+    do {
+        r->kick_again = 0;
+        classq_dispatch(r->q, ready, go, r);
+    } while (r->kick_again && classq_total(r->q) > 0);
+    r->dispatching = 0;
+    if (classq_total(r->q) > 0)
+        arm_tick(r);
+}
+
+void rq_render_metrics(struct router *r, struct buf *out)
+{
+    static const char *const reasons[] = {"queue_full", "queue_timeout", "all_busy"};
+    const struct router_classes *c = &r->cfg->classes;
+
+    if (r->q == NULL)
+        return;
+    prom_family(out, "dynamo_frontend_router_queue_pending_requests", "gauge",
+                "Requests waiting in the router's policy-class queue");
+    for (size_t i = 0; i < c->n; i++) {
+        struct buf l;
+
+        buf_init(&l);
+        prom_label(&l, "policy_class", c->c[i].name);
+        prom_sample(out, "dynamo_frontend_router_queue_pending_requests", l.data,
+                    (double) classq_depth(r->q, (int) i));
+        buf_free(&l);
+    }
+    prom_family(out, "admit_router_queue_wait_seconds", "histogram",
+                "Time from arrival to dispatch, per policy class (0 for those that went at once)");
+    for (size_t i = 0; i < c->n; i++) {
+        struct buf l;
+
+        buf_init(&l);
+        prom_label(&l, "policy_class", c->c[i].name);
+        prom_hist_samples(out, "admit_router_queue_wait_seconds", l.data, &r->qc[i].wait);
+        buf_free(&l);
+    }
+    prom_family(out, "admit_router_queue_dispatched_total", "counter",
+                "Requests a policy class sent on to selection");
+    for (size_t i = 0; i < c->n; i++) {
+        struct buf l;
+
+        buf_init(&l);
+        prom_label(&l, "policy_class", c->c[i].name);
+        prom_sample(out, "admit_router_queue_dispatched_total", l.data,
+                    (double) r->qc[i].dispatched);
+        buf_free(&l);
+    }
+    prom_family(out, "admit_router_queue_rejections_total", "counter",
+                "Requests of a policy class answered with the overload status, by reason");
+    for (size_t i = 0; i < c->n; i++)
+        for (size_t k = 0; k < 3; k++) {
+            uint64_t v = k == 0 ? r->qc[i].rej_full : k == 1 ? r->qc[i].rej_timeout
+                                                             : r->qc[i].rej_busy;
+            struct buf l;
+
+            buf_init(&l);
+            prom_label(&l, "policy_class", c->c[i].name);
+            prom_label(&l, "reason", reasons[k]);
+            prom_sample(out, "admit_router_queue_rejections_total", l.data, (double) v);
+            buf_free(&l);
+        }
+}
