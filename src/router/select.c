@@ -1,19 +1,14 @@
-/* select: the router's booked load and the one-pass choice of a worker (see select.h). */
-#include "select.h"
+/* select: the router's booked load and the one-pass choice of a worker (see select.h). The
+ * view's state is in select_impl.h; which sets of thresholds it keeps limits for, and how a
+ * call finds the one it is judged under, in select_slots.c. */
+#include "select_impl.h"
 #include "core/xmalloc.h"
 
-#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
 /* Heartbeat assumed for a worker whose messages do not say (they always do). */
 #define SEL_DEFAULT_HEARTBEAT_MS 1000
-
-/* Costs are in blocks, in fixed point: SEL_COST_ONE is one block, so that prefill tokens
- * count as tokens / block size without a division in the pass. A term saturates at
- * SEL_COST_MAX, so that a cost of three terms stays below INT64_MAX (see the mask below). */
-#define SEL_COST_ONE 1024
-#define SEL_COST_MAX (INT64_MAX / 4)
 
 /* The pass's best-so-far test is a branch taken a handful of times a pass. Compilers turn its
  * three assignments into conditional moves, which put a compare-and-move chain through every
@@ -27,109 +22,8 @@
 #define SEL_KEEP_BRANCH() ((void) 0)
 #endif
 
-/* A rank, as everything but the pass reads it. */
-struct srank {
-    struct busy_capacity cap;
-    struct busy_limits lim; /* for sel.t: the thresholds last used */
-    int64_t bs;             /* block size bookings use */
-    int64_t booked_prefill, booked_decode, booked_requests;
-    int64_t pub_prefill, pub_decode, pub_kv_used, pub_requests;
-    int have_pub;
-    int draining;
-};
-
-/* A rank, as the pass reads it: derived from its srank at every change (refresh_load(),
- * refresh_size()), and kept apart and small so that a pass that reads a worker's ranks (see
- * struct sworker for when it need not) reads 24 bytes a rank, not the two cache lines an
- * srank spans.
- *
- * The projection's two limits are one number of prompt tokens. booked + prompt > limit is
- * prompt > limit - booked; and for the decode limit, with D = limit - booked blocks left,
- * ceil(prompt / bs) > D is exactly prompt > D x bs (D >= 0, bs >= 1). The prompt fits when
- * it is within both, so within the smaller. */
-struct shot {
-    int64_t room;  /* most prompt tokens that fit under every limit; < 0: none */
-    int64_t cost;  /* prefill / bs + decode blocks, in SEL_COST_ONE: the cost before this request */
-    uint32_t size; /* index of the rank's block size in sel.sizes */
-    uint32_t unused;
-};
-
-/* A block size some rank has, and what the request being chosen for adds to the cost of such
- * a rank. The pass would otherwise divide (blocks = ceil(prompt / bs)) at every rank, or keep
- * a cache whose variables crowd its registers; a fleet has one or two sizes. */
-struct ssize {
-    int64_t bs;
-    int64_t cost; /* prompt / bs + ceil(prompt / bs), in SEL_COST_ONE, for sel.sizes_prompt */
-};
-
-/* A worker, 48 bytes: what the pass reads of each, in one array.
- *
- * With it, the worker's cheapest rank (the first of the cheapest, kept by summarize()): when
- * its ranks share a block size, their costs compare as their shots' costs, so when that rank
- * has room for the request it is the worker's choice, and the pass reads none of the ranks.
- * It nearly always has room, holding the least; otherwise the pass reads them all. */
-struct sworker {
-    int64_t alive_until; /* newest message + missed heartbeats; INT64_MIN until the first */
-    int64_t skip_until;  /* skipped for an overload answer until then */
-    int64_t min_cost;    /* the cheapest rank's shot: cost, room, size */
-    int64_t min_room;
-    uint32_t min_size;
-    uint32_t first;   /* its shots are sel.shots[first .. first + nranks) */
-    uint8_t nranks;   /* <= SEL_MAX_RANKS */
-    uint8_t min_rank; /* which rank is the cheapest */
-    uint8_t uniform;  /* its ranks share a block size (min_* can stand for them) */
-    uint8_t draining; /* a rank said so in its newest message */
-    uint8_t pub_full; /* every rank lacks room by its published load, under sel.t */
-    uint8_t out;      /* SEL_OUT_*: the pass tests one byte for the three reasons */
-};
-/* Why a worker is out: bit 0 whatever the thresholds, bit 1 only under them. */
-#define SEL_OUT_ALWAYS 1 /* draining, or no rank heard yet */
-#define SEL_OUT_FULL   2 /* full by what it publishes */
-_Static_assert(sizeof(struct sworker) <= 48, "a worker is three quarters of a cache line");
-
-struct sel {
-    struct sworker *w;
-    struct srank **ranks; /* worker k's nranks sranks: ranks[k] */
-    int n, cap;
-    unsigned missed;
-    int64_t default_bs;
-    int track_output;
-    struct busy_thresholds t; /* what every rank's limits were computed for */
-    int rr;                   /* where the next pass starts: after the last one chosen */
-    struct ssize *sizes;      /* every block size a rank has (and perhaps a few it had) */
-    uint32_t nsizes, capsizes;
-    uint32_t compact_at;  /* nsizes that makes compact_sizes() worth its pass */
-    int64_t sizes_prompt; /* the prompt sizes[].cost is for; -1: none */
-    /* Every worker's shots, in one array, so that the pass reads them in a stream: a
-     * worker that grows takes a new run at the end, and the runs left behind are dropped
-     * when they are as many as the live ones (grow_shots()). */
-    struct shot *shots;
-    uint32_t nshots, capshots, dead;
-};
-
-/* The sranks of worker w. */
-static struct srank *cold(const struct sel *s, const struct sworker *w)
-{
-    return s->ranks[w - s->w];
-}
-
-/* The shots of worker w. */
-static struct shot *hot(const struct sel *s, const struct sworker *w)
-{
-    return &s->shots[w->first];
-}
-
-/* Room under a limit when booked is held: limit - booked, or -1 (none) when the limit itself
- * is below 0, where the subtraction could overflow. booked >= 0 always. */
-static int64_t room(int64_t limit, int64_t booked)
-{
-    return limit >= 0 ? limit - booked : -1;
-}
-
-/* Makes rank i's shot what its srank's booked load and limits say: after every change of
- * either (and of its block size, after refresh_size()). */
 /* Keeps worker w's cheapest rank (the first of the cheapest) and whether its ranks share a
- * block size: after any change of a shot. */
+ * block size, then its gates: after any change of a shot or a room. */
 static void summarize(struct sel *s, struct sworker *w)
 {
     const struct shot *h = hot(s, w);
@@ -143,9 +37,9 @@ static void summarize(struct sel *s, struct sworker *w)
             best = i;
     }
     w->min_cost = h[best].cost;
-    w->min_room = h[best].room;
     w->min_size = h[best].size;
     w->min_rank = (uint8_t) best;
+    slot_gates(s, w);
 }
 
 /* v blocks in SEL_COST_ONE, saturating; v >= 0. */
@@ -160,27 +54,19 @@ static int64_t cost_tokens(int64_t v, int64_t bs)
     return v > SEL_COST_MAX / SEL_COST_ONE ? SEL_COST_MAX : v * SEL_COST_ONE / bs;
 }
 
-/* Makes rank i's shot what its srank's booked and published load and limits say: after every
- * change of any (and of its block size, after refresh_size()). */
+/* Makes rank i's cost, and its room in every slot, what its srank's booked and published load
+ * and limits say: after every change of any (and of its block size, after refresh_size()). */
 static void refresh_load(struct sel *s, struct sworker *w, unsigned i)
 {
     const struct srank *r = &cold(s, w)[i];
-    struct shot *h = &hot(s, w)[i];
-    int64_t prefill = room(r->lim.prefill_tokens, r->booked_prefill);
-    int64_t blocks = room(r->lim.decode_blocks, r->booked_decode), decode;
     int64_t pub_decode = r->pub_kv_used > r->pub_decode ? r->pub_kv_used : r->pub_decode;
     int64_t seen_prefill = r->pub_prefill > r->booked_prefill ? r->pub_prefill : r->booked_prefill;
     int64_t seen_decode = pub_decode > r->booked_decode ? pub_decode : r->booked_decode;
 
-    if (blocks < 0)
-        decode = -1;
-    else /* saturating: beyond INT64_MAX tokens every prompt fits */
-        decode = blocks > INT64_MAX / r->bs ? INT64_MAX : blocks * r->bs;
-    /* A rank this router has booked nothing on takes any one request (see select.h). */
-    h->room = r->booked_requests == 0 ? INT64_MAX : prefill < decode ? prefill : decode;
     /* The cost starts from the larger of booked and published load: other routers' traffic
      * and generated tokens count once published, our own burst before it is. */
-    h->cost = cost_tokens(seen_prefill, r->bs) + cost_blocks(seen_decode);
+    hot(s, w)[i].cost = cost_tokens(seen_prefill, r->bs) + cost_blocks(seen_decode);
+    slot_rooms(s, w, i);
     summarize(s, w);
 }
 
@@ -227,69 +113,10 @@ static void refresh_size(struct sel *s, struct sworker *w, unsigned i)
     refresh_load(s, w, i);
 }
 
-static int same_frac(double a, double b)
-{
-    return (isnan(a) && isnan(b)) || a == b;
-}
-
-static int same_thresholds(const struct busy_thresholds *a, const struct busy_thresholds *b)
-{
-    return same_frac(a->active_decode_blocks_threshold, b->active_decode_blocks_threshold) &&
-           a->active_prefill_tokens_threshold == b->active_prefill_tokens_threshold &&
-           same_frac(a->active_prefill_tokens_threshold_frac,
-                     b->active_prefill_tokens_threshold_frac);
-}
-
-/* The published load row: prefill tokens, and the larger of the two decode signals. */
-static struct busy_load published(const struct srank *r)
-{
-    struct busy_load l = {r->pub_prefill,
-                          r->pub_kv_used > r->pub_decode ? r->pub_kv_used : r->pub_decode,
-                          r->pub_requests, 1};
-    return l;
-}
-
 static struct busy_load booked(const struct srank *r)
 {
     struct busy_load l = {r->booked_prefill, r->booked_decode, r->booked_requests, r->have_pub};
     return l;
-}
-
-/* The monitor's verdict on a worker, under sel.t: full when every rank it published lacks
- * room (a rank never heard from is free). */
-static void judge_published(struct sel *s, struct sworker *w)
-{
-    static const struct busy_load never = {-1, -1, -1, 0}; /* not heard from: room */
-    const struct srank *ranks = cold(s, w);
-    struct busy_load rows[SEL_MAX_RANKS];
-    struct busy_capacity caps[SEL_MAX_RANKS];
-    int full;
-
-    for (unsigned i = 0; i < w->nranks; i++) {
-        rows[i] = ranks[i].have_pub ? published(&ranks[i]) : never;
-        caps[i] = ranks[i].cap;
-    }
-    full = worker_is_full(rows, caps, w->nranks, &s->t); /* the one rule, core/busy.h */
-    w->pub_full = (uint8_t) full;
-    w->out = (uint8_t) ((w->draining || w->nranks == 0 ? SEL_OUT_ALWAYS : 0) |
-                        (full ? SEL_OUT_FULL : 0));
-}
-
-/* Makes every rank's limits those of t; a change of thresholds costs one pass. */
-static void use_thresholds(struct sel *s, const struct busy_thresholds *t)
-{
-    if (same_thresholds(&s->t, t))
-        return;
-    s->t = *t;
-    for (int k = 0; k < s->n; k++) {
-        struct sworker *w = &s->w[k];
-
-        for (unsigned i = 0; i < w->nranks; i++) {
-            busy_limits(&cold(s, w)[i].cap, t, &cold(s, w)[i].lim);
-            refresh_load(s, w, i);
-        }
-        judge_published(s, w);
-    }
 }
 
 struct sel *sel_new(unsigned missed_heartbeats, int64_t default_block_size)
@@ -298,7 +125,6 @@ struct sel *sel_new(unsigned missed_heartbeats, int64_t default_block_size)
 
     s->missed = missed_heartbeats ? missed_heartbeats : 3;
     s->default_bs = default_block_size > 0 ? default_block_size : 16;
-    busy_thresholds_unset(&s->t);
     s->sizes_prompt = -1;
     s->compact_at = 8;
     return s;
@@ -310,6 +136,10 @@ void sel_free(struct sel *s)
         return;
     for (int k = 0; k < s->n; k++)
         free(s->ranks[k]);
+    for (unsigned j = 0; j < s->nslots; j++) {
+        free(s->slot[j].room);
+        free(s->slot[j].gate);
+    }
     free(s->ranks);
     free(s->w);
     free(s->shots);
@@ -325,12 +155,15 @@ int sel_add_worker(struct sel *s)
         s->cap = s->cap ? s->cap * 2 : 16;
         s->w = xrealloc(s->w, (size_t) s->cap * sizeof *s->w);
         s->ranks = xrealloc(s->ranks, (size_t) s->cap * sizeof *s->ranks);
+        for (unsigned j = 0; j < s->nslots; j++)
+            s->slot[j].gate = xrealloc(s->slot[j].gate, (size_t) s->cap * sizeof *s->slot[j].gate);
     }
     s->ranks[s->n] = NULL;
     w = &s->w[s->n];
     memset(w, 0, sizeof *w);
     w->alive_until = INT64_MIN;
-    w->out = SEL_OUT_ALWAYS; /* no rank yet */
+    w->out = 1; /* no rank yet */
+    slot_gates(s, w);
     return s->n++;
 }
 
@@ -339,27 +172,37 @@ int sel_workers(const struct sel *s)
     return s->n;
 }
 
-/* Moves worker w's shots to a new run of n at the end of s->shots (the new ones zeroed), and
- * drops the runs left behind once they are as many as the live shots, by laying every
- * worker's run out again in worker order: the order the pass reads them. Workers grow only
- * when they first report a higher rank, so this is start-up work. */
+/* Moves worker w's shots, and its rooms in every slot, to a new run of n at the end of
+ * s->shots (the new ones zeroed), and drops the runs left behind once they are as many as the
+ * live shots, by laying every worker's run out again in worker order: the order the pass
+ * reads them. Workers grow only when they first report a higher rank, so this is start-up
+ * work. */
 static void grow_shots(struct sel *s, struct sworker *w, unsigned n)
 {
     uint32_t live = s->nshots - s->dead;
 
     if (s->dead > live && s->dead > 64) {
         struct shot *fresh = xmalloc((size_t) (live + n) * sizeof *fresh);
+        int64_t *rooms[SEL_MAX_TSETS];
         uint32_t at = 0;
 
+        for (unsigned j = 0; j < s->nslots; j++)
+            rooms[j] = xmalloc((size_t) (live + n) * sizeof *rooms[j]);
         for (int k = 0; k < s->n; k++) {
             struct sworker *o = &s->w[k];
 
             memcpy(&fresh[at], hot(s, o), o->nranks * sizeof *fresh);
+            for (unsigned j = 0; j < s->nslots; j++)
+                memcpy(&rooms[j][at], &s->slot[j].room[o->first], o->nranks * sizeof *rooms[j]);
             o->first = at;
             at += o->nranks;
         }
         free(s->shots);
         s->shots = fresh;
+        for (unsigned j = 0; j < s->nslots; j++) {
+            free(s->slot[j].room);
+            s->slot[j].room = rooms[j];
+        }
         s->nshots = at;
         s->capshots = live + n;
         s->dead = 0;
@@ -367,9 +210,18 @@ static void grow_shots(struct sel *s, struct sworker *w, unsigned n)
     if (s->nshots + n > s->capshots) {
         s->capshots = s->capshots * 2 > s->nshots + n ? s->capshots * 2 : s->nshots + n;
         s->shots = xrealloc(s->shots, (size_t) s->capshots * sizeof *s->shots);
+        for (unsigned j = 0; j < s->nslots; j++)
+            s->slot[j].room =
+                xrealloc(s->slot[j].room, (size_t) s->capshots * sizeof *s->slot[j].room);
     }
     memcpy(&s->shots[s->nshots], hot(s, w), w->nranks * sizeof *s->shots);
     memset(&s->shots[s->nshots + w->nranks], 0, (n - w->nranks) * sizeof *s->shots);
+    for (unsigned j = 0; j < s->nslots; j++) {
+        int64_t *room = s->slot[j].room;
+
+        memcpy(&room[s->nshots], &room[w->first], w->nranks * sizeof *room);
+        memset(&room[s->nshots + w->nranks], 0, (n - w->nranks) * sizeof *room);
+    }
     s->dead += w->nranks;
     w->first = s->nshots;
     s->nshots += n;
@@ -391,7 +243,7 @@ static void grow(struct sel *s, struct sworker *w, unsigned n)
         r->cap.max_num_batched_tokens = r->cap.kv_total_blocks = r->cap.kv_block_size = -1;
         r->pub_prefill = r->pub_decode = r->pub_kv_used = r->pub_requests = -1;
         r->bs = s->default_bs;
-        busy_limits(&r->cap, &s->t, &r->lim);
+        slot_rank_limits(s, r);
     }
     /* Every new srank is whole before any shot is made: compact_sizes() reads them all. */
     for (unsigned i = old; i < n; i++)
@@ -415,7 +267,7 @@ void sel_message(struct sel *s, int wi, const struct admit_load *m, int64_t now_
         /* Capacity changes only when a worker restarts or re-registers. */
         r->cap = cap;
         r->bs = cap.kv_block_size > 0 ? cap.kv_block_size : s->default_bs;
-        busy_limits(&r->cap, &s->t, &r->lim);
+        slot_rank_limits(s, r);
         refresh_size(s, w, (unsigned) m->dp_rank);
     }
     r->pub_prefill = m->active_prefill_tokens;
@@ -433,7 +285,8 @@ void sel_message(struct sel *s, int wi, const struct admit_load *m, int64_t now_
     span = hb > INT64_MAX / (int64_t) s->missed ? INT64_MAX : hb * (int64_t) s->missed;
     w->alive_until = now_ms > INT64_MAX - span ? INT64_MAX : now_ms + span;
     w->skip_until = 0; /* its own word replaces our guess */
-    judge_published(s, w);
+    w->out = w->draining || w->nranks == 0;
+    slot_judge(s, w);
 }
 
 void sel_mark_overloaded(struct sel *s, int w, int64_t until_ms)
@@ -474,28 +327,32 @@ enum sel_result sel_pick(struct sel *s, int64_t now_ms, int64_t prompt_tokens,
                          unsigned *rank)
 {
     const struct sworker *ws = s->w, *w, *stop, *excl, *best = NULL;
-    const struct shot *shots = s->shots;
+    const struct shot *shots;
     const struct ssize *sizes;
-    int64_t best_cost = INT64_MAX, need;
-    unsigned best_rank = 0;
+    const int64_t *gates, *rooms, *g;
+    int64_t best_cost = INT64_MAX, need, keep;
+    unsigned best_rank = 0, j;
     int from, to, start;
-    uint8_t out_mask;
 
     if (pinned >= s->n || s->n == 0)
         return SEL_NO_WORKER; /* no such worker, so none alive; never read past the array */
     if (prompt_tokens < 0)
         prompt_tokens = 0;
-    /* No thresholds (NULL): nothing is judged, and the limits kept for the thresholds last
-     * used stay: a need below every room, and only the reasons that hold whatever the
-     * thresholds. */
+    /* The slot of t, whose gates and rooms the pass reads; a gate below keep is out (full by
+     * what the worker publishes). No thresholds (NULL): nothing is judged, so any slot will
+     * do, with a need below every room and no gate out (see SEL_GATE_FULL). */
     if (t != NULL) {
-        use_thresholds(s, t);
+        j = slot_use(s, t);
         need = prompt_tokens;
-        out_mask = SEL_OUT_ALWAYS | SEL_OUT_FULL;
+        keep = SEL_GATE_FULL + 1;
     } else {
-        need = INT64_MIN;
-        out_mask = SEL_OUT_ALWAYS;
+        j = slot_any(s);
+        need = SEL_NEED_ANY;
+        keep = SEL_GATE_FULL;
     }
+    gates = s->slot[j].gate;
+    rooms = s->slot[j].room;
+    shots = s->shots;
     size_adds(s, prompt_tokens);
     sizes = s->sizes;
     if (pinned >= 0) {
@@ -507,10 +364,9 @@ enum sel_result sel_pick(struct sel *s, int64_t now_ms, int64_t prompt_tokens,
     }
     excl = exclude >= 0 && exclude < s->n ? &ws[exclude] : NULL;
     /* One loop serves thresholds set and unset, with nothing to test for which: with none
-     * set every limit is INT64_MAX, so no room is ever short (booked + prompt would have to
-     * pass INT64_MAX) and no worker is full by what it publishes. It keeps few variables, so
-     * that they stay in registers: workers by pointer, and whether any is alive asked again
-     * only when none was chosen.
+     * set every room is above the need and no gate is out. It keeps few variables, so that
+     * they stay in registers: workers and their gates by pointer, and whether any is alive
+     * asked again only when none was chosen.
      *
      * Every rank is judged against the best so far, in order: the first lowest cost is the
      * worker whose cheapest rank is lowest, first in turn, and its first cheapest rank, as a
@@ -523,17 +379,19 @@ enum sel_result sel_pick(struct sel *s, int64_t now_ms, int64_t prompt_tokens,
      * hand the worker after a busy one the turns of both. */
     start = (pinned >= 0 || s->rr >= s->n) ? from : s->rr;
     w = &ws[start];
+    g = &gates[start];
     stop = &ws[to];
-    for (int run = 0; run < 2; run++, w = &ws[from], stop = &ws[start]) {
-        for (; w < stop; w++) {
-            const struct shot *h, *end;
+    for (int run = 0; run < 2; run++, w = &ws[from], g = &gates[from], stop = &ws[start]) {
+        for (; w < stop; w++, g++) {
+            const struct shot *h;
+            const int64_t *r;
+            unsigned i = 0;
 
-            /* Not a candidate: not alive, skipped for its own 529, just left, or full by what
-             * it publishes. */
-            if (w->alive_until < now_ms || w->skip_until > now_ms || (w->out & out_mask) ||
-                w == excl)
+            /* Not a candidate: not alive, skipped for its own 529, draining or never heard,
+             * or just left. */
+            if (w->alive_until < now_ms || w->skip_until > now_ms || w->out || w == excl)
                 continue;
-            if (w->uniform && need <= w->min_room) {
+            if (need <= *g) {
                 /* Its cheapest rank has room: the worker's choice (see struct sworker). */
                 int64_t cost = w->min_cost + sizes[w->min_size].cost;
 
@@ -545,23 +403,25 @@ enum sel_result sel_pick(struct sel *s, int64_t now_ms, int64_t prompt_tokens,
                 }
                 continue;
             }
+            if (*g < keep)
+                continue; /* full by what it publishes (the monitor) */
             h = &shots[w->first];
-            end = h + w->nranks;
+            r = &rooms[w->first];
             do { /* not out: it has a rank */
                 /* the projected cost (booked or published, plus this request); none (INT64_MAX)
                  * when over a limit. Which ranks are over is as random as their load, so not a
                  * branch (which compilers make of a ?:) but a mask: a cost is >= 0, and cost |
                  * INT64_MAX is INT64_MAX. */
-                int64_t cost = h->cost + sizes[h->size].cost;
+                int64_t cost = h[i].cost + sizes[h[i].size].cost;
 
-                cost |= INT64_MAX & -(int64_t) (need > h->room);
+                cost |= INT64_MAX & -(int64_t) (need > r[i]);
                 if (SEL_UNLIKELY(cost < best_cost)) {
                     SEL_KEEP_BRANCH();
                     best_cost = cost;
                     best = w;
-                    best_rank = (unsigned) (h - &shots[w->first]);
+                    best_rank = i;
                 }
-            } while (++h < end);
+            } while (++i < w->nranks);
         }
     }
     if (best != NULL) {
@@ -647,8 +507,12 @@ int sel_routable(const struct sel *s, int w, int64_t now_ms)
 
 int sel_published_full(struct sel *s, int w, const struct busy_thresholds *t)
 {
-    use_thresholds(s, t);
-    return s->w[w].pub_full;
+    unsigned j;
+
+    if (t == NULL)
+        return 0;       /* nothing judged */
+    j = slot_use(s, t); /* first: it may fill the slot */
+    return s->w[w].full >> j & 1;
 }
 
 unsigned sel_ranks(const struct sel *s, int w)
@@ -660,10 +524,11 @@ void sel_view(struct sel *s, int wi, unsigned ri, const struct busy_thresholds *
               struct sel_rank_view *out)
 {
     const struct sworker *w = &s->w[wi];
+    const struct busy_limits *lim;
     struct busy_load pl;
+    unsigned j = t != NULL ? slot_use(s, t) : 0;
 
     memset(out, 0, sizeof *out);
-    use_thresholds(s, t);
     if (ri >= w->nranks) {
         out->capacity.max_num_batched_tokens = out->capacity.kv_total_blocks =
             out->capacity.kv_block_size = -1;
@@ -680,9 +545,14 @@ void sel_view(struct sel *s, int wi, unsigned ri, const struct busy_thresholds *
     out->pub_kv_used_blocks = r->pub_kv_used;
     out->capacity = r->cap;
     out->block_size = r->bs;
-    out->booked_room = busy_within(&out->booked, &r->lim);
+    if (t == NULL) { /* nothing judged */
+        out->booked_room = out->published_room = 1;
+        return;
+    }
+    lim = &r->lim[j];
+    out->booked_room = busy_within(&out->booked, lim);
     pl = published(r);
-    out->published_room = !r->have_pub || busy_within(&pl, &r->lim);
+    out->published_room = !r->have_pub || busy_within(&pl, lim);
 }
 
 void sel_booked(const struct sel *s, int wi, unsigned ri, struct busy_load *booked_out,

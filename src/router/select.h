@@ -19,7 +19,9 @@
  * skipped for a recent overload answer, not the one the request just left, and not busy by
  * what it publishes (the monitor: the same thresholds on worker-published load, which covers
  * other routers' traffic and generated tokens that this router cannot book). The room rule is
- * core/busy.h's, applied through limits kept per rank for the thresholds last used.
+ * core/busy.h's, applied through limits kept per rank for each of the last few sets of
+ * thresholds used (SEL_MAX_TSETS): the router alternates between its reject thresholds, a
+ * model's and a policy class's, and a set it used lately costs no pass to compute them.
  *
  * Pure: no sockets, no clock (callers pass the time), no allocation per selection. */
 #ifndef ADMIT_SELECT_H
@@ -33,6 +35,10 @@
 
 /* Most data-parallel ranks a worker may have (dp_rank 0..SEL_MAX_RANKS-1). */
 #define SEL_MAX_RANKS 64
+
+/* Most sets of thresholds whose limits the view keeps at once; one more evicts the least
+ * recently used, which then costs a pass over the fleet when it is used again. */
+#define SEL_MAX_TSETS 8
 
 /* One request's booking, embedded by the caller; zero-initialised means nothing booked. */
 struct sel_booking {
@@ -52,7 +58,7 @@ enum sel_result {
 };
 
 /* One rank as reported: what the router booked, what the worker published, its capacity and
- * whether each check finds room under the thresholds last used. */
+ * whether each check finds room under the thresholds sel_view() was given. */
 struct sel_rank_view {
     struct busy_load booked;
     int published;                 /* a message for this rank has arrived */
@@ -104,11 +110,12 @@ void sel_release(struct sel *s, struct sel_booking *b);
 int sel_alive(const struct sel *s, int w, int64_t now_ms);
 /** 1 when alive and not skipped for an overload answer */
 int sel_routable(const struct sel *s, int w, int64_t now_ms);
-/** 1 when every rank of worker w lacks room by its published load under t (the monitor) */
+/** 1 when every rank of worker w lacks room by its published load under t (the monitor);
+ *  NULL judges nothing: 0 */
 int sel_published_full(struct sel *s, int w, const struct busy_thresholds *t);
 /** ranks of worker w known so far (1 + the highest dp_rank heard, at least 1) */
 unsigned sel_ranks(const struct sel *s, int w);
-/** fills out for rank r of worker w, judged under t */
+/** fills out for rank r of worker w, judged under t (NULL judges nothing: both rooms 1) */
 void sel_view(struct sel *s, int w, unsigned r, const struct busy_thresholds *t,
               struct sel_rank_view *out);
 /** the load this router booked on rank r of worker w and the rank's capacity; a rank not
@@ -116,8 +123,9 @@ void sel_view(struct sel *s, int w, unsigned r, const struct busy_thresholds *t,
 void sel_booked(const struct sel *s, int w, unsigned r, struct busy_load *booked,
                 struct busy_capacity *cap);
 /** 1 when sel_pick(s, now_ms, prompt_tokens, t, -1, -1, ...) would find a worker, without
- *  choosing one: the turn of ties stays where it was (a classifier's "room anywhere?"); like
- *  any pass under new thresholds, it recomputes the limits kept per rank */
+ *  choosing one: the turn of ties stays where it was (a classifier's "room anywhere?", the
+ *  class gate's); like any call with thresholds not among the SEL_MAX_TSETS last used, it
+ *  computes the limits kept per rank for them first, a pass over every rank */
 int sel_room(struct sel *s, int64_t now_ms, int64_t prompt_tokens, const struct busy_thresholds *t);
 /** what sel_pick(s, now_ms, prompt_tokens, t, -1, pinned, ...) would find, without choosing:
  *  the policy-class queue's gate (SEL_ALL_BUSY: wait) */

@@ -404,9 +404,10 @@ static const int gate_workers[] = {512, 4096};
  * the release, against part 1's select-and-book under the same reject thresholds. Two gated
  * kinds: class thresholds equal to the reject ones, which times the queue itself and the
  * second pick; and class thresholds of their own (prefill 1.0 of the budget, as Dynamo's
- * sample has), as a configured router would run: select.c keeps rank limits for the
- * thresholds last used, so each of the two picks changes them and pays a pass over the
- * fleet. A fourth kind times the queue alone. Rounds alternate plain, same, own, queue; the
+ * sample has), as a configured router would run, alternating two sets of thresholds pick by
+ * pick: the view keeps rank limits for each of the last SEL_MAX_TSETS sets used
+ * (select_slots.c), so neither pick recomputes them and this kind should cost what the
+ * first does. A fourth kind times the queue alone. Rounds alternate plain, same, own, queue; the
  * ratios are over the plain round before. */
 static void gate_table(int rounds, double ms, long iters, int only_workers, unsigned only_ranks,
                        const struct busy_thresholds *on, unsigned long *allocs)

@@ -1,7 +1,8 @@
 /* Unit tests for the router's selection and booking (src/router/select.c): the lowest projected
  * cost wins and ties go round, what is booked and when it is released, the projection judged
  * against the reject thresholds, liveness, the monitor on published load, per-worker block
- * sizes, and gauges that return to 0. */
+ * sizes, gauges that return to 0, and several sets of thresholds at once (each answering as
+ * if it were the only one, through bookings, messages, restarts, growth and eviction). */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -1134,6 +1135,519 @@ static void test_no_thresholds_null(void **state)
     sel_free(s);
 }
 
+/* ---- several sets of thresholds at once (the view's slots) -------------------------------- */
+
+/* Set i of distinct sets: each signal looser as i grows, the fraction unset in every third. */
+static struct busy_thresholds tset(int i)
+{
+    struct busy_thresholds t = unset();
+
+    t.active_decode_blocks_threshold = 0.25 + 0.05 * i;
+    t.active_prefill_tokens_threshold = 60 + 15 * i;
+    if (i % 3 != 2) /* unset, which the slots must tell apart too */
+        t.active_prefill_tokens_threshold_frac = 0.4 + 0.1 * i;
+    return t;
+}
+
+static uint32_t next_rand(uint32_t *x)
+{
+    *x ^= *x << 13;
+    *x ^= *x >> 17;
+    *x ^= *x << 5;
+    return *x;
+}
+
+/* Everything the view says of worker k under t, in s and in a reference view ref that has
+ * been fed the same events and only ever asked under t: the pinned pick (which takes no
+ * turn), the monitor, and every rank's two rooms. */
+static void same_answers(struct sel *s, struct sel *ref, const struct busy_thresholds *t, int k,
+                         int64_t prompt)
+{
+    int w1 = -1, w2 = -1;
+    unsigned r1 = 0, r2 = 0;
+    enum sel_result a = sel_pick(s, 0, prompt, t, -1, k, &w1, &r1);
+
+    assert_int_equal(a, sel_pick(ref, 0, prompt, t, -1, k, &w2, &r2));
+    if (a == SEL_OK) {
+        assert_int_equal(w1, w2);
+        assert_int_equal(r1, r2);
+    }
+    assert_int_equal(sel_published_full(s, k, t), sel_published_full(ref, k, t));
+    assert_int_equal(sel_ranks(s, k), sel_ranks(ref, k));
+    for (unsigned i = 0; i < sel_ranks(s, k); i++) {
+        struct sel_rank_view v1, v2;
+
+        sel_view(s, k, i, t, &v1);
+        sel_view(ref, k, i, t, &v2);
+        assert_int_equal(v1.booked_room, v2.booked_room);
+        assert_int_equal(v1.published_room, v2.published_room);
+        assert_int_equal(v1.booked.prefill_tokens, v2.booked.prefill_tokens);
+        assert_int_equal(v1.booked.decode_blocks, v2.booked.decode_blocks);
+    }
+}
+
+/* A random load message for (w, rank): now and then a restart (new capacity and block size)
+ * or a drain, else load around every set's thresholds. */
+static struct admit_load random_message(uint32_t *x, int w, int64_t rank)
+{
+    struct admit_load m = load(w, rank);
+    uint32_t v = next_rand(x);
+
+    if (v % 8 == 0) {
+        m.kv_total_blocks = 50 + (int64_t) (v >> 8) % 150;
+        m.kv_block_size = (v >> 4) % 2 ? 16 : 32;
+        m.max_num_batched_tokens = 100 + (int64_t) (v >> 12) % 200;
+    }
+    m.kv_used_blocks = (int64_t) next_rand(x) % 110;
+    m.active_decode_blocks = (int64_t) next_rand(x) % 110;
+    m.active_prefill_tokens = (int64_t) next_rand(x) % 300;
+    if (next_rand(x) % 4 == 0) /* most of the fleet publishes little */
+        m.kv_used_blocks = m.active_decode_blocks = m.active_prefill_tokens = 0;
+    if (next_rand(x) % 25 == 0)
+        m.state = ADMIT_LOAD_DRAINING;
+    return m;
+}
+
+/* One view asked under nsets sets in a random order gives, at every step, the answers of
+ * views asked under one set each, fed the same bookings and messages: through bookings,
+ * first tokens, output, releases, messages, restarts, new ranks and drains, and (with more
+ * sets than slots) evictions. The reference views' turns of ties differ (each picks on its
+ * own), so unpinned picks are compared by their outcome, and by the pinned pick of the
+ * worker chosen, which must be the same rank. */
+static void alternate_sets(int nsets, uint32_t seed)
+{
+    enum { WORKERS = 6, RANKS = 2, LIVE = 24, STEPS = 3000, MAX_SETS = 16 };
+    struct busy_thresholds t[MAX_SETS];
+    struct sel *s = view(WORKERS, RANKS), *ref[MAX_SETS];
+    struct sel_booking live[LIVE], mirror[MAX_SETS][LIVE];
+    uint32_t x = seed;
+    int booked = 0, busy = 0;
+
+    assert_true(nsets <= MAX_SETS);
+    memset(live, 0, sizeof live);
+    memset(mirror, 0, sizeof mirror);
+    sel_track_output(s, 1);
+    for (int i = 0; i < nsets; i++) {
+        t[i] = tset(i);
+        ref[i] = view(WORKERS, RANKS);
+        sel_track_output(ref[i], 1);
+    }
+    for (int step = 0; step < STEPS; step++) {
+        uint32_t op = next_rand(&x) % 16, slot = next_rand(&x) % LIVE;
+        int set = (int) (next_rand(&x) % (uint32_t) nsets);
+        int64_t prompt = (int64_t) (next_rand(&x) % 200);
+
+        if (op < 3) { /* a message, now and then for a rank the worker did not have */
+            int w = (int) (next_rand(&x) % WORKERS);
+            int64_t rank = (int64_t) (next_rand(&x) % (RANKS + 2));
+            struct admit_load m = random_message(&x, w, rank);
+
+            sel_message(s, w, &m, 0);
+            for (int i = 0; i < nsets; i++)
+                sel_message(ref[i], w, &m, 0);
+        } else if (op < 8) { /* a request: picked under one set, then booked everywhere */
+            int w = -1, w2 = -1;
+            unsigned r = 0, r2 = 0;
+            enum sel_result a;
+
+            sel_release(s, &live[slot]);
+            for (int i = 0; i < nsets; i++)
+                sel_release(ref[i], &mirror[i][slot]);
+            a = sel_pick(s, 0, prompt, &t[set], -1, -1, &w, &r);
+            assert_int_equal(a, sel_pick(ref[set], 0, prompt, &t[set], -1, -1, &w2, &r2));
+            if (a != SEL_OK) {
+                busy++;
+                continue;
+            }
+            assert_int_equal(sel_pick(ref[set], 0, prompt, &t[set], -1, w, &w2, &r2), SEL_OK);
+            assert_int_equal(r, r2);
+            sel_book(s, &live[slot], w, r, prompt);
+            for (int i = 0; i < nsets; i++)
+                sel_book(ref[i], &mirror[i][slot], w, r, prompt);
+            booked++;
+        } else if (op < 10) {
+            sel_first_token(s, &live[slot]);
+            for (int i = 0; i < nsets; i++)
+                sel_first_token(ref[i], &mirror[i][slot]);
+        } else if (op < 11) {
+            unsigned n = next_rand(&x) % 40;
+
+            sel_output(s, &live[slot], n);
+            for (int i = 0; i < nsets; i++)
+                sel_output(ref[i], &mirror[i][slot], n);
+        } else if (op < 13) {
+            sel_release(s, &live[slot]);
+            for (int i = 0; i < nsets; i++)
+                sel_release(ref[i], &mirror[i][slot]);
+        } else if (op < 14) { /* no thresholds, in whichever slot: nothing judged */
+            int w = -1, w2 = -1;
+            unsigned r = 0, r2 = 0;
+
+            assert_int_equal(sel_pick(s, 0, prompt, NULL, -1, -1, &w, &r),
+                             sel_pick(ref[set], 0, prompt, NULL, -1, -1, &w2, &r2));
+        } else { /* the class gate's question, and everything else, worker by worker */
+            assert_int_equal(sel_room(s, 0, prompt, &t[set]),
+                             sel_room(ref[set], 0, prompt, &t[set]));
+            for (int k = 0; k < WORKERS; k++)
+                same_answers(s, ref[set], &t[set], k, prompt);
+        }
+    }
+    for (int set = 0; set < nsets; set++)
+        for (int k = 0; k < WORKERS; k++)
+            same_answers(s, ref[set], &t[set], k, 50);
+    /* Both outcomes were met, so the sets judged something. */
+    assert_true(booked > 100);
+    assert_true(busy > 10);
+    for (int i = 0; i < LIVE; i++)
+        sel_release(s, &live[i]);
+    sel_free(s);
+    for (int i = 0; i < nsets; i++) {
+        for (int j = 0; j < LIVE; j++)
+            sel_release(ref[i], &mirror[i][j]);
+        sel_free(ref[i]);
+    }
+}
+
+/* Two sets alternating (the class gate's and the reject thresholds) answer as each alone. */
+static void test_slots_two_sets(void **state)
+{
+    (void) state;
+    alternate_sets(2, 2463534242u);
+    alternate_sets(2, 88172645u);
+}
+
+/* More sets than slots: evicted ones come back with the limits of the load as it is then. */
+static void test_slots_more_sets_than_slots(void **state)
+{
+    (void) state;
+    assert_true(SEL_MAX_TSETS + 1 <= 16);
+    alternate_sets(SEL_MAX_TSETS + 1, 123456789u);
+    alternate_sets(SEL_MAX_TSETS + 4, 362436069u);
+}
+
+/* Workers that grow rank by rank, with several sets held, move their rooms with their shots
+ * (and the runs left behind are dropped, every room with its shot): every set answers as a
+ * view asked under it alone. */
+static void test_slots_grow(void **state)
+{
+    enum { WORKERS = 40, RANKS = 8, SETS = 3 };
+    struct sel *s = sel_new(3, 16), *ref[SETS];
+    struct busy_thresholds t[SETS];
+    static struct sel_booking b[WORKERS][RANKS], mb[SETS][WORKERS][RANKS];
+
+    (void) state;
+    memset(b, 0, sizeof b);
+    memset(mb, 0, sizeof mb);
+    for (int i = 0; i < SETS; i++) {
+        t[i] = tset(i);
+        ref[i] = sel_new(3, 16);
+    }
+    for (int k = 0; k < WORKERS; k++) {
+        sel_add_worker(s);
+        for (int i = 0; i < SETS; i++)
+            sel_add_worker(ref[i]);
+    }
+    for (unsigned j = 0; j < RANKS; j++)
+        for (int k = 0; k < WORKERS; k++) {
+            struct admit_load m = load(k, j);
+            int64_t prompt = 20 + (int64_t) ((j * 7 + (unsigned) k * 3) % 11) * 9;
+
+            m.kv_block_size = k % 3 ? 16 : 32;
+            m.kv_used_blocks = (int64_t) ((j + (unsigned) k) % 9) * 8;
+            sel_message(s, k, &m, 0);
+            sel_book(s, &b[k][j], k, j, prompt);
+            for (int i = 0; i < SETS; i++) {
+                sel_message(ref[i], k, &m, 0);
+                sel_book(ref[i], &mb[i][k][j], k, j, prompt);
+            }
+            if ((k + (int) j) % 5 == 0) /* now and then asked in between */
+                for (int i = 0; i < SETS; i++)
+                    same_answers(s, ref[i], &t[i], k, 30);
+        }
+    for (int i = 0; i < SETS; i++)
+        for (int k = 0; k < WORKERS; k++) {
+            assert_int_equal(sel_ranks(s, k), RANKS);
+            for (int64_t prompt = 0; prompt < 200; prompt += 40)
+                same_answers(s, ref[i], &t[i], k, prompt);
+        }
+    for (int k = 0; k < WORKERS; k++)
+        for (unsigned j = 0; j < RANKS; j++) {
+            sel_release(s, &b[k][j]);
+            for (int i = 0; i < SETS; i++)
+                sel_release(ref[i], &mb[i][k][j]);
+        }
+    for (int i = 0; i < SETS; i++) {
+        for (int k = 0; k < WORKERS; k++)
+            same_answers(s, ref[i], &t[i], k, 100);
+        sel_free(ref[i]);
+    }
+    sel_free(s);
+}
+
+/* Set i lets a rank hold 10 (i + 1) prefill tokens. */
+static struct busy_thresholds prefill_set(int i)
+{
+    struct busy_thresholds t = unset();
+
+    t.active_prefill_tokens_threshold = 10 * (i + 1);
+    return t;
+}
+
+/* What fits on the one rank under set i when held tokens are booked (and 0 < held): held +
+ * prompt within 10 (i + 1). */
+static void expect_prefill_sets(struct sel *s, int nsets, int64_t held, int64_t prompt)
+{
+    for (int i = nsets - 1; i >= 0; i--) {
+        struct busy_thresholds t = prefill_set(i);
+        struct sel_rank_view v;
+        int w;
+        unsigned r;
+
+        assert_int_equal(sel_pick(s, 0, prompt, &t, -1, -1, &w, &r),
+                         held + prompt <= 10 * (i + 1) ? SEL_OK : SEL_ALL_BUSY);
+        assert_int_equal(sel_room(s, 0, prompt, &t), held + prompt <= 10 * (i + 1));
+        sel_view(s, 0, 0, &t, &v);
+        assert_int_equal(v.booked_room, held <= 10 * (i + 1));
+    }
+}
+
+/* Eviction: with one set more than there are slots, asked round and round (each in turn
+ * the least recently used, so each ask evicts the next one asked), every answer is its
+ * own set's; so are they after a booking moves, when every set is evicted and taken again. */
+static void test_slots_eviction(void **state)
+{
+    enum { SETS = SEL_MAX_TSETS + 1 };
+    struct sel *s = view(1, 1);
+    struct sel_booking b = {0}, c = {0};
+
+    (void) state;
+    sel_book(s, &b, 0, 0, 35);
+    for (int round = 0; round < 3; round++) {
+        for (int i = 0; i < SETS; i++) {
+            struct busy_thresholds t = prefill_set(i);
+            int w;
+            unsigned r;
+
+            /* 35 + 10 fits from set 4 (50) up. */
+            assert_int_equal(sel_pick(s, 0, 10, &t, -1, -1, &w, &r),
+                             i >= 4 ? SEL_OK : SEL_ALL_BUSY);
+        }
+        expect_prefill_sets(s, SETS, 35, 10);
+    }
+    /* The most recent SEL_MAX_TSETS sets held, a booking moves: the one evicted comes back
+     * with the new load, the held ones follow it. */
+    expect_prefill_sets(s, SEL_MAX_TSETS, 35, 10);
+    sel_book(s, &c, 0, 0, 20);
+    expect_prefill_sets(s, SETS, 55, 10);
+    expect_prefill_sets(s, SETS, 55, 25);
+    sel_release(s, &b);
+    expect_prefill_sets(s, SETS, 20, 5);
+    sel_release(s, &c); /* idle: any one request fits under every set */
+    for (int i = 0; i < SETS; i++) {
+        struct busy_thresholds t = prefill_set(i);
+
+        assert_true(sel_room(s, 0, 1000, &t));
+    }
+    sel_free(s);
+}
+
+/* A booking, its first token and its release are seen under every set held, not only the
+ * one it was picked under; and so is a message's published load, by the monitor. */
+static void test_slots_booking_every_slot(void **state)
+{
+    enum { SETS = 4 };
+    struct sel *s = view(2, 1);
+    struct busy_thresholds t[SETS];
+    struct sel_booking b = {0}, hold = {0};
+    int w;
+    unsigned r;
+
+    (void) state;
+    for (int i = 0; i < SETS; i++) {
+        t[i] = unset();
+        t[i].active_prefill_tokens_threshold = 100 + 50 * i; /* 100, 150, 200, 250 */
+        assert_true(sel_room(s, 0, 10, &t[i]));
+    }
+    /* w1 holds 90 (its 40 blocks of 16 within every decode limit: none set); w0 160. */
+    sel_book(s, &hold, 1, 0, 90);
+    sel_book(s, &b, 0, 0, 160);
+    for (int i = 0; i < SETS; i++) {
+        /* 60 more: w0 fits from 250 up (160 + 60 = 220 > 200), w1 from 150 (150). */
+        assert_int_equal(sel_pick(s, 0, 60, &t[i], -1, 0, &w, &r), i >= 3 ? SEL_OK : SEL_ALL_BUSY);
+        assert_int_equal(sel_pick(s, 0, 60, &t[i], -1, 1, &w, &r), i >= 1 ? SEL_OK : SEL_ALL_BUSY);
+        assert_int_equal(sel_room(s, 0, 60, &t[i]), i >= 1);
+    }
+    sel_first_token(s, &b); /* w0's prefill is gone: under every set it has room */
+    for (int i = SETS - 1; i >= 0; i--) {
+        assert_int_equal(sel_pick(s, 0, 60, &t[i], -1, 0, &w, &r), SEL_OK);
+        assert_int_equal(sel_room(s, 0, 60, &t[i]), 1);
+    }
+    sel_release(s, &b);
+    sel_release(s, &hold);
+    sel_book(s, &hold, 1, 0, 120); /* w1 120: 60 more only from 200 up; w0 idle */
+    for (int i = 0; i < SETS; i++)
+        assert_int_equal(sel_pick(s, 0, 60, &t[i], -1, 1, &w, &r), i >= 2 ? SEL_OK : SEL_ALL_BUSY);
+    sel_release(s, &hold);
+    sel_free(s);
+}
+
+/* A restart's new capacity moves every set's limits: the decode limits are fractions of
+ * kv_total_blocks, the prefill fractions of the step budget. */
+static void test_slots_capacity_restart(void **state)
+{
+    struct sel *s = view(1, 1);
+    struct busy_thresholds half = unset(), most = unset(), frac = unset();
+    struct sel_booking b = {0}, small = {0};
+    struct admit_load m;
+    int w;
+    unsigned r;
+
+    (void) state;
+    half.active_decode_blocks_threshold = 0.5;
+    most.active_decode_blocks_threshold = 0.8;
+    frac.active_prefill_tokens_threshold_frac = 0.5;
+    sel_book(s, &small, 0, 0, 16);  /* 1 block, 16 prefill tokens: the rank is not idle */
+    sel_first_token(s, &small);     /* and holds no prefill */
+    sel_book(s, &b, 0, 0, 60 * 16); /* 61 blocks of 100 */
+    sel_first_token(s, &b);
+    assert_int_equal(sel_pick(s, 0, 16, &half, -1, -1, &w, &r), SEL_ALL_BUSY);
+    assert_int_equal(sel_pick(s, 0, 16, &most, -1, -1, &w, &r), SEL_OK); /* 62 of 80 */
+    assert_int_equal(sel_pick(s, 0, 40, &frac, -1, -1, &w, &r), SEL_OK); /* 40 of 50 */
+    /* Restarted with 120 blocks and a step budget of 60: 62 is over half (60), a prompt of
+     * 40 over half the budget (30). */
+    m = load(0, 0);
+    m.kv_total_blocks = 120;
+    m.max_num_batched_tokens = 60;
+    sel_message(s, 0, &m, 0);
+    assert_int_equal(sel_pick(s, 0, 40, &frac, -1, -1, &w, &r), SEL_ALL_BUSY);
+    assert_int_equal(sel_pick(s, 0, 16, &half, -1, -1, &w, &r), SEL_ALL_BUSY);
+    assert_int_equal(sel_pick(s, 0, 16, &most, -1, -1, &w, &r), SEL_OK);
+    m.kv_total_blocks = 400; /* 62 of 400 */
+    m.max_num_batched_tokens = 100;
+    sel_message(s, 0, &m, 0);
+    assert_int_equal(sel_pick(s, 0, 16, &half, -1, -1, &w, &r), SEL_OK);
+    assert_int_equal(sel_pick(s, 0, 16, &most, -1, -1, &w, &r), SEL_OK);
+    assert_int_equal(sel_pick(s, 0, 40, &frac, -1, -1, &w, &r), SEL_OK);
+    m.kv_total_blocks = 70; /* 62 of 35 and of 56: over both */
+    sel_message(s, 0, &m, 0);
+    assert_int_equal(sel_pick(s, 0, 16, &most, -1, -1, &w, &r), SEL_ALL_BUSY);
+    assert_int_equal(sel_pick(s, 0, 16, &half, -1, -1, &w, &r), SEL_ALL_BUSY);
+    assert_int_equal(sel_pick(s, 0, 40, &frac, -1, -1, &w, &r), SEL_OK);
+    sel_release(s, &b);
+    sel_release(s, &small);
+    sel_free(s);
+}
+
+/* The monitor's verdict is kept per set: 60 of 100 blocks published is full under 0.5, not
+ * under 0.7, asked in any order; each follows the next message. NULL judges nothing. */
+static void test_slots_published_full(void **state)
+{
+    struct sel *s = view(2, 1);
+    struct busy_thresholds half = unset(), most = unset();
+    struct sel_rank_view v;
+    struct admit_load m = load(0, 0);
+    int w;
+    unsigned r;
+
+    (void) state;
+    half.active_decode_blocks_threshold = 0.5;
+    most.active_decode_blocks_threshold = 0.7;
+    m.kv_used_blocks = 60;
+    sel_message(s, 0, &m, 0);
+    for (int i = 0; i < 3; i++) {
+        assert_true(sel_published_full(s, 0, &half));
+        assert_false(sel_published_full(s, 0, &most));
+        assert_false(sel_published_full(s, 0, NULL));
+        assert_false(sel_published_full(s, 1, &half));
+        assert_int_equal(sel_pick(s, 0, 16, &half, 1, -1, &w, &r), SEL_ALL_BUSY);
+        assert_int_equal(sel_pick(s, 0, 16, &most, 1, -1, &w, &r), SEL_OK);
+        assert_int_equal(w, 0);
+        assert_int_equal(sel_pick(s, 0, 16, NULL, 1, -1, &w, &r), SEL_OK);
+        sel_view(s, 0, 0, &half, &v);
+        assert_false(v.published_room);
+        sel_view(s, 0, 0, &most, &v);
+        assert_true(v.published_room);
+        sel_view(s, 0, 0, NULL, &v);
+        assert_true(v.published_room);
+        assert_true(v.booked_room);
+    }
+    m.kv_used_blocks = 80; /* over both */
+    sel_message(s, 0, &m, 0);
+    assert_true(sel_published_full(s, 0, &most));
+    assert_true(sel_published_full(s, 0, &half));
+    assert_int_equal(sel_pick(s, 0, 16, &most, 1, -1, &w, &r), SEL_ALL_BUSY);
+    assert_int_equal(sel_pick(s, 0, 16, NULL, 1, -1, &w, &r), SEL_OK);
+    m.kv_used_blocks = 40; /* within both */
+    sel_message(s, 0, &m, 0);
+    assert_false(sel_published_full(s, 0, &half));
+    assert_false(sel_published_full(s, 0, &most));
+    assert_int_equal(sel_pick(s, 0, 16, &half, 1, -1, &w, &r), SEL_OK);
+    sel_free(s);
+}
+
+/* Sets that differ in one field only are told apart, and so is a set from itself with a
+ * field unset: each keeps its own slot, asked in any order. */
+static void test_slots_told_apart(void **state)
+{
+    enum { SETS = 6 };
+    static const int order[][SETS] = {
+        {0, 1, 2, 3, 4, 5}, {5, 4, 3, 2, 1, 0}, {1, 0, 4, 0, 3, 5}, {2, 2, 0, 3, 1, 4}};
+    struct sel *s = view(1, 1);
+    struct busy_thresholds t[SETS];
+    struct sel_booking b = {0};
+    int w;
+    unsigned r;
+
+    (void) state;
+    t[0] = unset();
+    t[0].active_decode_blocks_threshold = 0.5;       /* 50 blocks */
+    t[0].active_prefill_tokens_threshold = 1000;     /* tokens */
+    t[0].active_prefill_tokens_threshold_frac = 0.9; /* 90 of the budget of 100 */
+    for (int i = 1; i < SETS; i++)
+        t[i] = t[0];
+    t[1].active_prefill_tokens_threshold_frac = 0.7; /* the fraction alone: 70 */
+    t[2].active_prefill_tokens_threshold = 75;       /* the absolute alone */
+    t[3].active_decode_blocks_threshold = 0.05;      /* the decode alone: 5 blocks */
+    t[4].active_prefill_tokens_threshold_frac = NAN; /* t[1] with the fraction unset */
+    t[5].active_decode_blocks_threshold = NAN;       /* t[3] with the decode unset */
+    sel_book(s, &b, 0, 0, 50); /* 50 tokens, 4 blocks; 30 more: 80 tokens, 6 blocks */
+    for (size_t k = 0; k < sizeof order / sizeof order[0]; k++)
+        for (int n = 0; n < SETS; n++) {
+            int i = order[k][n];
+
+            assert_int_equal(sel_pick(s, 0, 30, &t[i], -1, -1, &w, &r),
+                             i >= 1 && i <= 3 ? SEL_ALL_BUSY : SEL_OK);
+        }
+    sel_release(s, &b);
+    sel_free(s);
+}
+
+/* Asking under other sets in between (the class gate) moves no turn: ties still go round. */
+static void test_slots_room_keeps_turn(void **state)
+{
+    struct sel *s = view(3, 1);
+    struct busy_thresholds reject = unset(), cls = unset();
+    int seen[3] = {0}, prev = -1, w;
+    unsigned r;
+
+    (void) state;
+    reject.active_decode_blocks_threshold = 0.9;
+    cls.active_prefill_tokens_threshold_frac = 1.0;
+    for (int i = 0; i < 9; i++) {
+        assert_true(sel_room(s, 0, 32, &cls));
+        assert_int_equal(sel_pick(s, 0, 32, &reject, -1, -1, &w, &r), SEL_OK);
+        assert_true(sel_room(s, 0, 32, &cls));
+        assert_true(sel_room(s, 0, 32, NULL));
+        assert_int_not_equal(w, prev);
+        seen[w]++;
+        prev = w;
+    }
+    assert_int_equal(seen[0], 3);
+    assert_int_equal(seen[1], 3);
+    assert_int_equal(seen[2], 3);
+    sel_free(s);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -1164,6 +1678,15 @@ int main(void)
         cmocka_unit_test(test_view_unknown_rank),
         cmocka_unit_test(test_workers_grow),
         cmocka_unit_test(test_many_cycles),
+        cmocka_unit_test(test_slots_two_sets),
+        cmocka_unit_test(test_slots_more_sets_than_slots),
+        cmocka_unit_test(test_slots_grow),
+        cmocka_unit_test(test_slots_eviction),
+        cmocka_unit_test(test_slots_booking_every_slot),
+        cmocka_unit_test(test_slots_capacity_restart),
+        cmocka_unit_test(test_slots_published_full),
+        cmocka_unit_test(test_slots_told_apart),
+        cmocka_unit_test(test_slots_room_keeps_turn),
     };
 
     return cmocka_run_group_tests(tests, NULL, NULL);
