@@ -36,7 +36,7 @@ MAY_INCLUDE = {
     "tests/unit/core": {"admit", "core", "tests"},  # tests: the shared fixtures (testenv)
     "tests/unit/router": {"admit", "core", "router", "tests"},
     "tests/unit/admitd": {"admit", "core", "admitd", "tests"},
-    "fuzz": {"admit", "core"},
+    "fuzz": {"admit", "core", "router"},  # router: its pure config readers (classes)
     "tests/bench": {"admit", "core", "router"},  # the selection bench: the pure modules only
 }
 
