@@ -37,7 +37,7 @@ MAY_INCLUDE = {
     "tests/unit/core": {"admit", "core", "tests"},  # tests: the shared fixtures (testenv)
     "tests/unit/router": {"admit", "core", "router", "tests"},
     "tests/unit/admitd": {"admit", "core", "admitd", "tests"},
-    "fuzz": {"admit", "core"},
+    "fuzz": {"admit", "core", "router"},  # router: its pure config readers (classes)
     "tests/bench": {"admit", "core", "router"},  # the selection bench: the pure modules only
     # A plugin is built from the public header alone: it links against nothing of ours.
     "examples/classifier": {"admit"},

@@ -1,15 +1,19 @@
 /* cfgfile: the YAML configuration file, read with libyaml's event API.
  *
- * The events are checked by a four-state machine (root, key, value, done) that fails on the
- * first event that does not fit the flat schema. Every collection below the root mapping is
- * refused at its start event, so the depth is never more than one and nothing recurses. libyaml
- * itself keeps its state on the heap and looks ahead at most 1024 characters to resolve a
- * simple key, so a parse costs time linear in the input, which is capped at 1 MiB; keys are
- * capped at CFGFILE_MAX_KEYS and found in a hash table, so duplicate detection is linear too.
+ * The events are checked by a five-state machine (root, key, value, skip, done) that fails on
+ * the first event that does not fit the flat schema. Every collection below the root mapping is
+ * refused at its start event, so the depth is never more than one and nothing recurses; the one
+ * exception, the value of a skipped key, is walked in the skip state by counting its starts and
+ * ends, up to CFGFILE_MAX_DEPTH. That bound keeps the time linear: libyaml's scanner looks at
+ * every open flow level for each token it reads, so a value nested n deep would cost n squared
+ * (one 100000 deep takes tens of seconds). libyaml itself keeps its state on the heap and looks
+ * ahead at most 1024 characters to resolve a simple key, so a parse costs time linear in the
+ * input, which is capped at 1 MiB; keys are capped at CFGFILE_MAX_KEYS and found in a hash
+ * table, so duplicate detection is linear too.
  *
- * Invariants: every event is deleted right after it is checked, and the parser and the key
- * table are released on the one exit path; a message is written to err exactly once, by
- * cfgfile_fail, on the first error. */
+ * Invariants: every event is deleted right after it is checked (cfgfile_walk), and the parser
+ * and the key table are released on the one exit path of each; a message is written to err
+ * exactly once, by cfgfile_fail, on the first error. */
 #include "core/cfgfile.h"
 #include "core/xmalloc.h"
 
@@ -26,9 +30,6 @@
 
 /* libyaml's resolved prefix of the `!!` tags. */
 #define CFGFILE_CORE_PREFIX "tag:yaml.org,2002:"
-/* Bytes of a key or tag quoted in a message; longer ones are cut with "...". */
-#define CFGFILE_SHOW     60
-#define CFGFILE_SHOW_BUF (CFGFILE_SHOW * 4 + 4)
 /* Room for the callback's message. */
 #define CFGFILE_MSG 256
 
@@ -46,6 +47,7 @@ enum cfgfile_state {
     CFGFILE_ROOT,  /* the root node of a document */
     CFGFILE_KEY,   /* a key of the root mapping, or its end */
     CFGFILE_VALUE, /* the value of the last key */
+    CFGFILE_SKIP,  /* inside the collection that is a skipped key's value */
     CFGFILE_DONE   /* no node: between documents, or the root is complete */
 };
 
@@ -61,6 +63,11 @@ struct cfgfile_parse {
     size_t nkeys, capkeys;
     uint32_t *slots; /* hash table of keys: index + 1, 0 = free; at most half full */
     size_t nslots;   /* a power of two, or 0 before the first key */
+
+    const char *const *skip; /* keys whose values are not delivered (cfgfile_parse_skip) */
+    size_t nskip;
+    int skipping; /* in CFGFILE_VALUE: the last key is one of skip */
+    size_t depth; /* in CFGFILE_SKIP: collections open inside the value, >= 1 */
 };
 
 /* A 0-based libyaml mark as the 1-based line, column arguments of cfgfile_fail. */
@@ -71,29 +78,37 @@ static int cfgfile_pos(size_t zero_based)
     return zero_based < INT_MAX ? (int) zero_based + 1 : INT_MAX;
 }
 
-/* Writes "name:line:column: message" (or "name: message" when line is 0) to the caller's
- * buffer; returns -1 so that callers can `return cfgfile_fail(...)`. */
-__attribute__((format(printf, 4, 5))) static int cfgfile_fail(struct cfgfile_parse *p, int line,
-                                                              int column, const char *fmt, ...)
+int cfgfile_verror(char *err, size_t errlen, const char *name, int line, int column,
+                   const char *fmt, va_list ap)
 {
     char msg[512];
-    va_list ap;
 
-    if (p->err == NULL || p->errlen == 0)
+    if (err == NULL || errlen == 0)
         return -1;
-    va_start(ap, fmt);
     vsnprintf(msg, sizeof msg, fmt, ap);
-    va_end(ap);
     if (line > 0)
-        snprintf(p->err, p->errlen, "%s:%d:%d: %s", p->name, line, column, msg);
+        snprintf(err, errlen, "%s:%d:%d: %s", name, line, column, msg);
     else
-        snprintf(p->err, p->errlen, "%s: %s", p->name, msg);
+        snprintf(err, errlen, "%s: %s", name, msg);
     return -1;
 }
 
-/* Copies len bytes of s into out (CFGFILE_SHOW_BUF bytes) for quoting in a message: control
- * characters escaped so the message stays on one line, long text cut between characters. */
-static const char *cfgfile_show(char *out, const char *s, size_t len)
+/* Writes the message of the parse's first error; returns -1 so that callers can `return
+ * cfgfile_fail(...)`. */
+__attribute__((format(printf, 4, 5))) static int cfgfile_fail(struct cfgfile_parse *p, int line,
+                                                              int column, const char *fmt, ...)
+{
+    va_list ap;
+
+    va_start(ap, fmt);
+    cfgfile_verror(p->err, p->errlen, p->name, line, column, fmt, ap);
+    va_end(ap);
+    return -1;
+}
+
+/* Control characters are escaped so that the message stays on one line; long text is cut
+ * between characters, not inside one. */
+const char *cfgfile_show(char *out, const char *s, size_t len)
 {
     size_t i, o = 0;
 
@@ -215,17 +230,20 @@ static int cfgfile_properties(struct cfgfile_parse *p, const yaml_event_t *ev)
                         name);
 }
 
-/* 1 if a scalar event is a YAML null, 0 if not, -1 if it is tagged !!null but is not one. An
- * untagged null must be plain: "~" quoted is text. */
-static int cfgfile_null(const yaml_event_t *ev)
+int cfgfile_is_null(const char *s, const char *tag, int plain)
 {
-    const char *s = (const char *) ev->data.scalar.value, *tag = (const char *) ev->data.scalar.tag;
     int nullish = !strcmp(s, "") || !strcmp(s, "~") || !strcmp(s, "null") || !strcmp(s, "Null") ||
                   !strcmp(s, "NULL");
 
     if (tag && strcmp(tag, CFGFILE_CORE_PREFIX "null") == 0)
         return nullish ? 1 : -1;
-    return nullish && tag == NULL && ev->data.scalar.style == YAML_PLAIN_SCALAR_STYLE;
+    return nullish && tag == NULL && plain;
+}
+
+static int cfgfile_null(const yaml_event_t *ev)
+{
+    return cfgfile_is_null((const char *) ev->data.scalar.value, (const char *) ev->data.scalar.tag,
+                           ev->data.scalar.style == YAML_PLAIN_SCALAR_STYLE);
 }
 
 /* Makes room for one more key: the array grows by doubling, the table is rebuilt at twice
@@ -299,6 +317,29 @@ static int cfgfile_key(struct cfgfile_parse *p, const yaml_event_t *ev)
     k->column = cfgfile_pos(ev->start_mark.column);
     p->slots[slot] = (uint32_t) ++p->nkeys;
     p->state = CFGFILE_VALUE;
+    p->skipping = 0;
+    for (size_t i = 0; i < p->nskip && !p->skipping; i++)
+        p->skipping = strlen(p->skip[i]) == len && memcmp(p->skip[i], s, len) == 0;
+    return 0;
+}
+
+/* A node of a skipped key's value: a scalar is the whole value, a collection is entered and
+ * left when its end balances it (cfgfile_event counts the depth). */
+static int cfgfile_skip(struct cfgfile_parse *p, const yaml_event_t *ev)
+{
+    if (ev->type == YAML_SCALAR_EVENT) {
+        if (p->state == CFGFILE_VALUE)
+            p->state = CFGFILE_KEY;
+        return 0;
+    }
+    if (p->state == CFGFILE_VALUE) {
+        p->state = CFGFILE_SKIP;
+        p->depth = 0;
+    }
+    if (p->depth == CFGFILE_MAX_DEPTH)
+        return cfgfile_fail(p, CFGFILE_AT(ev->start_mark),
+                            "nesting deeper than %d levels is not allowed", CFGFILE_MAX_DEPTH);
+    p->depth++;
     return 0;
 }
 
@@ -337,9 +378,10 @@ static int cfgfile_value(struct cfgfile_parse *p, const yaml_event_t *ev)
     return cfgfile_fail(p, it.line, it.column, "%s", msg);
 }
 
-/* Checks one event against the schema and delivers complete items. */
-static int cfgfile_event(struct cfgfile_parse *p, const yaml_event_t *ev)
+/* Checks one event against the schema and delivers complete items (a cfgfile_event_fn). */
+static int cfgfile_event(void *arg, const yaml_event_t *ev)
 {
+    struct cfgfile_parse *p = arg;
     const struct cfgfile_key *k = p->nkeys ? &p->keys[p->nkeys - 1] : NULL;
     char shown[CFGFILE_SHOW_BUF];
 
@@ -352,8 +394,13 @@ static int cfgfile_event(struct cfgfile_parse *p, const yaml_event_t *ev)
     case YAML_ALIAS_EVENT:
         return cfgfile_fail(p, CFGFILE_AT(ev->start_mark), "anchors and aliases are not allowed");
     case YAML_MAPPING_END_EVENT:
-        /* Only the root mapping can end: deeper collections are refused at their start. */
-        p->state = CFGFILE_DONE;
+    case YAML_SEQUENCE_END_EVENT:
+        /* Outside a skipped value only the root mapping can end: deeper collections are
+         * refused at their start. */
+        if (p->state != CFGFILE_SKIP)
+            p->state = CFGFILE_DONE;
+        else if (--p->depth == 0)
+            p->state = CFGFILE_KEY;
         return 0;
     case YAML_SCALAR_EVENT:
     case YAML_SEQUENCE_START_EVENT:
@@ -379,7 +426,11 @@ static int cfgfile_event(struct cfgfile_parse *p, const yaml_event_t *ev)
             return cfgfile_key(p, ev);
         return cfgfile_fail(p, CFGFILE_AT(ev->start_mark), "expected a setting name, found %s",
                             cfgfile_kind(ev));
+    case CFGFILE_SKIP:
+        return cfgfile_skip(p, ev);
     case CFGFILE_VALUE:
+        if (p->skipping)
+            return cfgfile_skip(p, ev);
         if (ev->type == YAML_SCALAR_EVENT)
             return cfgfile_value(p, ev);
         return cfgfile_fail(p, CFGFILE_AT(ev->start_mark),
@@ -393,8 +444,13 @@ static int cfgfile_event(struct cfgfile_parse *p, const yaml_event_t *ev)
 int cfgfile_parse(const char *name, const char *text, size_t len, cfgfile_cb cb, void *arg,
                   char *err, size_t errlen)
 {
-    struct cfgfile_parse p = {
-        .name = name, .err = err, .errlen = errlen, .cb = cb, .arg = arg, .state = CFGFILE_DONE};
+    return cfgfile_parse_skip(name, text, len, NULL, 0, cb, arg, err, errlen);
+}
+
+int cfgfile_walk(const char *name, const char *text, size_t len, cfgfile_event_fn fn, void *arg,
+                 char *err, size_t errlen)
+{
+    struct cfgfile_parse p = {.name = name, .err = err, .errlen = errlen};
     yaml_parser_t yp;
     yaml_event_t ev;
     int rc = -1, end = 0, r;
@@ -426,7 +482,7 @@ int cfgfile_parse(const char *name, const char *text, size_t len, cfgfile_cb cb,
             goto out;
         }
         end = ev.type == YAML_STREAM_END_EVENT;
-        r = cfgfile_event(&p, &ev);
+        r = fn(arg, &ev);
         yaml_event_delete(&ev);
         if (r < 0)
             goto out;
@@ -434,6 +490,20 @@ int cfgfile_parse(const char *name, const char *text, size_t len, cfgfile_cb cb,
     rc = 0;
 out:
     yaml_parser_delete(&yp);
+    return rc;
+}
+
+int cfgfile_parse_skip(const char *name, const char *text, size_t len, const char *const *skip,
+                       size_t nskip, cfgfile_cb cb, void *arg, char *err, size_t errlen)
+{
+    struct cfgfile_parse p = {
+        .name = name, .err = err, .errlen = errlen, .cb = cb, .arg = arg, .state = CFGFILE_DONE};
+    int rc;
+
+    p.skip = skip;
+    p.nskip = nskip;
+    rc = cfgfile_walk(name, text, len, cfgfile_event, &p, err, errlen);
+
     for (size_t i = 0; i < p.nkeys; i++)
         free(p.keys[i].text);
     free(p.keys);
@@ -441,28 +511,51 @@ out:
     return rc;
 }
 
-int cfgfile_load(const char *path, cfgfile_cb cb, void *arg, char *err, size_t errlen)
+int cfgfile_read(const char *path, char **text, size_t *len, char *err, size_t errlen)
 {
     struct cfgfile_parse p = {.name = path, .err = err, .errlen = errlen};
-    char *buf = xmalloc(CFGFILE_MAX_BYTES + 1);
-    size_t len = 0;
-    ssize_t n = 1;
-    int fd = open(path, O_RDONLY | O_CLOEXEC), rc = -1, e = fd < 0 ? errno : 0;
+    char *buf = xmalloc(CFGFILE_MAX_BYTES + 2);
+    size_t n = 0;
+    ssize_t r = 1;
+    int fd = open(path, O_RDONLY | O_CLOEXEC), e = fd < 0 ? errno : 0;
 
-    /* Up to one byte more than allowed, so that cfgfile_parse sees a file that is too large. */
-    while (e == 0 && n != 0 && len <= CFGFILE_MAX_BYTES) {
-        n = read(fd, buf + len, CFGFILE_MAX_BYTES + 1 - len);
-        if (n > 0)
-            len += (size_t) n;
-        else if (n < 0 && errno != EINTR)
+    if (err && errlen)
+        err[0] = '\0';
+    /* Up to one byte more than allowed, to tell a file that is too large. */
+    while (e == 0 && r != 0 && n <= CFGFILE_MAX_BYTES) {
+        r = read(fd, buf + n, CFGFILE_MAX_BYTES + 1 - n);
+        if (r > 0)
+            n += (size_t) r;
+        else if (r < 0 && errno != EINTR)
             e = errno;
     }
     if (fd >= 0)
         close(fd);
-    if (e)
-        cfgfile_fail(&p, 0, 0, "cannot read: %s", strerror(e));
-    else
-        rc = cfgfile_parse(path, buf, len, cb, arg, err, errlen);
-    free(buf);
+    if (e || n > CFGFILE_MAX_BYTES) {
+        if (e)
+            cfgfile_fail(&p, 0, 0, "cannot read: %s", strerror(e));
+        else
+            cfgfile_fail(&p, 0, 0, "file is larger than 1 MiB");
+        free(buf);
+        *text = NULL;
+        *len = 0;
+        return -1;
+    }
+    buf = xrealloc(buf, n + 1); /* the text may be kept while others read it too */
+    buf[n] = '\0';
+    *text = buf;
+    *len = n;
+    return 0;
+}
+
+int cfgfile_load(const char *path, cfgfile_cb cb, void *arg, char *err, size_t errlen)
+{
+    char *text;
+    size_t len;
+    int rc = cfgfile_read(path, &text, &len, err, errlen);
+
+    if (rc == 0)
+        rc = cfgfile_parse(path, text, len, cb, arg, err, errlen);
+    free(text);
     return rc;
 }

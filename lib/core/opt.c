@@ -4,7 +4,9 @@
  * environment and the flags are collected (not yet applied: --config must be known before
  * the file is read), the file is applied as it is read, then the collected values are
  * applied on top, the flag's in place of the environment's. A value is checked where it is
- * applied, so a bad value that a higher source overrides is never reported. */
+ * applied, so a bad value that a higher source overrides is never reported. The file's
+ * file-only keys (opt_file_key) go to the spec's hook, from the same text, right after its
+ * settings: the file is read once, so the two can never come from different versions of it. */
 #include "core/opt.h"
 #include "core/cfgfile.h"
 #include "core/log.h"
@@ -361,6 +363,66 @@ static int on_file_item(const struct cfgfile_item *it, void *arg, char *msg, siz
     return -1;
 }
 
+/* The file-only key whose flag arg is ("--policy-classes" or "--policy-classes=..."), or NULL;
+ * *len is the length of the flag's name, dashes included. */
+static const struct opt_file_key *file_key_flag(const struct opt_spec *s, const char *arg, int *len)
+{
+    size_t n = strcspn(arg, "="), j;
+
+    *len = n < INT_MAX ? (int) n : INT_MAX;
+    for (size_t i = 0; n > 2 && strncmp(arg, "--", 2) == 0 && i < s->nfile_keys; i++) {
+        const char *k = s->file_keys[i].key;
+
+        for (j = 2; j < n && (arg[j] == k[j - 2] || (arg[j] == '-' && k[j - 2] == '_')); j++)
+            continue;
+        if (j == n && k[n - 2] == '\0')
+            return &s->file_keys[i];
+    }
+    return NULL;
+}
+
+/* "SRC: KEY can be set only in the config file"; returns -1. */
+static int file_only(const struct opt_spec *s, const char *src, const char *key, char *err,
+                     size_t errlen)
+{
+    snprintf(err, errlen, "%s: %s can be set only in the config file (--config FILE or %s)", src,
+             key, s->config_env);
+    return -1;
+}
+
+/* Refuses the variable of a file-only key: set, it would otherwise be silently ignored. */
+static int file_keys_env(const struct opt_spec *s, opt_env_fn env, char *err, size_t errlen)
+{
+    for (size_t i = 0; env != NULL && i < s->nfile_keys; i++) {
+        const char *e = s->file_keys[i].env;
+
+        if (e != NULL && env(e) != NULL)
+            return file_only(s, e, s->file_keys[i].key, err, errlen);
+    }
+    return 0;
+}
+
+/* Reads the config file once: its settings through cfgfile, then its file-only keys through the
+ * spec's hook, from the same text. */
+static int read_file(struct opt_run *r, const char *path, char *err, size_t errlen)
+{
+    const struct opt_spec *s = r->s;
+    const char **keys = xcalloc(s->nfile_keys + 1, sizeof *keys);
+    char *text;
+    size_t len;
+    int rc = cfgfile_read(path, &text, &len, err, errlen);
+
+    for (size_t i = 0; i < s->nfile_keys; i++)
+        keys[i] = s->file_keys[i].key;
+    if (rc == 0)
+        rc = cfgfile_parse_skip(path, text, len, keys, s->nfile_keys, on_file_item, r, err, errlen);
+    if (rc == 0 && s->file_hook != NULL)
+        rc = s->file_hook(r->obj, path, text, len, err, errlen);
+    free(keys);
+    free(text);
+    return rc;
+}
+
 /* Whether the option a definition requires was given by any source; -1 if it is unknown. */
 static int required_given(const struct opt_run *r, const struct opt_def *d)
 {
@@ -442,7 +504,9 @@ static struct option *opt_start(struct opt_run *r, opt_env_fn env, char *err, si
 static enum opt_result opt_flags(struct opt_run *r, const struct option *lo, int argc, char **argv,
                                  const char **config, int *check, char *err, size_t errlen)
 {
-    int ch, idx;
+    const struct opt_file_key *k;
+    char flag[96];
+    int ch, idx, len;
 
     optind = 0; /* glibc: full re-initialisation, so a parse can run more than once */
     opterr = 0;
@@ -458,6 +522,11 @@ static enum opt_result opt_flags(struct opt_run *r, const struct option *lo, int
             else
                 *check = 1;
             continue;
+        }
+        if (ch == '?' && (k = file_key_flag(r->s, argv[optind - 1], &len)) != NULL) {
+            snprintf(flag, sizeof flag, "%.*s", len, argv[optind - 1]);
+            file_only(r->s, flag, k->key, err, errlen);
+            return OPT_ERROR;
         }
         if (ch == '?' || ch == ':') {
             snprintf(err, errlen,
@@ -499,13 +568,15 @@ enum opt_result opt_parse(const struct opt_spec *s, void *obj, int argc, char **
     if (rc != OPT_RUN)
         goto out;
     rc = OPT_ERROR;
+    if (file_keys_env(s, env, err, errlen) != 0)
+        goto out;
     if (config != NULL && config[0] != '\0') {
         if (strlen(config) >= s->config_size) {
             snprintf(err, errlen, "--config: the path is too long");
             goto out;
         }
         strcpy(path, config);
-        if (cfgfile_load(config, on_file_item, &r, err, errlen) != 0)
+        if (read_file(&r, config, err, errlen) != 0)
             goto out;
     }
     if (apply_seen(&r, err, errlen) == 0)

@@ -80,6 +80,22 @@ struct opt_def {
 /* The offset and size of member in type, for struct opt_def's off and size. */
 #define OPT_AT(type, member) offsetof(type, member), sizeof(((type *) 0)->member)
 
+/* A key only the config file has: its value is a structure (a list, a mapping), not one value,
+ * so it has no row in the table and no flag or variable. The spec's file hook reads it; the
+ * engine only lets it through the file, and refuses its flag (the key with '-' for '_') and
+ * its variable with a message that says where it belongs, rather than as unknown or not at
+ * all (a variable nobody reads would be silently ignored). */
+struct opt_file_key {
+    const char *key; /* e.g. "policy_classes" */
+    const char *env; /* the variable refused, e.g. "ADMIT_ROUTER_POLICY_CLASSES"; NULL = none */
+};
+
+/* Reads the file-only keys from the config file's text (len bytes, NUL-terminated; the same
+ * text the settings came from, read once), called after the settings of the file have been
+ * applied. 0, or -1 with the whole message ("path:line:column: ...") in err. */
+typedef int (*opt_file_hook)(void *obj, const char *path, const char *text, size_t len, char *err,
+                             size_t errlen);
+
 /* A program's options. */
 struct opt_spec {
     const char *prog;           /* "admitd", in --help's usage line */
@@ -89,7 +105,10 @@ struct opt_spec {
     const char *example;        /* the commented example file, named in "unknown setting" */
     const struct opt_def *defs; /* the table, in --help order */
     size_t ndefs;
-    size_t config_off, config_size; /* char[] the config file's path is kept in: OPT_AT */
+    size_t config_off, config_size;       /* char[] the config file's path is kept in: OPT_AT */
+    const struct opt_file_key *file_keys; /* none: NULL, 0 */
+    size_t nfile_keys;
+    opt_file_hook file_hook; /* reads file_keys; NULL when there are none */
 };
 
 /* What the caller is asked to do. */

@@ -124,6 +124,9 @@ static const struct opt_spec spec = {
     opts,
     sizeof opts / sizeof opts[0],
     OPT_AT(struct cfg, config_path),
+    NULL, /* no file-only keys: every setting of admitd is a flag too */
+    0,
+    NULL,
 };
 
 int cfg_parse_overload_status(const char *s)

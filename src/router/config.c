@@ -103,6 +103,21 @@ static const struct opt_def opts[] = {
         "one log line per finished request (status, outcome, timings, bytes)"),
 };
 
+/* The keys of the file that are not settings: the policy classes. */
+static const struct opt_file_key file_keys[] = {
+    {ROUTER_CLASSES_KEY, "ADMIT_ROUTER_POLICY_CLASSES"},
+    {ROUTER_DEFAULT_CLASS_KEY, "ADMIT_ROUTER_DEFAULT_POLICY_CLASS"},
+    {ROUTER_CLASS_RULES_KEY, "ADMIT_ROUTER_POLICY_CLASS_RULES"},
+};
+
+/* Reads the policy classes from the file's text, once its settings are read. */
+static int read_classes(void *obj, const char *path, const char *text, size_t len, char *err,
+                        size_t errlen)
+{
+    return router_classes_parse(path, text, len, &((struct router_cfg *) obj)->classes, err,
+                                errlen);
+}
+
 static const struct opt_spec spec = {
     "admit-router",
     "--worker=PROXY_URL=PUB_URL [--worker=...] [--option=value ...]",
@@ -111,12 +126,17 @@ static const struct opt_spec spec = {
     "Each option can also be set by the environment variable shown, or in a YAML file\n"
     "(--config, key = the option with '_' for '-'); a flag wins over the environment,\n"
     "which wins over the file. A list from one source replaces those of the sources\n"
-    "below it; in the environment and the file a list is comma-separated.\n",
+    "below it; in the environment and the file a list is comma-separated. The policy\n"
+    "classes (policy_classes, default_policy_class, policy_class_rules) are set only\n"
+    "in the file: see examples/admit-router-classes.yaml.\n",
     "ADMIT_ROUTER_CONFIG",
     "examples/admit-router.yaml",
     opts,
     sizeof opts / sizeof opts[0],
     AT(config_path),
+    file_keys,
+    sizeof file_keys / sizeof file_keys[0],
+    read_classes,
 };
 
 enum opt_result router_cfg_parse(struct router_cfg *c, int argc, char **argv, opt_env_fn env,
@@ -125,9 +145,12 @@ enum opt_result router_cfg_parse(struct router_cfg *c, int argc, char **argv, op
     enum opt_result r;
 
     memset(c, 0, sizeof *c);
+    c->classes.default_cls = -1;
     r = opt_parse(&spec, c, argc, argv, env, err, errlen);
-    if (r != OPT_RUN && r != OPT_CHECK)
+    if (r != OPT_RUN && r != OPT_CHECK) {
+        router_classes_free(&c->classes); /* read before a later source failed */
         return r;
+    }
     if (c->workers.n == 0) {
         snprintf(err, errlen,
                  "no worker: name at least one with --worker=PROXY_URL=PUB_URL, "
@@ -144,6 +167,7 @@ enum opt_result router_cfg_parse(struct router_cfg *c, int argc, char **argv, op
 void router_cfg_free(struct router_cfg *c)
 {
     opt_free(&spec, c);
+    router_classes_free(&c->classes);
 }
 
 void router_cfg_usage(FILE *out)

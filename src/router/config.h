@@ -5,10 +5,14 @@
  * environment > file > default. Lists (worker, model) come from repeated flags or from
  * comma-separated values, and the highest source that gives one replaces the others. All
  * of it is checked at parse time, workers included, so --check-config catches what a start
- * would refuse. Pure: nothing here binds or dials. */
+ * would refuse. The policy classes (classes.h) are structures, not single values: they are
+ * read only from the file, from the same text as its settings, and have no flag or variable
+ * (both are refused, naming the file as the place for them). Pure: nothing here binds or
+ * dials. */
 #ifndef ADMIT_ROUTER_CONFIG_H
 #define ADMIT_ROUTER_CONFIG_H
 
+#include "classes.h"
 #include "core/busy.h"
 #include "core/log.h"
 #include "core/netaddr.h"
@@ -40,15 +44,16 @@ struct router_cfg {
     char admin_token[128];          /* "" = POST /busy_threshold open to anyone (Dynamo) */
     char classifier_plugin[512];    /* a classifier's shared object ("" = none) */
     enum log_level log_level;
-    int log_json;          /* log lines as JSON objects */
-    int access_log;        /* one line per finished request */
-    char config_path[512]; /* the YAML file read ("" = none) */
+    int log_json;                  /* log lines as JSON objects */
+    int access_log;                /* one line per finished request */
+    char config_path[512];         /* the YAML file read ("" = none) */
+    struct router_classes classes; /* the file's policy classes; n == 0: none (no queue) */
 };
 
 /** fills c: defaults < file < env < argv, workers checked; on OPT_ERROR err says what, where */
 enum opt_result router_cfg_parse(struct router_cfg *c, int argc, char **argv, opt_env_fn env,
                                  char *err, size_t errlen);
-/** frees c's lists; safe after any result and twice */
+/** frees c's lists and classes; safe after any result and twice */
 void router_cfg_free(struct router_cfg *c);
 /** prints the --help text */
 void router_cfg_usage(FILE *out);

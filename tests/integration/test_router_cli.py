@@ -130,6 +130,95 @@ def test_check_config():
         shutil.rmtree(d)
 
 
+EXAMPLES = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "examples")
+
+CLASSES = ("policy_classes:\n"
+           "  - name: interactive\n"
+           "    quantum: 4096\n"
+           "    decode_busy_threshold: 0.8\n"
+           "  - {name: batch, quantum: 1024, queue_policy: wspt}\n"
+           "default_policy_class: batch\n"
+           "policy_class_rules:\n"
+           "  - by: header\n"
+           "  - {by: prompt_tokens, buckets: [{min_tokens: 0, class: interactive},"
+           " {min_tokens: 4096, class: batch}]}\n")
+
+
+def test_check_config_classes():
+    d = tempdir()
+    try:
+        example = os.path.join(EXAMPLES, "admit-router-classes.yaml")
+        rc, out, err = run(["--check-config", "--config", example])
+        assert rc == 0 and "configuration OK" in out, (rc, out, err)
+        good = write(d, "good.yaml", 'worker: "%s"\n%s' % (WORKER, CLASSES))
+        rc, out, err = run(["--check-config", "--config", good])
+        assert rc == 0 and good in out, (rc, out, err)
+        # Each bad file: exit 2, one line naming the file, line and column of the token.
+        cases = [
+            (CLASSES.replace("quantum: 4096", 'quantum: "4096"'),
+             ":4:14: quantum: '4096' is a string (quoted or tagged): must be an integer"),
+            (CLASSES.replace("quantum: 4096", "quantum: 4096\n    colour: red"),
+             ":5:5: unknown key 'colour' in a policy class (name, quantum,"),
+            (CLASSES.replace("name: batch", "name: interactive"),
+             ":6:12: name: duplicate policy class 'interactive' (first at 3:11)"),
+            (CLASSES.replace("default_policy_class: batch", "default_policy_class: bulk"),
+             ":7:23: default_policy_class: unknown policy class 'bulk'"),
+            (CLASSES.replace("min_tokens: 0,", "min_tokens: 1,"),
+             ":10:48: min_tokens: the first bucket must start at 0, not 1"),
+            (CLASSES.replace("  - by: header\n", "  - {by: header, class: batch}\n"),
+             ":9:18: a header rule takes no 'class'"),
+            ("default_policy_class: batch\n",
+             ":2:1: default_policy_class needs at least one class in policy_classes"),
+        ]
+        for i, (text, want) in enumerate(cases):
+            bad = write(d, "bad%d.yaml" % i, 'worker: "%s"\n%s' % (WORKER, text))
+            for argv in (["--check-config", "--config", bad], ["--config", bad]):
+                rc, out, err = run(argv)
+                assert rc == 2 and err.startswith("admit-router: error: " + bad + want), \
+                    (argv, rc, err, want)
+                assert err.count("\n") == 1, err
+    finally:
+        shutil.rmtree(d)
+
+
+def test_classes_only_in_the_file():
+    rc, out, err = run(["--worker", WORKER, "--policy-classes=interactive"])
+    assert rc == 2 and "--policy-classes: policy_classes can be set only in the config " \
+        "file (--config FILE or ADMIT_ROUTER_CONFIG)" in err, err
+    rc, out, err = run(["--worker", WORKER, "--policy-class-rules", "x"])
+    assert rc == 2 and "--policy-class-rules: policy_class_rules can be set only" in err, err
+    rc, out, err = run(["--worker", WORKER], env={"ADMIT_ROUTER_DEFAULT_POLICY_CLASS": "a"})
+    assert rc == 2 and "ADMIT_ROUTER_DEFAULT_POLICY_CLASS: default_policy_class can be set " \
+        "only in the config file" in err, err
+    rc, out, err = run(["--help"])
+    assert rc == 0 and "examples/admit-router-classes.yaml" in out, out
+
+
+def test_router_with_classes_starts():
+    d = tempdir()
+    try:
+        path = write(d, "router.yaml", 'worker: "%s"\nlisten: "127.0.0.1:0"\n'
+                     'metrics_listen: "127.0.0.1:0"\nmodel: m\n%s' % (WORKER, CLASSES))
+        rt = Router(["--config", path])
+        assert rt.workers == 1, rt.workers
+        rt.proc.wait_line(r"policy classes: 2, default batch, 2 rules", 10)
+        assert [t["model"] for t in rt.thresholds()] == ["m"]
+        # Not used yet: a request is routed (here: no worker is routable) as without classes.
+        status, _, _ = request(rt.addr, "POST", "/v1/chat/completions",
+                               {"model": "m", "messages": [{"role": "user", "content": "hi"}]},
+                               headers={"x-admit-class": "interactive"})
+        assert status == 503, status
+        rt.stop()
+        # The example of classes starts too, with its listeners moved to free ports.
+        rt = Router(["--config", os.path.join(EXAMPLES, "admit-router-classes.yaml"),
+                     "--listen", "127.0.0.1:0", "--metrics-listen", "127.0.0.1:0"])
+        assert rt.workers == 2, rt.workers
+        rt.proc.wait_line(r"policy classes: 2, default batch, 3 rules", 10)
+        rt.stop()
+    finally:
+        shutil.rmtree(d)
+
+
 def test_environment_sets_options():
     env = {"ADMIT_ROUTER_LISTEN": "127.0.0.1:0", "ADMIT_ROUTER_METRICS_LISTEN": "127.0.0.1:0",
            "ADMIT_ROUTER_WORKER": WORKER + "," + WORKER2, "ADMIT_ROUTER_MODEL": "m1,m2",
@@ -205,6 +294,9 @@ if __name__ == "__main__":
     tap = Tap()
     tap.run("--help lists every option with its variable", test_help_lists_every_option)
     tap.run("--check-config exits 0 or 2 with file:line:column", test_check_config)
+    tap.run("--check-config checks the policy classes", test_check_config_classes)
+    tap.run("policy classes are set only in the file", test_classes_only_in_the_file)
+    tap.run("a router with policy classes starts", test_router_with_classes_starts)
     tap.run("the environment sets options", test_environment_sets_options)
     tap.run("flag > environment > file, lists replace", test_flag_beats_env_beats_file)
     tap.run("startup errors exit 2 naming the option", test_startup_errors_exit_2)

@@ -63,16 +63,24 @@ static int record(const struct cfgfile_item *it, void *arg, char *msg, size_t ms
     return 0;
 }
 
-static void run_case(void **state)
+static void write_temp(char *path, const char *text, size_t len);
+
+/* The structured keys of the skip cases. */
+static const char *const skip[] = {"classes", "rules"};
+
+/* Runs a case; skipping: through cfgfile_parse_skip with skip[]. */
+static void check_case(const struct tcase *c, int skipping)
 {
-    const struct tcase *c = *state;
     struct rec r;
     char err[512];
     int rc;
 
     memset(&r, 0, sizeof r);
     memset(err, 'x', sizeof err);
-    rc = cfgfile_parse("t.yaml", c->text, c->len, record, &r, err, sizeof err);
+    if (skipping)
+        rc = cfgfile_parse_skip("t.yaml", c->text, c->len, skip, 2, record, &r, err, sizeof err);
+    else
+        rc = cfgfile_parse("t.yaml", c->text, c->len, record, &r, err, sizeof err);
     if (c->err == NULL) {
         if (rc != 0)
             print_error("unexpected error: %s\n", err);
@@ -83,6 +91,16 @@ static void run_case(void **state)
         assert_string_equal(err, c->err);
     }
     assert_string_equal(r.log, c->items ? c->items : "");
+}
+
+static void run_case(void **state)
+{
+    check_case(*state, 0);
+}
+
+static void run_skip_case(void **state)
+{
+    check_case(*state, 1);
 }
 
 /* Good files: what the callback sees, positions included. */
@@ -225,6 +243,126 @@ static const struct tcase bad[] = {
     {TEXT("silent: x\n"), "silent@1:1=[x]@1:9;", "t.yaml:1:9: invalid value for 'silent'"},
     {TEXT("  silentkey: x\n"), "silentkey@1:3=[x]@1:14;", "t.yaml:1:3: unknown key 'silentkey'"},
 };
+
+/* Files with structured keys (skip[]): their values, of any shape, are checked as YAML and not
+ * delivered; everything else is as without them. */
+static const struct tcase skipped[] = {
+    {TEXT("classes: x\n"), "", NULL},
+    {TEXT("classes: ~\nrules:\n"), "", NULL},
+    {TEXT("a: 1\nclasses:\n  - name: a\n    q: [1, 2, {b: c}]\n  - x\nb: 2\n"),
+     "a@1:1=[1]@1:4;b@6:1=[2]@6:4;", NULL},
+    {TEXT("classes: {a: {b: {c: [d]}}}\nrules: [[[], {}], x]\nz: 1\n"), "z@3:1=[1]@3:4;", NULL},
+    {TEXT("{classes: [1, {a: b}], x: 1, rules: {}}\n"), "x@1:24=[1]@1:27;", NULL},
+    {TEXT("classes:\n- a: !!str 1\n  b: !!int 2\n  c: |\n    text\nd: 4\n"), "d@6:1=[4]@6:4;",
+     NULL},
+    {TEXT("classes: [[[[[[[[[[[[[[[[]]]]]]]]]]]]]]]]\n"), "", NULL}, /* 16 deep: the limit */
+    {TEXT("classes: [[[[[[[[[[[[[[[[[]]]]]]]]]]]]]]]]]\n"), NULL,
+     "t.yaml:1:26: nesting deeper than 16 levels is not allowed"},
+    {TEXT("classes:\n  - {a: [1]}\nclasses: []\n"), NULL,
+     "t.yaml:3:1: duplicate key 'classes' (first at 1:1)"},
+    {TEXT("a: 1\nclasses:\n  - &x {a: 1}\n"), "a@1:1=[1]@1:4;",
+     "t.yaml:3:5: anchors and aliases are not allowed"},
+    {TEXT("classes:\n  - *x\n"), NULL, "t.yaml:2:5: anchors and aliases are not allowed"},
+    {TEXT("classes:\n  - !!map {a: 1}\n"), NULL,
+     "t.yaml:2:5: tag '!!map' is not allowed (only !!str, !!int, !!bool, !!null and !!float)"},
+    {TEXT("classes:\n  - {a: !x 1}\n"), NULL,
+     "t.yaml:2:9: tag '!x' is not allowed (only !!str, !!int, !!bool, !!null and !!float)"},
+    {TEXT("classes: [1\n"), NULL,
+     "t.yaml:2:1: did not find expected ',' or ']' (while parsing a flow sequence at 1:10)"},
+    {TEXT("classes: [\xff]\n"), NULL, "t.yaml:1:11: invalid UTF-8"},
+    /* Other keys are flat as ever, whatever their names are like. */
+    {TEXT("classes: [1]\nclasses_x: [1]\n"), NULL,
+     "t.yaml:2:12: expected a single value for 'classes_x', found a sequence"},
+    {TEXT("rule: {a: 1}\n"), NULL,
+     "t.yaml:1:7: expected a single value for 'rule', found a mapping"},
+    {TEXT("classes: [1]\n[rules]: 1\n"), NULL,
+     "t.yaml:2:1: expected a setting name, found a sequence"},
+    {TEXT("classes: [1]\nunknown: 2\n"), "unknown@2:1=[2]@2:10;",
+     "t.yaml:2:1: unknown key 'unknown'"},
+    {TEXT("- classes\n"), NULL,
+     "t.yaml:1:1: expected a mapping of settings at the top level, found a sequence"},
+};
+
+/* A skipped value nested deep, however deep, is refused at the limit in linear time (libyaml
+ * alone would take minutes over this one). */
+static void test_skip_deep(void **state)
+{
+    const size_t depth = CFGFILE_MAX_BYTES - 16;
+    char *t = malloc(depth + 16), err[256];
+    struct rec r;
+
+    (void) state;
+    assert_non_null(t);
+    memset(&r, 0, sizeof r);
+    memcpy(t, "rules: ", 7);
+    memset(t + 7, '[', depth);
+    assert_int_equal(
+        cfgfile_parse_skip("t.yaml", t, depth + 7, skip, 2, record, &r, err, sizeof err), -1);
+    assert_string_equal(err, "t.yaml:1:24: nesting deeper than 16 levels is not allowed");
+    memset(t + 7, '{', depth);
+    assert_int_equal(
+        cfgfile_parse_skip("t.yaml", t, depth + 7, skip, 2, record, &r, err, sizeof err), -1);
+    assert_string_equal(err, "t.yaml:1:24: nesting deeper than 16 levels is not allowed");
+    /* Block style nests by indentation: the limit is the same. */
+    {
+        size_t o = (size_t) sprintf(t, "rules:\n");
+
+        for (int i = 0; i < 17; i++)
+            o += (size_t) sprintf(t + o, "%*s-\n", i * 2, "");
+        assert_int_equal(cfgfile_parse_skip("t.yaml", t, o, skip, 2, record, &r, err, sizeof err),
+                         -1);
+        assert_string_equal(err, "t.yaml:18:33: nesting deeper than 16 levels is not allowed");
+    }
+    assert_int_equal(r.n, 0);
+    free(t);
+}
+
+/* cfgfile_read: the text with a NUL after it, or the reason it cannot be had. */
+static void test_read(void **state)
+{
+    char path[64], err[512], want[600], *text = (char *) 1;
+    size_t len = 1;
+
+    (void) state;
+    write_temp(path, "a: 1\n", 5);
+    assert_int_equal(cfgfile_read(path, &text, &len, err, sizeof err), 0);
+    assert_int_equal(len, 5);
+    assert_string_equal(text, "a: 1\n");
+    assert_string_equal(err, "");
+    free(text);
+    write_temp(path, "", 0);
+    assert_int_equal(cfgfile_read(path, &text, &len, err, sizeof err), 0);
+    assert_int_equal(len, 0);
+    assert_string_equal(text, "");
+    free(text);
+    unlink(path);
+    assert_int_equal(cfgfile_read(path, &text, &len, err, sizeof err), -1);
+    assert_null(text);
+    assert_int_equal(len, 0);
+    snprintf(want, sizeof want, "%s: cannot read: No such file or directory", path);
+    assert_string_equal(err, want);
+    assert_int_equal(cfgfile_read("/", &text, &len, NULL, 0), -1);
+}
+
+/* The helpers other readers of the file share. */
+static void test_helpers(void **state)
+{
+    char out[CFGFILE_SHOW_BUF], want[128];
+
+    (void) state;
+    assert_int_equal(cfgfile_is_null("", NULL, 1), 1);
+    assert_int_equal(cfgfile_is_null("~", NULL, 1), 1);
+    assert_int_equal(cfgfile_is_null("NULL", NULL, 1), 1);
+    assert_int_equal(cfgfile_is_null("~", NULL, 0), 0); /* "~" quoted is text */
+    assert_int_equal(cfgfile_is_null("None", NULL, 1), 0);
+    assert_int_equal(cfgfile_is_null("", "tag:yaml.org,2002:null", 0), 1);
+    assert_int_equal(cfgfile_is_null("x", "tag:yaml.org,2002:null", 1), -1);
+    assert_int_equal(cfgfile_is_null("~", "tag:yaml.org,2002:str", 1), 0);
+    assert_string_equal(cfgfile_show(out, "a\tb\x7f", 4), "a\\x09b\\x7f");
+    memset(want, 'y', 70);
+    assert_string_equal(cfgfile_show(out, want, 70),
+                        "yyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyyy...");
+}
 
 static void test_deep_nesting(void **state)
 {
@@ -509,21 +647,23 @@ static void test_example_config(void **state)
 
 int main(void)
 {
-    enum { NGOOD = sizeof good / sizeof good[0], NBAD = sizeof bad / sizeof bad[0] };
+    enum {
+        NGOOD = sizeof good / sizeof good[0],
+        NBAD = sizeof bad / sizeof bad[0],
+        NSKIP = sizeof skipped / sizeof skipped[0]
+    };
     static const struct CMUnitTest fixed[] = {
-        cmocka_unit_test(test_deep_nesting),
-        cmocka_unit_test(test_key_limit),
-        cmocka_unit_test(test_long_key_is_cut_in_message),
-        cmocka_unit_test(test_error_buffer),
-        cmocka_unit_test(test_load),
-        cmocka_unit_test(test_load_one_mib),
-        cmocka_unit_test(test_random_bytes),
+        cmocka_unit_test(test_skip_deep),      cmocka_unit_test(test_read),
+        cmocka_unit_test(test_helpers),        cmocka_unit_test(test_deep_nesting),
+        cmocka_unit_test(test_key_limit),      cmocka_unit_test(test_long_key_is_cut_in_message),
+        cmocka_unit_test(test_error_buffer),   cmocka_unit_test(test_load),
+        cmocka_unit_test(test_load_one_mib),   cmocka_unit_test(test_random_bytes),
 #ifdef ADMIT_SOURCE_ROOT
         cmocka_unit_test(test_example_config),
 #endif
     };
-    static char names[NGOOD + NBAD][32];
-    struct CMUnitTest tests[NGOOD + NBAD + sizeof fixed / sizeof fixed[0]];
+    static char names[NGOOD + NBAD + NSKIP][32];
+    struct CMUnitTest tests[NGOOD + NBAD + NSKIP + sizeof fixed / sizeof fixed[0]];
     size_t n = 0;
 
     /* One test per table row, named after it, so a failure says which file. */
@@ -532,6 +672,11 @@ int main(void)
                  i < NGOOD ? i : i - NGOOD);
         tests[n++] = (struct CMUnitTest){names[i], run_case, NULL, NULL,
                                          (void *) (i < NGOOD ? &good[i] : &bad[i - NGOOD])};
+    }
+    for (size_t i = 0; i < NSKIP; i++) {
+        snprintf(names[NGOOD + NBAD + i], sizeof names[0], "skip_file_%zu", i);
+        tests[n++] = (struct CMUnitTest){names[NGOOD + NBAD + i], run_skip_case, NULL, NULL,
+                                         (void *) &skipped[i]};
     }
     for (size_t i = 0; i < sizeof fixed / sizeof fixed[0]; i++)
         tests[n++] = fixed[i];

@@ -81,7 +81,8 @@ static const struct opt_def defs[] = {
 
 static const struct opt_spec spec = {
     "tprog", "[--option=value ...]",       "The intro.\n", "T_CONFIG", "examples/t.yaml",
-    defs,    sizeof defs / sizeof defs[0], AT(config),
+    defs,    sizeof defs / sizeof defs[0], AT(config),     NULL,       0,
+    NULL,
 };
 
 static char err[512];
@@ -445,6 +446,118 @@ static void test_bad_table(void **state)
     assert_non_null(strstr(err, "--n: the table's field does not fit its kind"));
 }
 
+/* What the file hook saw. */
+static struct {
+    int calls;
+    unsigned num; /* t.num when it ran: the file's settings are applied first */
+    char path[96], text[256];
+    size_t len;
+} hooked;
+
+/* A file hook: keeps what it is given, refuses a text that says "refuse". */
+static int file_hook(void *obj, const char *path, const char *text, size_t len, char *e,
+                     size_t elen)
+{
+    hooked.calls++;
+    hooked.num = ((struct t *) obj)->num;
+    snprintf(hooked.path, sizeof hooked.path, "%s", path);
+    snprintf(hooked.text, sizeof hooked.text, "%s", text);
+    hooked.len = len;
+    assert_int_equal(text[len], '\0');
+    if (strstr(text, "refuse") == NULL)
+        return 0;
+    snprintf(e, elen, "%s:9:9: refused", path);
+    return -1;
+}
+
+/* File-only keys: let through the file whatever their shape, handed to the hook with the
+ * file's text, and refused as flags and variables. */
+static void test_file_keys(void **state)
+{
+    static const struct opt_file_key keys[] = {{"deep_thing", "T_DEEP_THING"}, {"other", NULL}};
+    static const char text[] = "num: 9\ndeep_thing:\n  - {a: [1, 2]}\nother: x\n";
+    struct opt_spec s = spec;
+    char path[64] = "", arg[96], *argv[4] = {"tprog", arg, NULL, NULL};
+    struct t t;
+
+    (void) state;
+    s.file_keys = keys;
+    s.nfile_keys = 2;
+    s.file_hook = file_hook;
+    testenv_write(path, text);
+    snprintf(arg, sizeof arg, "--config=%s", path);
+    memset(&t, 0, sizeof t);
+    memset(&hooked, 0, sizeof hooked);
+    testenv_set(NULL);
+    assert_int_equal(opt_parse(&s, &t, 2, argv, testenv_get, err, sizeof err), OPT_RUN);
+    assert_int_equal(t.num, 9);
+    assert_int_equal(hooked.calls, 1);
+    assert_int_equal(hooked.num, 9);
+    assert_string_equal(hooked.path, path);
+    assert_string_equal(hooked.text, text);
+    assert_int_equal(hooked.len, strlen(text));
+    /* The hook's error is the parse's. */
+    testenv_write(path, "num: 9\nother: refuse\n");
+    memset(&t, 0, sizeof t);
+    assert_int_equal(opt_parse(&s, &t, 2, argv, testenv_get, err, sizeof err), OPT_ERROR);
+    assert_non_null(strstr(err, ":9:9: refused"));
+    /* The settings are still checked first, and strictly. */
+    testenv_write(path, "deep_thing: refuse\nnum: [9]\n");
+    hooked.calls = 0;
+    assert_int_equal(opt_parse(&s, &t, 2, argv, testenv_get, err, sizeof err), OPT_ERROR);
+    assert_non_null(strstr(err, ":2:6: expected a single value for 'num', found a sequence"));
+    assert_int_equal(hooked.calls, 0);
+    testenv_write(path, "deep_thing: 1\ndeep_thing: 2\n");
+    assert_int_equal(opt_parse(&s, &t, 2, argv, testenv_get, err, sizeof err), OPT_ERROR);
+    assert_non_null(strstr(err, ":2:1: duplicate key 'deep_thing' (first at 1:1)"));
+    unlink(path);
+    /* No file: no hook. */
+    argv[1] = "--num=3";
+    assert_int_equal(opt_parse(&s, &t, 2, argv, testenv_get, err, sizeof err), OPT_RUN);
+    assert_int_equal(hooked.calls, 0);
+    /* As flags, in either spelling, with or without a value: refused, saying where they go. */
+    argv[1] = "--deep-thing=1";
+    assert_int_equal(opt_parse(&s, &t, 2, argv, testenv_get, err, sizeof err), OPT_ERROR);
+    assert_string_equal(err, "--deep-thing: deep_thing can be set only in the config file "
+                             "(--config FILE or T_CONFIG)");
+    argv[1] = "--deep_thing";
+    assert_int_equal(opt_parse(&s, &t, 2, argv, testenv_get, err, sizeof err), OPT_ERROR);
+    assert_non_null(strstr(err, "--deep_thing: deep_thing can be set only in the config file"));
+    argv[1] = "--other";
+    argv[2] = "x";
+    assert_int_equal(opt_parse(&s, &t, 3, argv, testenv_get, err, sizeof err), OPT_ERROR);
+    assert_non_null(strstr(err, "--other: other can be set only"));
+    argv[2] = NULL;
+    /* Not a prefix or an extension of one. */
+    argv[1] = "--deep";
+    assert_int_equal(opt_parse(&s, &t, 2, argv, testenv_get, err, sizeof err), OPT_ERROR);
+    assert_string_equal(err, "unknown option '--deep' (see --help)");
+    argv[1] = "--deep-thing-2";
+    assert_int_equal(opt_parse(&s, &t, 2, argv, testenv_get, err, sizeof err), OPT_ERROR);
+    assert_string_equal(err, "unknown option '--deep-thing-2' (see --help)");
+    argv[1] = "--";
+    assert_int_equal(opt_parse(&s, &t, 2, argv, testenv_get, err, sizeof err), OPT_RUN);
+    /* As a variable, when it has one; --help and --version still answer. */
+    {
+        const char *const env[] = {"T_DEEP_THING", "x", NULL};
+
+        testenv_set(env);
+        argv[1] = "--num=3";
+        assert_int_equal(opt_parse(&s, &t, 2, argv, testenv_get, err, sizeof err), OPT_ERROR);
+        assert_string_equal(err, "T_DEEP_THING: deep_thing can be set only in the config file "
+                                 "(--config FILE or T_CONFIG)");
+        argv[1] = "--help";
+        assert_int_equal(opt_parse(&s, &t, 2, argv, testenv_get, err, sizeof err), OPT_HELP);
+        argv[1] = "--num=3";
+        assert_int_equal(opt_parse(&s, &t, 2, argv, NULL, err, sizeof err), OPT_RUN);
+        testenv_set(NULL);
+    }
+    /* Without file keys the same names are plain unknowns. */
+    argv[1] = "--deep-thing=1";
+    assert_int_equal(opt_parse(&spec, &t, 2, argv, testenv_get, err, sizeof err), OPT_ERROR);
+    assert_string_equal(err, "unknown option '--deep-thing=1' (see --help)");
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -453,7 +566,7 @@ int main(void)
         cmocka_unit_test(test_requires),    cmocka_unit_test(test_command_line_errors),
         cmocka_unit_test(test_file_errors), cmocka_unit_test(test_usage),
         cmocka_unit_test(test_helpers),     cmocka_unit_test(test_list_limit),
-        cmocka_unit_test(test_bad_table),
+        cmocka_unit_test(test_bad_table),   cmocka_unit_test(test_file_keys),
     };
 
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -301,7 +301,108 @@ static void test_example(void **state)
                      OPT_CHECK);
     assert_int_equal(c.workers.n, 2);
     assert_true(c.t.active_decode_blocks_threshold == 0.85);
+    assert_int_equal(c.classes.n, 0); /* the classes have an example of their own */
     router_cfg_free(&c);
+}
+
+/* The policy classes come from the same file as the settings, and from nowhere else. */
+static void test_classes(void **state)
+{
+    static struct router_cfg c;
+    char path[64] = "", arg[96], want[256];
+
+    (void) state;
+    testenv_write(path, "worker: \"" W1 "\"\n"
+                        "policy_classes:\n"
+                        "  - {name: a, quantum: 5}\n"
+                        "  - {name: b, quantum: 1}\n"
+                        "default_policy_class: b\n"
+                        "missed_heartbeats: 4\n");
+    snprintf(arg, sizeof arg, "--config=%s", path);
+    assert_int_equal(parse(&c, NULL, arg, NULL), OPT_RUN);
+    assert_int_equal(c.missed_heartbeats, 4);
+    assert_int_equal(c.classes.n, 2);
+    assert_string_equal(c.classes.c[0].name, "a");
+    assert_int_equal(c.classes.c[0].quantum, 5);
+    assert_int_equal(c.classes.default_cls, 1);
+    assert_int_equal(c.classes.nrules, 1);
+    assert_int_equal(c.classes.rules[0].kind, RRULE_HEADER);
+    assert_int_equal(parse(&c, NULL, arg, "--check-config", NULL), OPT_CHECK);
+    assert_int_equal(c.classes.n, 2);
+    /* Read, then freed when a later source fails (ASan would see a leak). */
+    assert_int_equal(parse(&c, NULL, arg, "--missed-heartbeats=0", NULL), OPT_ERROR);
+    assert_int_equal(c.classes.n, 0);
+    assert_null(c.classes.c);
+    /* No file, or a file without classes: none. */
+    assert_int_equal(parse(&c, NULL, "--worker=" W1, NULL), OPT_RUN);
+    assert_int_equal(c.classes.n, 0);
+    assert_int_equal(c.classes.default_cls, -1);
+    assert_int_equal(router_classes_classify(&c.classes, NULL, NULL, "m", 1), -1);
+    /* A bad class is the file's error, at its position, for --check-config too. */
+    testenv_write(path, "worker: \"" W1 "\"\npolicy_classes:\n  - {name: a}\n");
+    assert_int_equal(parse(&c, NULL, arg, "--check-config", NULL), OPT_ERROR);
+    snprintf(want, sizeof want, "%s:3:5: policy class 'a' needs 'quantum'", path);
+    assert_string_equal(err, want);
+    assert_int_equal(c.classes.n, 0);
+    assert_int_equal(c.workers.n, 0);
+    /* The settings are read first: a bad one is reported before a bad class. */
+    testenv_write(path, "policy_classes: 5\nworker: \"http://h:1\"\n");
+    assert_int_equal(parse(&c, NULL, arg, NULL), OPT_ERROR);
+    assert_non_null(strstr(err, ":2:9: worker: 'http://h:1' must be PROXY_URL=PUB_URL"));
+    /* A setting's value still cannot be a structure. */
+    testenv_write(path, "worker: [\"" W1 "\"]\n");
+    assert_int_equal(parse(&c, NULL, arg, NULL), OPT_ERROR);
+    assert_non_null(strstr(err, ":1:9: expected a single value for 'worker', found a sequence"));
+    unlink(path);
+    /* No flag and no variable: both refused, naming the file as the place. */
+    assert_int_equal(parse(&c, NULL, "--worker=" W1, "--policy-classes=x", NULL), OPT_ERROR);
+    assert_string_equal(err, "--policy-classes: policy_classes can be set only in the config file "
+                             "(--config FILE or ADMIT_ROUTER_CONFIG)");
+    assert_int_equal(parse(&c, NULL, "--worker=" W1, "--default-policy-class", "a", NULL),
+                     OPT_ERROR);
+    assert_string_equal(err, "--default-policy-class: default_policy_class can be set only in the "
+                             "config file (--config FILE or ADMIT_ROUTER_CONFIG)");
+    assert_int_equal(parse(&c, NULL, "--worker=" W1, "--policy_class_rules=[]", NULL), OPT_ERROR);
+    assert_non_null(strstr(err, "--policy_class_rules: policy_class_rules can be set only in"));
+    assert_int_equal(parse(&c, NULL, "--worker=" W1, "--policy-classes-x=1", NULL), OPT_ERROR);
+    assert_string_equal(err, "unknown option '--policy-classes-x=1' (see --help)");
+    assert_int_equal(parse(&c, NULL, "--worker=" W1, "--policy-class=1", NULL), OPT_ERROR);
+    assert_string_equal(err, "unknown option '--policy-class=1' (see --help)");
+    {
+        const char *const env[] = {"ADMIT_ROUTER_POLICY_CLASS_RULES", "", NULL};
+        assert_int_equal(parse(&c, env, "--worker=" W1, NULL), OPT_ERROR);
+        assert_string_equal(err, "ADMIT_ROUTER_POLICY_CLASS_RULES: policy_class_rules can be set "
+                                 "only in the config file (--config FILE or ADMIT_ROUTER_CONFIG)");
+        assert_int_equal(parse(&c, env, "--help", NULL), OPT_HELP); /* help still helps */
+    }
+    {
+        const char *const env[] = {"ADMIT_ROUTER_POLICY_CLASSES", "- name: a", NULL};
+        assert_int_equal(parse(&c, env, "--worker=" W1, NULL), OPT_ERROR);
+        assert_non_null(strstr(err, "ADMIT_ROUTER_POLICY_CLASSES: policy_classes can be set"));
+    }
+    {
+        const char *const env[] = {"ADMIT_ROUTER_DEFAULT_POLICY_CLASS", "a", NULL};
+        assert_int_equal(parse(&c, env, "--worker=" W1, NULL), OPT_ERROR);
+        assert_non_null(strstr(err, "ADMIT_ROUTER_DEFAULT_POLICY_CLASS: default_policy_class"));
+    }
+    router_cfg_free(&c);
+}
+
+/* The example of classes is a whole configuration: settings and classes. */
+static void test_classes_example(void **state)
+{
+    static struct router_cfg c;
+
+    (void) state;
+    assert_int_equal(parse(&c, NULL,
+                           "--config=" ADMIT_SOURCE_ROOT "/examples/admit-router-classes.yaml",
+                           "--check-config", NULL),
+                     OPT_CHECK);
+    assert_int_equal(c.workers.n, 2);
+    assert_int_equal(c.classes.n, 2);
+    assert_int_equal(c.classes.nrules, 3);
+    router_cfg_free(&c);
+    router_cfg_free(&c); /* twice */
 }
 
 static void test_usage(void **state)
@@ -315,7 +416,8 @@ static void test_usage(void **state)
                                        "env ADMIT_ROUTER_LISTEN; default 0.0.0.0:8090",
                                        "env ADMIT_ROUTER_ADMIN_TOKEN",
                                        "env ADMIT_ROUTER_CONFIG",
-                                       "--check-config"};
+                                       "--check-config",
+                                       "examples/admit-router-classes.yaml"};
     char *text = NULL;
     size_t len = 0;
     FILE *f = open_memstream(&text, &len);
@@ -337,6 +439,7 @@ int main(void)
         cmocka_unit_test(test_worker_errors), cmocka_unit_test(test_missing_worker),
         cmocka_unit_test(test_thresholds),    cmocka_unit_test(test_env),
         cmocka_unit_test(test_file),          cmocka_unit_test(test_example),
+        cmocka_unit_test(test_classes),       cmocka_unit_test(test_classes_example),
         cmocka_unit_test(test_usage),
     };
 
