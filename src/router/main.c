@@ -119,9 +119,8 @@ int main(int argc, char **argv)
     log_set_level(cfg->log_level);
     log_set_json(cfg->log_json);
     if (cfg->classes.n > 0)
-        log_info("policy classes: %zu, default %s, %zu rules",
-                 cfg->classes.n, cfg->classes.c[cfg->classes.default_cls].name,
-                 cfg->classes.nrules);
+        log_info("policy classes: %zu, default %s, %zu rules", cfg->classes.n,
+                 cfg->classes.c[cfg->classes.default_cls].name, cfg->classes.nrules);
     base = event_base_new();
     if (base == NULL)
         return 1;

@@ -80,13 +80,13 @@ struct router {
     void *on_change_arg;
     /* The policy-class queue (router_queue.c); q NULL: no classes, nothing waits. */
     struct classq *q;
-    struct rqclass *qc;             /* cfg->classes.n of them */
-    struct classify_class *cviews;  /* names and thresholds, for classifiers */
+    struct rqclass *qc;            /* cfg->classes.n of them */
+    struct classify_class *cviews; /* names and thresholds, for classifiers */
     struct classify_view view;
     admit_classifier_fn classifier; /* NULL: the built-in rules alone */
     int dispatching;                /* inside rq_kick: a nested kick only asks for another turn */
     int kick_again;
-    struct event *tick;             /* re-tries dispatch now and then while requests wait */
+    struct event *tick; /* re-tries dispatch now and then while requests wait */
     char msg[ADMIT_LOAD_WORKER_ID_MAX + 96]; /* the answer of a pick that found none */
 };
 

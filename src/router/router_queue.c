@@ -31,8 +31,8 @@
 #define RQ_TICK_MS 100
 
 /* Queue wait buckets, in seconds: from "at once" to the longest sensible timeout. */
-static const double rq_wait_bounds[] = {0.001, 0.005, 0.01, 0.05, 0.1, 0.25,
-                                        0.5,   1,     2.5,  5,    10,  30, 60};
+static const double rq_wait_bounds[] = {0.001, 0.005, 0.01, 0.05, 0.1, 0.25, 0.5,
+                                        1,     2.5,   5,    10,   30,  60};
 
 static struct rreq *rreq_of(const struct classq_entry *e)
 {
@@ -95,7 +95,8 @@ int rq_init(struct router *r, char *err, size_t errlen)
         defs[i].limit_per_worker = c->c[i].limit_per_worker;
         r->cviews[i].name = c->c[i].name;
         r->cviews[i].t = c->c[i].t;
-        prom_hist_init(&r->qc[i].wait, rq_wait_bounds, sizeof rq_wait_bounds / sizeof *rq_wait_bounds);
+        prom_hist_init(&r->qc[i].wait, rq_wait_bounds,
+                       sizeof rq_wait_bounds / sizeof *rq_wait_bounds);
         snprintf(r->qc[i].full_msg, sizeof r->qc[i].full_msg,
                  "Server overloaded: router queue for class %s is full", c->c[i].name);
         snprintf(r->qc[i].timeout_msg, sizeof r->qc[i].timeout_msg,
@@ -138,8 +139,8 @@ static const char *rule_header(void *arg, const char *name)
 /* The request's class: the config's rules, then the classifier, if any, may change it. */
 static int classify(struct router *r, const struct rreq *q, const struct http_req *req)
 {
-    int builtin = router_classes_classify(&r->cfg->classes, rule_header, (void *) req, q->model,
-                                          q->tokens);
+    int builtin =
+        router_classes_classify(&r->cfg->classes, rule_header, (void *) req, q->model, q->tokens);
     struct classify_request facts = {q->model, q->tokens, req_header, req};
     struct busy_thresholds reject;
     struct admit_classify c;
@@ -293,8 +294,9 @@ void rq_render_metrics(struct router *r, struct buf *out)
                 "Requests of a policy class answered with the overload status, by reason");
     for (size_t i = 0; i < c->n; i++)
         for (size_t k = 0; k < 3; k++) {
-            uint64_t v = k == 0 ? r->qc[i].rej_full : k == 1 ? r->qc[i].rej_timeout
-                                                             : r->qc[i].rej_busy;
+            uint64_t v = k == 0   ? r->qc[i].rej_full
+                         : k == 1 ? r->qc[i].rej_timeout
+                                  : r->qc[i].rej_busy;
             struct buf l;
 
             buf_init(&l);
