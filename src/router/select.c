@@ -172,6 +172,35 @@ int sel_workers(const struct sel *s)
     return s->n;
 }
 
+void sel_retire(struct sel *s, int wi)
+{
+    struct sworker *w = &s->w[wi];
+
+    w->retired = 1;
+    w->alive_until = INT64_MIN; /* not alive: the pass skips it, pinned or not */
+    w->skip_until = 0;
+    w->out = 1;
+}
+
+void sel_revive(struct sel *s, int wi)
+{
+    s->w[wi].retired = 0; /* alive again at its next message, which also sets out */
+}
+
+void sel_reset(struct sel *s, int wi)
+{
+    struct sworker *w = &s->w[wi];
+
+    /* Its run of shots is left behind, as a worker's that grows: grow_shots() drops it. */
+    s->dead += w->nranks;
+    free(s->ranks[wi]);
+    s->ranks[wi] = NULL;
+    memset(w, 0, sizeof *w);
+    w->alive_until = INT64_MIN;
+    w->out = 1; /* no rank yet */
+    slot_gates(s, w);
+}
+
 /* Moves worker w's shots, and its rooms in every slot, to a new run of n at the end of
  * s->shots (the new ones zeroed), and drops the runs left behind once they are as many as the
  * live shots, by laying every worker's run out again in worker order: the order the pass
@@ -257,7 +286,7 @@ void sel_message(struct sel *s, int wi, const struct admit_load *m, int64_t now_
     struct srank *r;
     int64_t hb = m->heartbeat_ms > 0 ? m->heartbeat_ms : SEL_DEFAULT_HEARTBEAT_MS, span;
 
-    if (m->dp_rank < 0 || m->dp_rank >= SEL_MAX_RANKS)
+    if (m->dp_rank < 0 || m->dp_rank >= SEL_MAX_RANKS || w->retired)
         return;
     if ((unsigned) m->dp_rank >= w->nranks)
         grow(s, w, (unsigned) m->dp_rank + 1);

@@ -82,6 +82,15 @@ void sel_free(struct sel *s);
 int sel_add_worker(struct sel *s);
 /** number of workers added */
 int sel_workers(const struct sel *s);
+/** retires worker w: never alive (so never a candidate, pinned or not) and its messages
+ *  ignored, until sel_revive(); its index and bookings stay valid, and releasing them works
+ *  as ever (a request in flight there ends as it would) */
+void sel_retire(struct sel *s, int w);
+/** undoes sel_retire(): its bookings kept, not alive until its next message */
+void sel_revive(struct sel *s, int w);
+/** makes retired worker w, which holds no booking any more, as sel_add_worker() makes a new
+ *  one (not heard from, no rank, not retired): its index is free for another worker */
+void sel_reset(struct sel *s, int w);
 /** a load message of worker w arrived at now_ms: its rank's capacity and published load,
  *  the worker's liveness and state; a rank past SEL_MAX_RANKS is ignored */
 void sel_message(struct sel *s, int w, const struct admit_load *m, int64_t now_ms);

@@ -66,6 +66,7 @@ struct sworker {
     uint8_t draining; /* a rank said so in its newest message */
     uint8_t full;     /* bit j: every rank lacks room by its published load, under slot j */
     uint8_t out;      /* draining, or no rank heard yet: out whatever the thresholds */
+    uint8_t retired;  /* sel_retire(): out, and its messages ignored, until sel_revive() */
 };
 _Static_assert(sizeof(struct sworker) <= 40, "a worker and its gate fit in 48 bytes");
 _Static_assert(SEL_MAX_TSETS <= 8, "sworker.full has a bit for each slot");

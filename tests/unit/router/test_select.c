@@ -625,6 +625,97 @@ static void test_pinned(void **state)
     sel_free(s);
 }
 
+/* A retired worker is never chosen, pinned or not, and its messages are ignored; what it has
+ * booked stays, and is released as ever. Revived, it is chosen again once it speaks. */
+static void test_retire_revive(void **state)
+{
+    struct sel *s = view(2, 1);
+    struct busy_thresholds t = unset();
+    struct sel_booking b = {0};
+    struct busy_load l;
+    int w;
+    unsigned r;
+
+    (void) state;
+    sel_book(s, &b, 0, 0, 64);
+    sel_retire(s, 0);
+    assert_false(sel_alive(s, 0, 0));
+    assert_false(sel_routable(s, 0, 0));
+    for (int i = 0; i < 4; i++) {
+        assert_int_equal(sel_pick(s, 0, 10, &t, -1, -1, &w, &r), SEL_OK);
+        assert_int_equal(w, 1);
+        assert_int_equal(sel_pick(s, 0, 10, NULL, -1, -1, &w, &r), SEL_OK);
+        assert_int_equal(w, 1);
+    }
+    assert_int_equal(sel_pick(s, 0, 10, &t, -1, 0, &w, &r), SEL_NO_WORKER);
+    message(s, 0, 0, 0); /* a message in flight when it was retired */
+    assert_false(sel_alive(s, 0, 0));
+    assert_int_equal(sel_pick(s, 0, 10, &t, -1, 0, &w, &r), SEL_NO_WORKER);
+    /* Its booking is still there, and goes as ever. */
+    l = booked_of(s, 0, 0);
+    assert_int_equal(l.prefill_tokens, 64);
+    assert_int_equal(l.requests, 1);
+    sel_first_token(s, &b);
+    assert_int_equal(booked_of(s, 0, 0).prefill_tokens, 0);
+    /* The only worker left retired: none alive, 503 rather than 529. */
+    sel_retire(s, 1);
+    assert_int_equal(sel_pick(s, 0, 10, &t, -1, -1, &w, &r), SEL_NO_WORKER);
+    /* Revived: not alive until it speaks, its booking kept. */
+    sel_revive(s, 0);
+    assert_false(sel_alive(s, 0, 0));
+    assert_int_equal(sel_pick(s, 0, 10, &t, -1, -1, &w, &r), SEL_NO_WORKER);
+    message(s, 0, 0, 5);
+    assert_true(sel_alive(s, 0, 5));
+    assert_int_equal(sel_pick(s, 5, 10, &t, -1, -1, &w, &r), SEL_OK);
+    assert_int_equal(w, 0);
+    assert_int_equal(booked_of(s, 0, 0).requests, 1);
+    sel_release(s, &b);
+    assert_int_equal(booked_of(s, 0, 0).requests, 0);
+    assert_int_equal(booked_of(s, 0, 0).decode_blocks, 0);
+    sel_free(s);
+}
+
+/* A retired worker reset is a new one in the same index: no rank, nothing booked, not alive;
+ * it grows again from its first message, and the runs of shots left behind are dropped. */
+static void test_reset_reuses_index(void **state)
+{
+    struct sel *s = view(3, 4);
+    struct busy_thresholds t = unset();
+    struct sel_booking b = {0};
+    int w;
+    unsigned r;
+
+    (void) state;
+    t.active_prefill_tokens_threshold = 100;
+    for (int cycle = 0; cycle < 200; cycle++) {
+        sel_retire(s, 1);
+        sel_reset(s, 1);
+        assert_int_equal(sel_workers(s), 3);
+        assert_int_equal(sel_ranks(s, 1), 1);
+        assert_false(sel_alive(s, 1, 0));
+        for (int i = 0; i < 3; i++) {
+            assert_int_equal(sel_pick(s, 0, 10, &t, -1, -1, &w, &r), SEL_OK);
+            assert_true(w != 1);
+        }
+        /* Back with two ranks (another worker in its place). */
+        message(s, 1, 0, 0);
+        message(s, 1, 1, 0);
+        assert_int_equal(sel_ranks(s, 1), 2);
+        assert_int_equal(booked_of(s, 1, 0).requests, 0);
+        assert_int_equal(booked_of(s, 1, 1).requests, 0);
+        assert_int_equal(sel_pick(s, 0, 10, &t, -1, 1, &w, &r), SEL_OK);
+        assert_int_equal(w, 1);
+        sel_book(s, &b, w, r, 10);
+        assert_int_equal(booked_of(s, 1, r).prefill_tokens, 10);
+        sel_release(s, &b);
+    }
+    /* The others kept their ranks through it all. */
+    assert_int_equal(sel_ranks(s, 0), 4);
+    assert_int_equal(sel_ranks(s, 2), 4);
+    assert_true(sel_alive(s, 2, 0));
+    sel_free(s);
+}
+
 /* The monitor: a worker whose every rank is full by what it publishes is skipped; one free
  * rank keeps it a candidate. */
 static void test_monitor_published(void **state)
@@ -1665,6 +1756,8 @@ int main(void)
         cmocka_unit_test(test_liveness_saturates),
         cmocka_unit_test(test_all_busy_not_no_worker),
         cmocka_unit_test(test_pinned),
+        cmocka_unit_test(test_retire_revive),
+        cmocka_unit_test(test_reset_reuses_index),
         cmocka_unit_test(test_monitor_published),
         cmocka_unit_test(test_monitor_ranks),
         cmocka_unit_test(test_thresholds_change),
