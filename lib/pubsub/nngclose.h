@@ -12,9 +12,9 @@
  * and threads when LeakSanitizer looks, so the leak check needs no suppression and sees
  * every allocation of ours, messages received from nng included.
  *
- * A socket closed while the program runs (none yet; a worker that leaves the fleet will need
- * it) is closed on a helper thread with a deadline, nngc_close: a close that does not finish
- * is abandoned to the exit. */
+ * A socket closed while the program runs (admit-router's subscriber to a worker that left the
+ * fleet: sub_close) is closed on a helper thread with a deadline, nngc_close: a close that
+ * does not finish is abandoned to the exit. */
 #ifndef ADMIT_NNGCLOSE_H
 #define ADMIT_NNGCLOSE_H
 

@@ -79,3 +79,15 @@ void sub_free(struct subscriber *s)
     free(s->url);
     free(s);
 }
+
+void sub_close(struct subscriber *s, int timeout_ms)
+{
+    nng_socket sock;
+
+    if (s == NULL)
+        return;
+    sock = s->sock;
+    sub_free(s);
+    if (nngc_close(sock, timeout_ms) != 0)
+        log_warn("closing a load subscriber took over %d ms: left to the exit", timeout_ms);
+}

@@ -17,7 +17,12 @@ typedef void (*sub_cb)(void *arg, const void *msg, size_t len);
 /** dials url and subscribes to the load topic; NULL with err on failure */
 struct subscriber *sub_new(struct event_base *base, const char *url, sub_cb cb, void *arg,
                            char *err, size_t errlen);
-/** stops receiving and frees; NULL is a no-op */
+/** stops receiving and frees, leaving the socket to the exit (see nngclose.h); NULL is a
+ *  no-op */
 void sub_free(struct subscriber *s);
+/** stops receiving, closes the socket (nngc_close: waiting at most timeout_ms, a close that
+ *  takes longer is left to the exit) and frees: for a publisher that leaves while the
+ *  program runs; NULL is a no-op */
+void sub_close(struct subscriber *s, int timeout_ms);
 
 #endif
