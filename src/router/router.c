@@ -11,6 +11,7 @@
 #include "http/upstream.h"
 #include "pubsub/subscribe.h"
 
+#include <event2/event.h>
 #include <jansson.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -19,6 +20,9 @@
 
 /* A worker marked overloaded by its own 529 is skipped this long (or until it speaks). */
 #define OVERLOAD_MARK_MS 1000
+
+/* The longest a retired worker's subscriber may take to close (nngc_close), on the loop. */
+#define SUB_CLOSE_MS 100
 
 int64_t router_now_ms(void)
 {
@@ -36,6 +40,8 @@ static void on_message(void *arg, const void *msg, size_t len)
     struct admit_load m;
     char err[256];
 
+    if (w->state != RW_ACTIVE)
+        return; /* retired: its subscriber is closed, nothing more is heard */
     if (admit_load_decode(msg, len, &m, err, sizeof err) != 0) {
         if (w->bad_messages++ < 5)
             log_warn("worker %s sent an invalid load message: %s", w->proxy_url, err);
@@ -46,6 +52,64 @@ static void on_message(void *arg, const void *msg, size_t len)
         snprintf(w->worker_id, sizeof w->worker_id, "%s", m.worker_id);
     sel_message(w->r->sel, w->idx, &m, w->last_ms);
     rq_kick(w->r); /* its room may have changed */
+}
+
+/* ---- workers that exchanges hold -------------------------------------------------------- */
+
+/* A retired worker that nothing holds any more: its upstream freed, its index free. */
+static void bury(struct router *r, struct rworker *w)
+{
+    upstream_free(w->up);
+    w->up = NULL;
+    sel_reset(r->sel, w->idx);
+    w->state = RW_FREE;
+    w->worker_id[0] = '\0';
+    w->last_ms = 0;
+    w->bad_messages = 0;
+    r->removed++;
+    log_info("worker %s removed: its last request ended", w->proxy_url);
+}
+
+static int unheld(const struct rworker *w)
+{
+    return w->inflight == 0 && w->pins == 0;
+}
+
+static void on_reap(evutil_socket_t fd, short what, void *arg)
+{
+    struct router *r = arg;
+
+    (void) fd;
+    (void) what;
+    for (size_t k = 0; k < r->n; k++)
+        if (r->w[k]->state == RW_RETIRED && unheld(r->w[k]))
+            bury(r, r->w[k]);
+}
+
+/* An exchange lets go of worker k: the last one of a retired worker frees it, from a callback
+ * of its own so that no caller up the stack (the proxy, evhttp) still has its upstream. */
+static void let_go(struct router *r, int k, int pin)
+{
+    struct rworker *w = r->w[k];
+    static const struct timeval now = {0, 0};
+
+    if (pin)
+        w->pins--;
+    else
+        w->inflight--;
+    if (w->state == RW_RETIRED && unheld(w) && !evtimer_pending(r->reap, NULL))
+        evtimer_add(r->reap, &now);
+}
+
+/* Exchange q now holds worker k's upstream (a pick, or a migration's). */
+static void hold(struct router *r, struct rreq *q, int k)
+{
+    if (q->held == k)
+        return;
+    r->w[k]->inflight++;
+    if (q->held >= 0)
+        let_go(r, q->held, 0);
+    q->held = k;
 }
 
 /* ---- admission: count and book every exchange ---------------------------------------- */
@@ -64,6 +128,7 @@ static void on_begin(void *arg, struct pxreq *x, const struct http_req *req)
     q->r = r;
     q->cls = -1;
     q->pinned = -1;
+    q->held = -1;
     q->bypass = http_method_is_safe(req->method);
     if (q->bypass) {
         r->m->requests_bypass++;
@@ -115,6 +180,11 @@ static void on_finish(void *arg, struct pxreq *x, enum outcome o)
     (void) o;
     sel_release(r->sel, &q->bk);
     rq_finish(r, q);
+    if (q->held >= 0)
+        let_go(r, q->held, 0);
+    if (q->pinned >= 0)
+        let_go(r, q->pinned, 1);
+    q->held = q->pinned = -1;
     if (q->bypass)
         r->m->inflight_bypass--;
     else
@@ -182,7 +252,8 @@ static void count_reject(struct router *r, const char *model, const char *endpoi
 static int pinned_worker(const struct router *r, const char *name)
 {
     for (size_t k = 0; k < r->n; k++)
-        if (strcmp(r->w[k]->worker_id, name) == 0 || strcmp(r->w[k]->proxy_url, name) == 0)
+        if (r->w[k]->state == RW_ACTIVE &&
+            (strcmp(r->w[k]->worker_id, name) == 0 || strcmp(r->w[k]->proxy_url, name) == 0))
             return (int) k;
     return -1;
 }
@@ -190,7 +261,7 @@ static int pinned_worker(const struct router *r, const char *name)
 static int index_of(const struct router *r, const struct upstream *up)
 {
     for (size_t k = 0; k < r->n; k++)
-        if (r->w[k]->up == up)
+        if (r->w[k]->up == up && r->w[k]->state != RW_FREE)
             return (int) k;
     return -1;
 }
@@ -208,8 +279,13 @@ void router_read_request(struct router *r, struct rreq *q, const struct http_req
         tokcount_body(req->body, req->body_len, r->cfg->chars_per_token, &tc);
         q->tokens = tc.tokens > INT64_MAX ? INT64_MAX : (int64_t) tc.tokens;
     }
-    if ((pin = http_req_header(req, ROUTER_PIN_HEADER)) != NULL)
-        q->pinned = pinned_worker(r, pin) >= 0 ? pinned_worker(r, pin) : -2;
+    if ((pin = http_req_header(req, ROUTER_PIN_HEADER)) != NULL) {
+        int k = pinned_worker(r, pin);
+
+        q->pinned = k >= 0 ? k : -2;
+        if (k >= 0)
+            r->w[k]->pins++; /* its index stays this worker's until the exchange ends */
+    }
 }
 
 static struct upstream *pick(void *arg, struct pxreq *x, const struct http_req *req,
@@ -242,6 +318,7 @@ static struct upstream *pick(void *arg, struct pxreq *x, const struct http_req *
     case SEL_OK:
         if (!q->bypass)
             sel_book(r->sel, &q->bk, w, rank, q->tokens);
+        hold(r, q, w);
         return r->w[w]->up;
     case SEL_ALL_BUSY:
         *status = r->cfg->overload_status;
@@ -330,12 +407,16 @@ struct router *router_new(struct event_base *base, struct proxy *px, struct metr
     r->sel = sel_new(cfg->missed_heartbeats ? cfg->missed_heartbeats : 3,
                      cfg->kv_block_size ? cfg->kv_block_size : 16);
     sel_track_output(r->sel, cfg->track_output_blocks);
+    r->reap = evtimer_new(base, on_reap, r);
+    if (r->reap == NULL)
+        fatal("evtimer_new failed");
     if (rq_init(r, err, sizeof err) != 0)
         fatal("%s", err); /* the configuration was checked when it was read */
     if (cfg->classifier_plugin[0] != '\0') {
         if (classify_plugin_open(cfg->classifier_plugin, &r->classifier, err, sizeof err) != 0) {
             log_error("classifier plugin: %s", err);
             rq_free(r);
+            event_free(r->reap);
             sel_free(r->sel);
             bt_registry_free(r->bt);
             free(r);
@@ -354,30 +435,108 @@ void router_set_change_cb(struct router *r, void (*cb)(void *arg), void *arg)
     r->on_change_arg = arg;
 }
 
+/* The worker at host:port, active or retired; NULL if none. */
+static struct rworker *find_worker(const struct router *r, const char *hostport)
+{
+    for (size_t k = 0; k < r->n; k++)
+        if (r->w[k]->state != RW_FREE && strcmp(r->w[k]->proxy_url, hostport) == 0)
+            return r->w[k];
+    return NULL;
+}
+
+/* A retired worker named again: revived in place, with what it still has booked. */
+static int revive(struct router *r, struct rworker *w, const char *pub_url, char *err,
+                  size_t errlen)
+{
+    w->sub = sub_new(r->base, pub_url, on_message, w, err, errlen);
+    if (w->sub == NULL)
+        return -1;
+    snprintf(w->pub_url, sizeof w->pub_url, "%s", pub_url);
+    w->state = RW_ACTIVE;
+    w->holds = 1;
+    w->bad_messages = 0;
+    sel_revive(r->sel, w->idx); /* routable at its next message */
+    r->revived++;
+    log_info("worker %s is back (publisher %s): %u requests still in flight there", w->proxy_url,
+             w->pub_url, w->inflight);
+    return 0;
+}
+
 int router_add_worker(struct router *r, const char *proxy_url, const char *pub_url, char *err,
                       size_t errlen)
 {
-    struct rworker *w = xcalloc(1, sizeof *w);
+    struct rworker *w;
     struct http_url url;
+    size_t k;
 
-    if (http_url_parse(proxy_url, &url, err, errlen) != 0) {
-        free(w);
+    if (http_url_parse(proxy_url, &url, err, errlen) != 0)
         return -1;
+    if ((w = find_worker(r, url.hostport)) != NULL && w->state == RW_RETIRED)
+        return revive(r, w, pub_url, err, errlen);
+    if (w != NULL) { /* one more source names it */
+        if (strcmp(w->pub_url, pub_url) != 0)
+            log_warn("worker %s is followed at %s already: %s ignored", w->proxy_url, w->pub_url,
+                     pub_url);
+        w->holds++;
+        return 0;
     }
+    /* A new one: in the index of one that left, or a new index. */
+    for (k = 0; k < r->n && r->w[k]->state != RW_FREE; k++)
+        ;
+    w = k < r->n ? r->w[k] : xcalloc(1, sizeof *w);
     w->r = r;
     snprintf(w->proxy_url, sizeof w->proxy_url, "%s", url.hostport);
     snprintf(w->pub_url, sizeof w->pub_url, "%s", pub_url);
     w->sub = sub_new(r->base, pub_url, on_message, w, err, errlen);
     if (w->sub == NULL) {
-        free(w);
+        if (k == r->n)
+            free(w);
         return -1;
     }
-    w->idx = sel_add_worker(r->sel);
+    if (k == r->n) {
+        w->idx = sel_add_worker(r->sel);
+        r->w = xrealloc(r->w, (r->n + 1) * sizeof *r->w);
+        r->w[r->n++] = w;
+    }
     w->up =
         upstream_new(r->base, &url, r->cfg->upstream_timeout_ms, r->cfg->upstream_keepalive, 4000);
-    r->w = xrealloc(r->w, (r->n + 1) * sizeof *r->w);
-    r->w[r->n++] = w;
+    w->state = RW_ACTIVE;
+    w->holds = 1;
+    r->added++;
     return 0;
+}
+
+int router_retire_worker(struct router *r, const char *proxy_url)
+{
+    struct http_url url;
+    struct rworker *w;
+    char err[256];
+
+    if (http_url_parse(proxy_url, &url, err, sizeof err) != 0 ||
+        (w = find_worker(r, url.hostport)) == NULL || w->state != RW_ACTIVE)
+        return -1;
+    if (--w->holds > 0)
+        return 0; /* another source still names it */
+    w->state = RW_RETIRED;
+    sel_retire(r->sel, w->idx);
+    sub_close(w->sub, SUB_CLOSE_MS);
+    w->sub = NULL;
+    r->retired++;
+    log_info("worker %s retired: no new request goes there, %u in flight finish", w->proxy_url,
+             w->inflight);
+    if (unheld(w))
+        bury(r, w);
+    rq_kick(r); /* a request pinned to it and waiting now gets its answer */
+    return 0;
+}
+
+unsigned router_workers(struct router *r)
+{
+    unsigned n = 0;
+
+    for (size_t k = 0; k < r->n; k++)
+        n += r->w[k]->state == RW_ACTIVE;
+    return n;
 }
 
 void router_add_model(struct router *r, const char *model)
@@ -399,6 +558,7 @@ void router_free(struct router *r)
 {
     if (r == NULL)
         return;
+    event_free(r->reap);
     for (size_t k = 0; k < r->n; k++) {
         sub_free(r->w[k]->sub);
         upstream_free(r->w[k]->up);

@@ -30,9 +30,21 @@ struct router *router_new(struct event_base *base, struct proxy *px, struct metr
                           const struct router_cfg *c);
 /** calls cb whenever an exchange ends (the drain's check) */
 void router_set_change_cb(struct router *r, void (*cb)(void *arg), void *arg);
-/** adds a worker: its admitd URL and its load publisher URL; 0 or -1 with err */
+/** adds a worker: its admitd URL and its load publisher URL; 0 or -1 with err. Workers are
+ *  known by their URL's host:port: one that is there already is held by one more source
+ *  (and keeps its publisher; another one is logged and ignored); one that is retired but
+ *  still has requests in flight is revived in place (bookings kept, routable at its next
+ *  message, following pub_url); a new one takes the index of a worker that left, if any */
 int router_add_worker(struct router *r, const char *proxy_url, const char *pub_url, char *err,
                       size_t errlen);
+/** one source lets go of the worker at proxy_url (http://HOST:PORT); the last one retires it:
+ *  no new request goes there (pinned ones get 503), its subscriber is closed (at most 100 ms
+ *  on the loop), requests in flight finish and release their bookings as ever, and once the
+ *  last has ended its upstream is freed and it leaves /load and the metrics. 0, or -1 when
+ *  no active worker has that URL */
+int router_retire_worker(struct router *r, const char *proxy_url);
+/** number of workers that are not retired */
+unsigned router_workers(struct router *r);
 /** registers a model name for /busy_threshold */
 void router_add_model(struct router *r, const char *model);
 /** appends the router's own Prometheus families */

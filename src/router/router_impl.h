@@ -25,9 +25,20 @@ struct pxreq;
 /* Distinct (model, endpoint) rejection counters kept. */
 #define ROUTER_MAX_REJECT_KEYS 256
 
+/* A worker's place in the fleet. A worker that its sources (a --worker, the workers file, a
+ * DNS name) no longer name is retired: selection skips it (sel_retire) and its subscriber is
+ * closed, but requests in flight there finish, so it keeps its index, its bookings and its
+ * upstream until the last of them ends; then it is free, and its index the next new
+ * worker's. A retired worker named again is revived in place, its bookings still counted. */
+enum rw_state { RW_ACTIVE, RW_RETIRED, RW_FREE };
+
 struct rworker {
     struct router *r;
-    int idx; /* its index in the selection view */
+    int idx; /* its index in the selection view, and in router.w */
+    enum rw_state state;
+    int holds;         /* sources that name it; 0 once retired */
+    unsigned inflight; /* exchanges holding its upstream: from the pick to the end */
+    unsigned pins;     /* exchanges whose pin header names it */
     char proxy_url[NETADDR_HOST_MAX + 16];
     char pub_url[300];
     char worker_id[ADMIT_LOAD_WORKER_ID_MAX + 1]; /* from its newest message ("" = none yet) */
@@ -45,6 +56,7 @@ struct rreq {
     int counted;    /* tokens, model and pin are read, once per exchange */
     int64_t tokens; /* prompt tokens, by admitd's counter */
     int pinned;     /* the worker a pin header names; -1 none; -2 a name no worker has */
+    int held;       /* the worker whose upstream it holds (counted in its inflight); -1 none */
     int cls;        /* its policy class; -1 none (no classes, or never classified) */
     struct timespec t_enq;
     char model[128];
@@ -76,6 +88,8 @@ struct router {
     struct reject_key rejects[ROUTER_MAX_REJECT_KEYS];
     size_t nrejects;
     uint64_t rejected_all_busy, rejected_no_worker;
+    uint64_t added, revived, retired, removed; /* workers that came and went */
+    struct event *reap; /* frees retired workers whose last request ended (not in its callback) */
     void (*on_change)(void *arg);
     void *on_change_arg;
     /* The policy-class queue (router_queue.c); q NULL: no classes, nothing waits. */

@@ -40,7 +40,7 @@ static void rank_gauge(struct buf *out, struct router *r, const struct busy_thre
 {
     prom_family(out, name, "gauge", help);
     for (size_t k = 0; k < r->n; k++)
-        for (unsigned i = 0; i < sel_ranks(r->sel, (int) k); i++) {
+        for (unsigned i = 0; r->w[k]->state != RW_FREE && i < sel_ranks(r->sel, (int) k); i++) {
             struct sel_rank_view v;
             char rank[16];
             struct buf l;
@@ -80,8 +80,10 @@ static int worker_busy(struct router *r, int k, const struct busy_thresholds *t)
 void router_render_metrics(struct router *r, struct buf *out)
 {
     struct busy_thresholds t;
-    unsigned routable_n = 0, busy_n = 0;
+    unsigned routable_n = 0, busy_n = 0, active_n = 0, retired_n = 0;
     int64_t now = router_now_ms();
+    static const char *const change_names[] = {"added", "revived", "retired", "removed"};
+    const uint64_t changes[] = {r->added, r->revived, r->retired, r->removed};
 
     bt_registry_get(r->bt, "", &t);
     prom_family(out, "dynamo_frontend_model_rejection_total", "counter",
@@ -114,17 +116,31 @@ void router_render_metrics(struct router *r, struct buf *out)
                "KV blocks this router booked on the rank for the requests it sent there",
                RF_BOOKED_DECODE, 0);
     for (size_t k = 0; k < r->n; k++) {
+        active_n += r->w[k]->state == RW_ACTIVE;
+        retired_n += r->w[k]->state == RW_RETIRED;
         if (!sel_routable(r->sel, (int) k, now))
             continue;
         routable_n++;
         busy_n += (unsigned) worker_busy(r, (int) k, &t);
     }
     prom_family(out, "admit_router_workers", "gauge",
-                "Workers by state (busy: routable but with no room under the default "
-                "thresholds)");
-    prom_sample(out, "admit_router_workers{state=\"configured\"}", NULL, (double) r->n);
+                "Workers by state (configured: named by a source now; routable: of those, "
+                "alive and not skipped; busy: routable but with no room under the default "
+                "thresholds; retired: no longer named, requests still in flight there)");
+    prom_sample(out, "admit_router_workers{state=\"configured\"}", NULL, active_n);
     prom_sample(out, "admit_router_workers{state=\"routable\"}", NULL, routable_n);
     prom_sample(out, "admit_router_workers{state=\"busy\"}", NULL, busy_n);
+    prom_sample(out, "admit_router_workers{state=\"retired\"}", NULL, retired_n);
+    prom_family(out, "admit_router_worker_changes_total", "counter",
+                "Workers that came and went (added, revived: named again while retired, "
+                "retired, removed: a retired worker's last request ended)");
+    for (size_t i = 0; i < sizeof changes / sizeof *changes; i++) {
+        char name[96];
+
+        snprintf(name, sizeof name, "admit_router_worker_changes_total{change=\"%s\"}",
+                 change_names[i]);
+        prom_sample(out, name, NULL, (double) changes[i]);
+    }
     rq_render_metrics(r, out);
 }
 
@@ -176,6 +192,7 @@ void router_render_workers(struct router *r, struct buf *out)
 {
     struct busy_thresholds t;
     int64_t now = router_now_ms();
+    int first = 1;
 
     bt_registry_get(r->bt, "", &t);
     buf_puts(out, "{\"workers\":[");
@@ -183,8 +200,16 @@ void router_render_workers(struct router *r, struct buf *out)
         const struct rworker *w = r->w[k];
         int alive = sel_alive(r->sel, (int) k, now);
 
-        buf_printf(out, "%s{\"url\":\"%s\",\"publish\":\"%s\",", k ? "," : "", w->proxy_url,
-                   w->pub_url);
+        if (w->state == RW_FREE)
+            continue;
+        /* The URLs are escaped too: a workers file's publisher may hold a quote. */
+        buf_puts(out, first ? "{\"url\":" : ",{\"url\":");
+        first = 0;
+        put_string(out, w->proxy_url);
+        buf_puts(out, ",\"publish\":");
+        put_string(out, w->pub_url);
+        buf_printf(out, ",\"state\":\"%s\",\"in_flight\":%u,",
+                   w->state == RW_ACTIVE ? "active" : "retired", w->inflight);
         buf_puts(out, "\"worker_id\":");
         put_string(out, w->worker_id);
         buf_printf(out, ",\"alive\":%s,\"routable\":%s,\"busy\":%s,\"age_ms\":",
