@@ -1,39 +1,55 @@
 /* config: admit-router's option table, read by the engine in core/opt.c. */
 #include "config.h"
 #include "core/xmalloc.h"
+#include "wlist.h"
+
+#include <arpa/inet.h>
+#include <sys/socket.h>
 
 #include <stdlib.h>
 #include <string.h>
-
-/* Longest load publisher URL, as admitd's --publish. */
-#define ROUTER_PUB_URL_MAX 256
 
 /* A worker is "PROXY_URL=PUB_URL": checked here, at parse time, so that --check-config and
  * a bad start fail the same way before anything is dialled. */
 static int check_worker(void *obj, const char *item, char *msg, size_t msglen)
 {
-    const char *eq = strchr(item, '=');
-    struct http_url url;
-    char sub[192], *proxy;
-    int rc;
+    (void) obj;
+    return wlist_check(item, msg, msglen);
+}
+
+/* A --worker-dns name is NAME:HTTP_PORT:PUB_PORT. */
+static int check_dns(void *obj, const char *item, char *msg, size_t msglen)
+{
+    char name[WLIST_DNS_NAME_MAX + 1];
+    unsigned http_port, pub_port;
 
     (void) obj;
-    if (eq == NULL) {
-        snprintf(msg, msglen, "'%.120s' must be PROXY_URL=PUB_URL", item);
+    return wlist_dns_spec(item, name, &http_port, &pub_port, msg, msglen);
+}
+
+/* --dns-nameserver is a numeric IP:PORT ([V6]:PORT), as evdns takes it. */
+static int parse_nameserver(void *obj, const char *raw, char *msg, size_t msglen)
+{
+    struct router_cfg *c = obj;
+    struct hostport hp;
+    unsigned char bin[16];
+    char sub[160];
+
+    if (raw[0] == '\0') {
+        c->dns_nameserver[0] = '\0';
+        return 0;
+    }
+    if (hostport_parse(raw, &hp, sub, sizeof sub) != 0) {
+        snprintf(msg, msglen, "'%.120s': %s", raw, sub);
         return -1;
     }
-    proxy = xstrndup(item, (size_t) (eq - item));
-    rc = http_url_parse(proxy, &url, sub, sizeof sub);
-    free(proxy);
-    if (rc != 0) {
-        snprintf(msg, msglen, "'%.120s': %s", item, sub);
+    if ((inet_pton(AF_INET, hp.host, bin) != 1 && inet_pton(AF_INET6, hp.host, bin) != 1) ||
+        hp.port < 1 || strchr(raw, ':') == NULL) {
+        snprintf(msg, msglen, "'%.120s' must be a numeric IP:PORT or [IPV6]:PORT", raw);
         return -1;
     }
-    if (!opt_nng_url_ok(eq + 1, ROUTER_PUB_URL_MAX)) {
-        snprintf(msg, msglen, "'%.120s': the load publisher must be tcp://HOST:PORT or ipc:///PATH",
-                 item);
-        return -1;
-    }
+    snprintf(c->dns_nameserver, sizeof c->dns_nameserver,
+             strchr(hp.host, ':') ? "[%s]:%d" : "%s:%d", hp.host, hp.port);
     return 0;
 }
 
@@ -43,8 +59,17 @@ static int check_worker(void *obj, const char *item, char *msg, size_t msglen)
  * default are admitd's (config.h). */
 static const struct opt_def opts[] = {
     OPT("worker", "ADMIT_ROUTER_WORKER", OPT_LIST, AT(workers), 0, 0, NULL,
-        "admitd http://HOST:PORT=its --publish URL; repeatable, at least one", NULL, NULL,
-        check_worker),
+        "admitd http://HOST:PORT=its --publish URL; repeatable", NULL, NULL, check_worker),
+    OPT("workers-file", "ADMIT_ROUTER_WORKERS_FILE", OPT_PATH, AT(workers_file), 0, 0, NULL,
+        "a file of workers, PROXY_URL=PUB_URL a line or a YAML list; re-read on SIGHUP"),
+    OPT("worker-dns", "ADMIT_ROUTER_WORKER_DNS", OPT_LIST, AT(worker_dns), 0, 0, NULL,
+        "NAME:HTTP_PORT:PUB_PORT: every address NAME resolves to is a worker; repeatable", NULL,
+        NULL, check_dns),
+    OPT("dns-interval-ms", "ADMIT_ROUTER_DNS_INTERVAL_MS", OPT_UINT, AT(dns_interval_ms), 100,
+        3600000, "5000", "how often --worker-dns names are resolved again"),
+    OPT("dns-nameserver", "ADMIT_ROUTER_DNS_NAMESERVER", OPT_CUSTOM, AT(dns_nameserver), 0, 0, NULL,
+        "the DNS server to ask, IP:PORT (default: those of /etc/resolv.conf)", NULL, NULL,
+        parse_nameserver),
     OPT("model", "ADMIT_ROUTER_MODEL", OPT_LIST, AT(models), 0, 0, NULL,
         "a model whose thresholds POST /busy_threshold may change, repeatable"),
     OPT("listen", "ADMIT_ROUTER_LISTEN", OPT_HOSTPORT, AT(listen), 0, 0, "0.0.0.0:8090",
@@ -151,11 +176,15 @@ enum opt_result router_cfg_parse(struct router_cfg *c, int argc, char **argv, op
         router_classes_free(&c->classes); /* read before a later source failed */
         return r;
     }
-    if (c->workers.n == 0) {
+    if (c->workers.n == 0 && c->workers_file[0] == '\0' && c->worker_dns.n == 0) {
         snprintf(err, errlen,
                  "no worker: name at least one with --worker=PROXY_URL=PUB_URL, "
-                 "ADMIT_ROUTER_WORKER or worker in the config file");
+                 "--workers-file=FILE or --worker-dns=NAME:HTTP_PORT:PUB_PORT (or their "
+                 "variables, or keys of the config file)");
         r = OPT_ERROR;
+    } else if (c->workers_file[0] != '\0' &&
+               wlist_read(c->workers_file, &c->file_workers, err, errlen) != 0) {
+        r = OPT_ERROR; /* the message is "file:line: ..." */
     } else if (busy_thresholds_validate(&c->t, err, errlen) != 0) {
         r = OPT_ERROR; /* the kinds check the ranges already: this is the router's own rule */
     }
@@ -168,6 +197,7 @@ void router_cfg_free(struct router_cfg *c)
 {
     opt_free(&spec, c);
     router_classes_free(&c->classes);
+    wlist_free(&c->file_workers);
 }
 
 void router_cfg_usage(FILE *out)

@@ -4,10 +4,11 @@
  * where there is one) and a key of the YAML file (--config or ADMIT_ROUTER_CONFIG); flag >
  * environment > file > default. Lists (worker, model) come from repeated flags or from
  * comma-separated values, and the highest source that gives one replaces the others. All
- * of it is checked at parse time, workers included, so --check-config catches what a start
- * would refuse. The policy classes (classes.h) are structures, not single values: they are
- * read only from the file, from the same text as its settings, and have no flag or variable
- * (both are refused, naming the file as the place for them). Pure: nothing here binds or
+ * of it is checked at parse time, workers included (and the workers file read), so
+ * --check-config catches what a start would refuse; at least one of --worker, --workers-file
+ * and --worker-dns is required. The policy classes (classes.h) are structures, not single values:
+ * they are read only from the file, from the same text as its settings, and have no flag or
+ * variable (both are refused, naming the file as the place for them). Pure: nothing here binds or
  * dials. */
 #ifndef ADMIT_ROUTER_CONFIG_H
 #define ADMIT_ROUTER_CONFIG_H
@@ -18,12 +19,18 @@
 #include "core/netaddr.h"
 #include "core/opt.h"
 #include "core/optdefs.h"
+#include "wlist.h"
 
 #include <stddef.h>
 #include <stdio.h>
 
 struct router_cfg {
-    struct opt_list workers;        /* "PROXY_URL=PUB_URL", each checked; at least one */
+    struct opt_list workers;    /* "PROXY_URL=PUB_URL", each checked */
+    char workers_file[512];     /* a file of workers, re-read on SIGHUP ("" = none) */
+    struct wlist file_workers;  /* what it held when the config was read (canonical) */
+    struct opt_list worker_dns; /* "NAME:HTTP_PORT:PUB_PORT", each checked */
+    unsigned dns_interval_ms;   /* the names are resolved again this often */
+    char dns_nameserver[NETADDR_HOST_MAX + 8]; /* "IP:PORT" for evdns; "" = resolv.conf */
     struct opt_list models;         /* models whose thresholds /busy_threshold may change */
     struct hostport listen;         /* client listener */
     struct hostport metrics_listen; /* /metrics, /load, /health, /ready */

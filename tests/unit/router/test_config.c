@@ -147,12 +147,77 @@ static void test_missing_worker(void **state)
     assert_int_equal(parse(&c, NULL, NULL), OPT_ERROR);
     assert_non_null(strstr(err, "no worker"));
     assert_non_null(strstr(err, "--worker=PROXY_URL=PUB_URL"));
+    assert_non_null(strstr(err, "--workers-file=FILE"));
+    assert_non_null(strstr(err, "--worker-dns=NAME:HTTP_PORT:PUB_PORT"));
     assert_int_equal(parse(&c, NULL, "--check-config", NULL), OPT_ERROR);
     assert_non_null(strstr(err, "no worker"));
     assert_int_equal(parse(&c, NULL, "--check-config", "--worker=" W1, NULL), OPT_CHECK);
     assert_int_equal(parse(&c, NULL, "--worker=,", NULL), OPT_ERROR); /* no item in it */
     assert_int_equal(parse(&c, NULL, "--help", NULL), OPT_HELP);      /* help needs no worker */
     assert_int_equal(parse(&c, NULL, "--version", NULL), OPT_VERSION);
+    router_cfg_free(&c);
+}
+
+/* Discovery: the workers file (read with the config, errors at file:line), DNS names, their
+ * interval and nameserver; any one of the three sources is enough. */
+static void test_discovery(void **state)
+{
+    static struct router_cfg c;
+    char path[64] = "", farg[96], cpath[64] = "", carg[96];
+
+    (void) state;
+    testenv_write(path, "# two\n" W1 "\nhttp://h:9=tcp://h:10\n");
+    snprintf(farg, sizeof farg, "--workers-file=%s", path);
+    assert_int_equal(parse(&c, NULL, farg, NULL), OPT_RUN);
+    assert_int_equal(c.workers.n, 0);
+    assert_string_equal(c.workers_file, path);
+    assert_int_equal(c.file_workers.n, 2);
+    assert_string_equal(c.file_workers.items[0], W1);
+    assert_string_equal(c.file_workers.items[1], "http://h:9=tcp://h:10");
+    assert_int_equal(c.dns_interval_ms, 5000);
+    assert_string_equal(c.dns_nameserver, "");
+    /* A bad file is a bad config, at its line; --check-config reads it too. */
+    testenv_write(path, W1 "\nhttp://h:9\n");
+    assert_int_equal(parse(&c, NULL, farg, "--check-config", NULL), OPT_ERROR);
+    assert_non_null(strstr(err, ":2: 'http://h:9' must be PROXY_URL=PUB_URL"));
+    assert_int_equal(c.file_workers.n, 0);
+    unlink(path);
+    assert_int_equal(parse(&c, NULL, farg, NULL), OPT_ERROR);
+    assert_non_null(strstr(err, "cannot read"));
+    assert_int_equal(parse(&c, NULL, "--workers-file=workers.txt", NULL), OPT_ERROR);
+    assert_non_null(strstr(err, "--workers-file"));
+    /* DNS names, repeatable, or comma-separated in the file and the environment. */
+    assert_int_equal(parse(&c, NULL, "--worker-dns=a.svc:8080:5557", "--worker-dns=b:1:2",
+                           "--dns-interval-ms=250", "--dns-nameserver=127.0.0.1:5353", NULL),
+                     OPT_RUN);
+    assert_items(&c.worker_dns, "a.svc:8080:5557,b:1:2");
+    assert_int_equal(c.dns_interval_ms, 250);
+    assert_string_equal(c.dns_nameserver, "127.0.0.1:5353");
+    assert_int_equal(parse(&c, NULL, "--worker-dns=b:1:2", "--dns-nameserver=[::1]:53", NULL),
+                     OPT_RUN);
+    assert_string_equal(c.dns_nameserver, "[::1]:53");
+    testenv_write(cpath, "worker_dns: \"a:1:2,b:3:4\"\ndns_interval_ms: 1000\n");
+    snprintf(carg, sizeof carg, "--config=%s", cpath);
+    assert_int_equal(parse(&c, NULL, carg, NULL), OPT_RUN);
+    assert_items(&c.worker_dns, "a:1:2,b:3:4");
+    assert_int_equal(c.dns_interval_ms, 1000);
+    unlink(cpath);
+    {
+        const char *const env[] = {"ADMIT_ROUTER_WORKER_DNS", "x:1:2", NULL};
+        assert_int_equal(parse(&c, env, "--check-config", NULL), OPT_CHECK);
+        assert_items(&c.worker_dns, "x:1:2");
+    }
+    assert_int_equal(parse(&c, NULL, "--worker-dns=a:8080", NULL), OPT_ERROR);
+    assert_non_null(strstr(err, "--worker-dns: 'a:8080' must be NAME:HTTP_PORT:PUB_PORT"));
+    assert_int_equal(parse(&c, NULL, "--worker-dns=a:1:2", "--dns-interval-ms=99", NULL),
+                     OPT_ERROR);
+    assert_int_equal(parse(&c, NULL, "--worker-dns=a:1:2", "--dns-interval-ms=3600001", NULL),
+                     OPT_ERROR);
+    assert_int_equal(parse(&c, NULL, "--worker-dns=a:1:2", "--dns-nameserver=dns.local:53", NULL),
+                     OPT_ERROR);
+    assert_non_null(strstr(err, "--dns-nameserver: 'dns.local:53' must be a numeric IP:PORT"));
+    assert_int_equal(parse(&c, NULL, "--worker-dns=a:1:2", "--dns-nameserver=127.0.0.1", NULL),
+                     OPT_ERROR);
     router_cfg_free(&c);
 }
 
@@ -440,7 +505,7 @@ int main(void)
         cmocka_unit_test(test_thresholds),    cmocka_unit_test(test_env),
         cmocka_unit_test(test_file),          cmocka_unit_test(test_example),
         cmocka_unit_test(test_classes),       cmocka_unit_test(test_classes_example),
-        cmocka_unit_test(test_usage),
+        cmocka_unit_test(test_usage),         cmocka_unit_test(test_discovery),
     };
 
     return cmocka_run_group_tests(tests, NULL, NULL);
