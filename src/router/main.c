@@ -2,6 +2,8 @@
  *
  *   admit-router --worker http://gpu1:8080=tcp://gpu1:5557 --worker http://gpu2:8080=... \
  *                --active-decode-blocks-threshold 0.85 --model meta-llama/Llama-3.1-8B
+ *   admit-router --worker-dns admitd-workers.llm.svc.cluster.local:8080:5557 ...
+ *   admit-router --workers-file /etc/admit-router/workers ...   (kill -HUP re-reads it)
  */
 #include "daemon/admin.h"
 #include "core/busy.h"
@@ -10,6 +12,7 @@
 #include "core/metrics.h"
 #include "http/proxy.h"
 #include "config.h"
+#include "discover.h"
 #include "router.h"
 
 #include <event2/event.h>
@@ -23,6 +26,7 @@ struct app {
     struct proxy_opts popts;
     struct proxy *px;
     struct router *r;
+    struct discover *disc;
     struct event_base *base;
     unsigned drain_timeout_ms;
     struct drain *drain;
@@ -35,6 +39,7 @@ static void render_metrics(void *arg, struct buf *out)
 
     metrics_render(&v, out);
     router_render_metrics(a->r, out);
+    discover_render_metrics(a->disc, out);
 }
 
 static void render_workers(void *arg, struct buf *out)
@@ -79,6 +84,28 @@ static void on_signal(evutil_socket_t sig, short what, void *arg)
     }
 }
 
+/* ---- SIGHUP: read again what can change while the router runs ---------------------- */
+
+/* Each step applies what it read, or logs why it could not and leaves its part as it was, so
+ * that one bad file does not hold back the others. The steps today: the workers file and the
+ * DNS names. The config file's own settings (thresholds, classes, log level) are not read
+ * again yet: a restart applies them; their step goes first, before the workers file, when it
+ * comes (a new config may name another workers file or other names). */
+static void reload(struct app *a)
+{
+    discover_reload_file(a->disc); /* logs file:line when the file is bad */
+    discover_resolve_now(a->disc);
+}
+
+static void on_sighup(evutil_socket_t sig, short what, void *arg)
+{
+    (void) sig;
+    (void) what;
+    log_info("SIGHUP received: reading the workers file and resolving the DNS names again "
+             "(the other settings need a restart)");
+    reload(arg);
+}
+
 static const char *env_lookup(const char *name)
 {
     return getenv(name);
@@ -91,7 +118,7 @@ int main(int argc, char **argv)
     char err[512], listen_at[NETADDR_HOST_MAX + 8], metrics_at[NETADDR_HOST_MAX + 8];
     struct event_base *base;
     struct admin *adm;
-    struct event *sigterm, *sigint;
+    struct event *sigterm, *sigint, *sighup;
     struct admin_hooks hooks = {render_metrics, render_workers, is_ready, no_admission, &app};
     const struct router_cfg *cfg = &rcfg;
     int rc = 0;
@@ -154,6 +181,11 @@ int main(int argc, char **argv)
             rc = 2;
         }
     }
+    if (rc == 0 && ((app.disc = discover_new(base, app.r, cfg, err, sizeof err)) == NULL ||
+                    discover_start(app.disc, err, sizeof err) != 0)) {
+        fprintf(stderr, "admit-router: error: %s\n", err);
+        rc = 2;
+    }
     if (rc == 0 &&
         (proxy_bind(app.px, &cfg->listen, listen_at, sizeof listen_at, err, sizeof err) != 0 ||
          admin_bind(adm, &cfg->metrics_listen, metrics_at, sizeof metrics_at, err, sizeof err) !=
@@ -164,16 +196,21 @@ int main(int argc, char **argv)
     if (rc == 0) {
         sigterm = evsignal_new(base, SIGTERM, on_signal, &app);
         sigint = evsignal_new(base, SIGINT, on_signal, &app);
+        sighup = evsignal_new(base, SIGHUP, on_sighup, &app);
         evsignal_add(sigterm, NULL);
         evsignal_add(sigint, NULL);
-        log_notice("ready listen=%s metrics=%s workers=%zu", listen_at, metrics_at, rcfg.workers.n);
+        evsignal_add(sighup, NULL);
+        log_notice("ready listen=%s metrics=%s workers=%u", listen_at, metrics_at,
+                   router_workers(app.r));
         event_base_dispatch(base);
         event_free(sigterm);
         event_free(sigint);
+        event_free(sighup);
     }
     admin_free(adm);
     proxy_free(app.px); /* may report a last change: the drain and router go after it */
     drain_free(app.drain);
+    discover_free(app.disc); /* its callbacks call the router */
     router_free(app.r);
     event_base_free(base);
     router_cfg_free(&rcfg);

@@ -1,0 +1,353 @@
+/* discover: the workers file and DNS names, followed on the loop (see discover.h). */
+#include "discover.h"
+#include "router.h"
+#include "wlist.h"
+#include "core/log.h"
+#include "core/prom.h"
+#include "core/xmalloc.h"
+
+#include <event2/dns.h>
+#include <event2/event.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+/* A name that keeps failing is logged again at most this often. */
+#define DNS_LOG_EVERY_MS 60000
+/* Attempts per lookup; each waits the resolver's timeout (below). */
+#define DNS_ATTEMPTS "2"
+
+/* Room for one entry split into its URLs. */
+#define PROXY_MAX (NETADDR_HOST_MAX + 16)
+
+enum { LOOKUP_OK, LOOKUP_FAILED, LOOKUP_EMPTY, LOOKUP_RESULTS };
+static const char *const lookup_results[LOOKUP_RESULTS] = {"ok", "failed", "empty"};
+
+struct dname {
+    struct discover *d;
+    char name[WLIST_DNS_NAME_MAX + 1];
+    unsigned http_port, pub_port;
+    struct evdns_request *req; /* the lookup running, or NULL */
+    struct wlist cur;          /* the workers of its last answer with addresses */
+    uint64_t results[LOOKUP_RESULTS];
+    int bad;           /* lookups that failed or came back empty since the last good one */
+    int64_t logged_ms; /* when its bad run was last logged */
+    unsigned quiet;    /* bad lookups not logged since then */
+    char why[160];     /* what the last one logged said */
+};
+
+struct discover {
+    struct event_base *base;
+    struct router *r;
+    const struct router_cfg *cfg;
+    struct evdns_base *dns; /* NULL without names */
+    struct event *tick;
+    struct dname *names;
+    size_t nnames;
+    struct wlist file; /* the workers file's workers, as last applied */
+    uint64_t reloads_ok, reloads_failed;
+};
+
+static int64_t now_ms(void)
+{
+    struct timespec ts;
+
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t) ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+/* ---- applying a source's new list -------------------------------------------------------- */
+
+/* Makes *cur, the list a source gave last, next: retires what is gone, then adds what is new
+ * (so that a worker whose publisher changed is retired and revived with the new one). With
+ * strict, a worker that cannot be added fails it all (-1, err); without, it is logged and left
+ * out of *cur, to be tried again at the next reading. next is consumed. */
+static int apply(struct discover *d, const char *what, struct wlist *cur, struct wlist *next,
+                 int strict, char *err, size_t errlen)
+{
+    struct wlist add = {0}, gone = {0};
+    char proxy[PROXY_MAX], pub[WLIST_PUB_URL_MAX + 1], why[512];
+    int rc = 0;
+
+    wlist_diff(cur, next, &add, &gone);
+    for (size_t i = 0; i < gone.n; i++)
+        if (wlist_split(gone.items[i], proxy, sizeof proxy, pub, sizeof pub) == 0) {
+            log_info("%s: worker %s is gone", what, proxy);
+            router_retire_worker(d->r, proxy);
+        }
+    for (size_t i = 0; i < add.n && rc == 0; i++) {
+        if (wlist_split(add.items[i], proxy, sizeof proxy, pub, sizeof pub) != 0 ||
+            router_add_worker(d->r, proxy, pub, why, sizeof why) != 0) {
+            if (strict) {
+                snprintf(err, errlen, "%s: %s", what, why);
+                rc = -1;
+            } else
+                log_warn("%s: worker %s not added: %s", what, add.items[i], why);
+            wlist_remove(next, add.items[i]);
+        } else
+            log_info("%s: worker %s added (load from %s)", what, proxy, pub);
+    }
+    wlist_move(cur, next);
+    wlist_free(&add);
+    wlist_free(&gone);
+    return rc;
+}
+
+/* ---- the workers file --------------------------------------------------------------------- */
+
+int discover_reload_file(struct discover *d)
+{
+    struct wlist next = {0};
+    char err[512];
+
+    if (d->cfg->workers_file[0] == '\0')
+        return -1;
+    if (wlist_read(d->cfg->workers_file, &next, err, sizeof err) != 0) {
+        log_error("workers file not applied, the workers stay as they are: %s", err);
+        d->reloads_failed++;
+        return -1;
+    }
+    log_info("workers file %s read: %zu workers", d->cfg->workers_file, next.n);
+    apply(d, "workers file", &d->file, &next, 0, NULL, 0);
+    d->reloads_ok++;
+    return 0;
+}
+
+/* ---- DNS ---------------------------------------------------------------------------------- */
+
+/* A lookup that failed or came back empty: counted, and logged at the first of a run, when
+ * the reason changes, and else at most every DNS_LOG_EVERY_MS. */
+static void bad_lookup(struct dname *n, const char *why)
+{
+    int64_t now = now_ms();
+
+    if (n->bad++ == 0 || strcmp(n->why, why) != 0 || now - n->logged_ms >= DNS_LOG_EVERY_MS) {
+        snprintf(n->why, sizeof n->why, "%s", why);
+        log_warn("dns %s: %s; keeping the %zu workers of its last answer (%d bad lookups in a "
+                 "row, %u of them not logged)",
+                 n->name, why, n->cur.n, n->bad, n->quiet);
+        n->logged_ms = now;
+        n->quiet = 0;
+    } else
+        n->quiet++;
+}
+
+static void on_answer(int result, char type, int count, int ttl, void *addresses, void *arg)
+{
+    struct dname *n = arg;
+    struct wlist next = {0};
+    char what[WLIST_DNS_NAME_MAX + 8], why[160];
+
+    (void) ttl; /* re-resolved every interval, whatever the TTL (Envoy's default) */
+    n->req = NULL;
+    if (result == DNS_ERR_CANCEL || result == DNS_ERR_SHUTDOWN)
+        return;
+    if (result == DNS_ERR_NONE && type == DNS_IPv4_A && count > 0) {
+        n->results[LOOKUP_OK]++;
+        if (n->bad > 0)
+            log_info("dns %s: resolves again after %d bad lookups", n->name, n->bad);
+        n->bad = 0;
+        n->why[0] = '\0';
+        wlist_from_ipv4(addresses, (size_t) count, n->http_port, n->pub_port, &next);
+        snprintf(what, sizeof what, "dns %s", n->name);
+        apply(n->d, what, &n->cur, &next, 0, NULL, 0);
+        return;
+    }
+    if (result == DNS_ERR_NONE || result == DNS_ERR_NOTEXIST || result == DNS_ERR_NODATA) {
+        n->results[LOOKUP_EMPTY]++;
+        bad_lookup(n, result == DNS_ERR_NOTEXIST ? "no such name (NXDOMAIN)" : "no A record");
+        return;
+    }
+    n->results[LOOKUP_FAILED]++;
+    snprintf(why, sizeof why, "lookup failed: %s", evdns_err_to_string(result));
+    bad_lookup(n, why);
+}
+
+static void resolve(struct dname *n)
+{
+    if (n->req != NULL)
+        return; /* still running: its answer is as new as a second one would be */
+    n->req = evdns_base_resolve_ipv4(n->d->dns, n->name, 0, on_answer, n);
+    if (n->req == NULL) {
+        n->results[LOOKUP_FAILED]++;
+        bad_lookup(n, "lookup could not start");
+    }
+}
+
+void discover_resolve_now(struct discover *d)
+{
+    for (size_t i = 0; i < d->nnames; i++)
+        resolve(&d->names[i]);
+}
+
+/* evdns's own messages (a nameserver down, back up): ours say what matters, at warn. */
+static void evdns_log(int is_warning, const char *msg)
+{
+    log_debug("evdns%s: %s", is_warning ? " (warning)" : "", msg);
+}
+
+static void on_tick(evutil_socket_t fd, short what, void *arg)
+{
+    (void) fd;
+    (void) what;
+    discover_resolve_now(arg);
+}
+
+/* The resolver: cfg's nameserver alone, else /etc/resolv.conf's (its search domains and
+ * ndots too, which Kubernetes' short Service names need). A lookup waits half the interval at
+ * each attempt, between 0.5 and 5 s, so that a dead server is known within about an
+ * interval. */
+static struct evdns_base *resolver(struct event_base *base, const struct router_cfg *cfg, char *err,
+                                   size_t errlen)
+{
+    int own = cfg->dns_nameserver[0] != '\0';
+    struct evdns_base *dns = evdns_base_new(base, (own ? 0 : EVDNS_BASE_INITIALIZE_NAMESERVERS) |
+                                                      EVDNS_BASE_DISABLE_WHEN_INACTIVE);
+    unsigned wait_ms = cfg->dns_interval_ms / 2;
+    char timeout[32];
+
+    if (dns == NULL) {
+        snprintf(err, errlen, "cannot set up the DNS resolver");
+        return NULL;
+    }
+    evdns_set_log_fn(evdns_log);
+    if (own && evdns_base_nameserver_ip_add(dns, cfg->dns_nameserver) != 0) {
+        snprintf(err, errlen, "--dns-nameserver %s: not a nameserver evdns takes",
+                 cfg->dns_nameserver);
+        evdns_base_free(dns, 0);
+        return NULL;
+    }
+    if (wait_ms < 500)
+        wait_ms = 500;
+    if (wait_ms > 5000)
+        wait_ms = 5000;
+    snprintf(timeout, sizeof timeout, "%u.%03u", wait_ms / 1000, wait_ms % 1000);
+    evdns_base_set_option(dns, "timeout:", timeout);
+    evdns_base_set_option(dns, "attempts:", DNS_ATTEMPTS);
+    return dns;
+}
+
+struct discover *discover_new(struct event_base *base, struct router *r,
+                              const struct router_cfg *cfg, char *err, size_t errlen)
+{
+    struct discover *d = xcalloc(1, sizeof *d);
+
+    d->base = base;
+    d->r = r;
+    d->cfg = cfg;
+    if (cfg->worker_dns.n == 0)
+        return d;
+    if ((d->dns = resolver(base, cfg, err, errlen)) == NULL) {
+        free(d);
+        return NULL;
+    }
+    d->names = xcalloc(cfg->worker_dns.n, sizeof *d->names);
+    for (size_t i = 0; i < cfg->worker_dns.n; i++) {
+        struct dname *n = &d->names[d->nnames];
+        char msg[256];
+        size_t k;
+
+        /* Checked at parse time: this cannot fail. */
+        if (wlist_dns_spec(cfg->worker_dns.items[i], n->name, &n->http_port, &n->pub_port, msg,
+                           sizeof msg) != 0)
+            fatal("--worker-dns: %s", msg);
+        for (k = 0; k < d->nnames; k++)
+            if (strcmp(d->names[k].name, n->name) == 0 && d->names[k].http_port == n->http_port &&
+                d->names[k].pub_port == n->pub_port)
+                break;
+        if (k < d->nnames) {
+            memset(n, 0, sizeof *n); /* the same name twice: followed once */
+            continue;
+        }
+        n->d = d;
+        d->nnames++;
+    }
+    d->tick = event_new(base, -1, EV_PERSIST, on_tick, d);
+    if (d->tick == NULL)
+        fatal("event_new failed");
+    return d;
+}
+
+int discover_start(struct discover *d, char *err, size_t errlen)
+{
+    struct wlist first = {0};
+
+    if (d->cfg->workers_file[0] != '\0') {
+        /* As read with the configuration (so --check-config judged the same file). */
+        for (size_t i = 0; i < d->cfg->file_workers.n; i++)
+            wlist_add(&first, d->cfg->file_workers.items[i]);
+        if (apply(d, "workers file", &d->file, &first, 1, err, errlen) != 0)
+            return -1;
+        if (d->file.n == 0)
+            log_warn("workers file %s names no worker yet", d->cfg->workers_file);
+    }
+    if (d->nnames > 0) {
+        struct timeval tv = {d->cfg->dns_interval_ms / 1000,
+                             (d->cfg->dns_interval_ms % 1000) * 1000};
+
+        discover_resolve_now(d);
+        event_add(d->tick, &tv);
+    }
+    return 0;
+}
+
+void discover_render_metrics(struct discover *d, struct buf *out)
+{
+    if (d == NULL)
+        return;
+    if (d->nnames > 0) {
+        prom_family(out, "admit_router_dns_lookups_total", "counter",
+                    "DNS lookups of --worker-dns names, by result (ok: addresses; failed: "
+                    "timeout, SERVFAIL, refused; empty: NXDOMAIN or no A record; failed and "
+                    "empty keep the last workers)");
+        for (size_t i = 0; i < d->nnames; i++)
+            for (int k = 0; k < LOOKUP_RESULTS; k++) {
+                struct buf l;
+
+                buf_init(&l);
+                prom_label(&l, "name", d->names[i].name);
+                prom_label(&l, "result", lookup_results[k]);
+                prom_sample(out, "admit_router_dns_lookups_total", l.data,
+                            (double) d->names[i].results[k]);
+                buf_free(&l);
+            }
+        prom_family(out, "admit_router_dns_workers", "gauge",
+                    "Workers a --worker-dns name gives now (its last answer with addresses)");
+        for (size_t i = 0; i < d->nnames; i++) {
+            struct buf l;
+
+            buf_init(&l);
+            prom_label(&l, "name", d->names[i].name);
+            prom_sample(out, "admit_router_dns_workers", l.data, (double) d->names[i].cur.n);
+            buf_free(&l);
+        }
+    }
+    if (d->cfg->workers_file[0] != '\0') {
+        prom_family(out, "admit_router_workers_file_reloads_total", "counter",
+                    "Readings of the workers file on SIGHUP, by result (failed: the workers "
+                    "stayed as they were)");
+        prom_sample(out, "admit_router_workers_file_reloads_total{result=\"ok\"}", NULL,
+                    (double) d->reloads_ok);
+        prom_sample(out, "admit_router_workers_file_reloads_total{result=\"failed\"}", NULL,
+                    (double) d->reloads_failed);
+        prom_family(out, "admit_router_workers_file_workers", "gauge",
+                    "Workers the workers file gives now (as last applied)");
+        prom_sample(out, "admit_router_workers_file_workers", NULL, (double) d->file.n);
+    }
+}
+
+void discover_free(struct discover *d)
+{
+    if (d == NULL)
+        return;
+    if (d->tick != NULL)
+        event_free(d->tick);
+    if (d->dns != NULL)
+        evdns_base_free(d->dns, 0); /* running lookups are dropped, their callbacks not run */
+    for (size_t i = 0; i < d->nnames; i++)
+        wlist_free(&d->names[i].cur);
+    free(d->names);
+    wlist_free(&d->file);
+    free(d);
+}

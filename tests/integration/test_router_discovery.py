@@ -1,0 +1,367 @@
+"""admit-router's workers from DNS (--worker-dns) and from a workers file (--workers-file,
+re-read on SIGHUP), end to end: workers that come, workers that go while a stream runs
+through them, lookups that fail or come back empty, a workers file edited and a bad one.
+
+The DNS server is this file's own (DnsServer, the socket module alone), on 127.0.0.1 at a UDP
+port picked at run time; what it answers is a dict the checks change as they go. The workers
+it names are real admitd processes on 127.0.0.2, 127.0.0.3, ..., all on the same two ports
+(a --worker-dns name gives one HTTP port and one publisher port for all its addresses), each
+in front of its own admit-mock-engine on 127.0.0.1, so the mocks' counters say which worker
+a request reached. Everything is loopback; the harness kills what is left when a check fails.
+"""
+
+import json
+import os
+import signal
+import socket
+import struct
+import tempfile
+import threading
+
+from harness import Admitd, Mock, RawClient, Tap, chat_body, request, wait_for
+from test_router import MODEL, worker
+from test_router import Router as _Router
+
+NAME = "fleet.test"
+ADDRS = ["127.0.0.%d" % i for i in range(2, 6)]
+
+
+def Router(*args):
+    """A router with no static worker; a worker counts as gone after 10 of its 100 ms
+    heartbeats (not 3), so that a loaded machine's late message takes none away mid-check."""
+    return _Router([], "--missed-heartbeats", "10", *args)
+
+
+class DnsServer:
+    """A DNS server on 127.0.0.1 that answers A queries from self.records ({name: [IPv4]}).
+    self.mode: "answer" (NXDOMAIN for a name it does not know), "silent" (no reply at all),
+    "nxdomain", "servfail" or "empty" (NOERROR with no record)."""
+
+    def __init__(self):
+        self.sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+        self.sock.bind(("127.0.0.1", 0))
+        self.sock.settimeout(0.2)
+        self.port = self.sock.getsockname()[1]
+        self.records = {}
+        self.mode = "answer"
+        self.queries = 0
+        self._stop = False
+        self._t = threading.Thread(target=self._serve, daemon=True)
+        self._t.start()
+
+    def _serve(self):
+        while not self._stop:
+            try:
+                data, peer = self.sock.recvfrom(4096)
+            except socket.timeout:
+                continue
+            except OSError:
+                return
+            reply = self._answer(data)
+            if reply is not None:
+                self.sock.sendto(reply, peer)
+
+    def _answer(self, q):
+        if len(q) < 12:
+            return None
+        qid, flags, qdcount = struct.unpack("!HHH", q[:6])
+        if flags & 0x8000 or qdcount != 1:
+            return None  # a reply, or more than one question: not ours
+        # The question: labels up to the empty one, then QTYPE and QCLASS.
+        at, labels = 12, []
+        while at < len(q) and q[at] != 0:
+            n = q[at]
+            labels.append(q[at + 1:at + 1 + n].decode("ascii", "replace"))
+            at += 1 + n
+        end = at + 5
+        if end > len(q):
+            return None
+        qtype, = struct.unpack("!H", q[at + 1:at + 3])
+        # evdns randomises the name's case (0x20): matched without case, echoed as asked.
+        name = ".".join(labels).lower()
+        self.queries += 1
+        mode = self.mode
+        rcode, answers = 0, []
+        if mode == "silent":
+            return None
+        if mode == "servfail":
+            rcode = 2
+        elif mode == "nxdomain" or (mode == "answer" and name not in self.records):
+            rcode = 3
+        elif mode == "answer" and qtype == 1:
+            answers = list(self.records[name])
+        head = struct.pack("!HHHHHH", qid, 0x8180 | (flags & 0x0100) | rcode, 1, len(answers),
+                           0, 0)
+        out = head + q[12:end]
+        for a in answers:
+            # The name as a pointer to the question's, type A, class IN, TTL 1 s.
+            out += struct.pack("!HHHIH", 0xC00C, 1, 1, 1, 4) + socket.inet_aton(a)
+        return out
+
+    def stop(self):
+        self._stop = True
+        self._t.join(5)
+        self.sock.close()
+
+
+def free_ports(addrs, n=2):
+    """n TCP ports free on every address in addrs (bound and released: the window until the
+    workers bind them is short, and a clash fails the worker's start loudly)."""
+    ports = []
+    while len(ports) < n:
+        s = socket.socket()
+        s.bind((addrs[0], 0))
+        p = s.getsockname()[1]
+        ok = p not in ports
+        for a in addrs[1:]:
+            t = socket.socket()
+            try:
+                t.bind((a, p))
+            except OSError:
+                ok = False
+            t.close()
+        s.close()
+        if ok:
+            ports.append(p)
+    return ports
+
+
+def dns_worker(addr, http_port, pub_port, *mock_args):
+    """A mock engine and admitd in front of it, on addr's ports."""
+    mock = Mock(*mock_args)
+    ad = Admitd(mock.url, "--heartbeat-ms", "100", "--listen", "%s:%d" % (addr, http_port),
+                "--publish", "tcp://%s:%d" % (addr, pub_port))
+    return mock, ad
+
+
+def served(mock):
+    return mock.metrics()["admit_mock_requests_total"]
+
+
+def by_url(rt):
+    return {w["url"]: w for w in rt.workers()}
+
+
+def lookups(rt, result):
+    return rt.metrics().get('admit_router_dns_lookups_total{name="%s",result="%s"}' %
+                            (NAME, result), 0)
+
+
+def short_request(rt):
+    status, _, body = request(rt.addr, "POST", "/v1/chat/completions", chat_body(max_tokens=1))
+    assert status == 200, (status, body)
+
+
+def test_dns_discovery():
+    http_port, pub_port = free_ports(ADDRS)
+    dns = DnsServer()
+    dns.records[NAME] = ADDRS[:2]
+    # The third worker streams slowly: 100 tokens 100 ms apart, 10 s, so that it is still
+    # running when its address leaves the answer and the router has seen that.
+    fleet = [dns_worker(ADDRS[0], http_port, pub_port, "--speedup-ratio", "0"),
+             dns_worker(ADDRS[1], http_port, pub_port, "--token-interval-ms", "100")]
+    mocks = [m for m, _ in fleet]
+    rt = Router("--worker-dns", "%s:%d:%d" % (NAME, http_port, pub_port),
+                "--dns-nameserver", "127.0.0.1:%d" % dns.port, "--dns-interval-ms", "300")
+    rt.wait_routable(2)
+    assert sorted(by_url(rt)) == ["%s:%d" % (a, http_port) for a in ADDRS[:2]], rt.workers()
+    assert all(w["state"] == "active" for w in rt.workers()), rt.workers()
+    # Requests reach both (equal costs go in turn).
+    for _ in range(8):
+        short_request(rt)
+    assert all(served(m) > 0 for m in mocks), [served(m) for m in mocks]
+    # A third address: its worker is followed and gets requests.
+    fleet.append(dns_worker(ADDRS[2], http_port, pub_port, "--speedup-ratio", "0"))
+    mocks.append(fleet[2][0])
+    dns.records[NAME] = ADDRS[:3]
+    rt.wait_routable(3)
+    for _ in range(12):
+        short_request(rt)
+    assert served(mocks[2]) > 0, [served(m) for m in mocks]
+    m = rt.metrics()
+    assert m['admit_router_workers{state="configured"}'] == 3, m
+    assert m['admit_router_dns_workers{name="%s"}' % NAME] == 3, m
+    # A stream through the second worker (pinned there), then its address leaves the answer.
+    victim = "%s:%d" % (ADDRS[1], http_port)
+    c = RawClient(rt.addr)
+    c.post("/v1/chat/completions", chat_body(max_tokens=100), "X-Admit-Worker: %s\r\n" % victim)
+    status, hdrs = c.read_head()
+    assert status == 200, (status, hdrs)
+    dns.records[NAME] = [ADDRS[0], ADDRS[2]]
+    wait_for(lambda: by_url(rt).get(victim, {}).get("state") == "retired", 15,
+             "the worker retired")
+    w = by_url(rt)[victim]
+    assert w["in_flight"] == 1 and not w["routable"], w
+    assert w["ranks"][0]["booked"]["requests"] == 1, w
+    assert rt.metrics()['admit_router_workers{state="retired"}'] == 1
+    # New requests avoid it; a request pinned to it is answered 503 (no such worker now).
+    before = served(mocks[1])
+    for _ in range(6):
+        short_request(rt)
+    assert served(mocks[1]) == before, (before, served(mocks[1]))
+    status, _, body = request(rt.addr, "POST", "/v1/chat/completions", chat_body(max_tokens=1),
+                              headers={"X-Admit-Worker": victim})
+    assert status == 503 and b"no worker named" in body, (status, body)
+    # The stream finishes whole; then the worker holds nothing and leaves /load.
+    body, complete = c.read_body(hdrs)
+    assert complete and b"[DONE]" in body, body[-200:]
+    c.close()
+    wait_for(lambda: victim not in by_url(rt), 15, "the retired worker removed")
+    m = rt.metrics()
+    assert m['admit_router_worker_changes_total{change="retired"}'] == 1, m
+    assert m['admit_router_worker_changes_total{change="removed"}'] == 1, m
+    assert m['admit_router_workers{state="retired"}'] == 0, m
+    assert not any(ADDRS[1] in k for k in m if k.startswith("admit_router_booked")), m
+    assert sum(w["ranks"][0]["booked"]["requests"] for w in rt.workers()) == 0, rt.workers()
+    rt.wait_routable(2)
+    # The server goes silent: lookups time out, the workers stay.
+    failed = lookups(rt, "failed")
+    dns.mode = "silent"
+    wait_for(lambda: lookups(rt, "failed") > failed, 20, "a failed lookup counted")
+    rt.proc.wait_line(r"dns %s: lookup failed" % NAME, 10)
+    assert sorted(by_url(rt)) == ["%s:%d" % (a, http_port) for a in (ADDRS[0], ADDRS[2])]
+    short_request(rt)
+    # NXDOMAIN, and an answer with no record: "empty", the workers stay.
+    for mode in ("nxdomain", "empty"):
+        empty = lookups(rt, "empty")
+        dns.mode = mode
+        wait_for(lambda: lookups(rt, "empty") > empty, 20, "an empty answer counted (%s)" % mode)
+        assert len(by_url(rt)) == 2, rt.workers()
+        why = r"no such name \(NXDOMAIN\)" if mode == "nxdomain" else "no A record"
+        rt.proc.wait_line(r"dns %s: %s; keeping the 2 workers" % (NAME, why), 10)
+    rt.wait_routable(2)
+    # It answers again, with the second address back: followed again, a new worker there.
+    ok = lookups(rt, "ok")
+    dns.records[NAME] = ADDRS[:3]
+    dns.mode = "answer"
+    wait_for(lambda: lookups(rt, "ok") > ok, 20, "a good lookup again")
+    rt.wait_routable(3)
+    rt.proc.wait_line(r"dns %s: resolves again" % NAME, 10)
+    m = rt.metrics()
+    assert m['admit_router_worker_changes_total{change="added"}'] == 4, m
+    rt.stop()
+    for mock, ad in fleet:
+        ad.stop()
+        mock.stop()
+    dns.stop()
+
+
+def test_dns_revive():
+    """An address that leaves the answer and comes back while a request still runs there is
+    revived in place: its booking is still counted, and it is routable again."""
+    http_port, pub_port = free_ports(ADDRS[:2])
+    dns = DnsServer()
+    dns.records[NAME] = ADDRS[:2]
+    fleet = [dns_worker(ADDRS[0], http_port, pub_port, "--speedup-ratio", "0"),
+             dns_worker(ADDRS[1], http_port, pub_port, "--speedup-ratio", "0",
+                        "--token-interval-ms", "600000")]
+    rt = Router("--worker-dns", "%s:%d:%d" % (NAME, http_port, pub_port),
+                "--dns-nameserver", "127.0.0.1:%d" % dns.port, "--dns-interval-ms", "200")
+    rt.wait_routable(2)
+    target = "%s:%d" % (ADDRS[1], http_port)
+    c = RawClient(rt.addr)  # a stream that never gets a token: in flight until we hang up
+    c.post("/v1/chat/completions", chat_body(max_tokens=10), "X-Admit-Worker: %s\r\n" % target)
+    assert c.read_head()[0] == 200
+    dns.records[NAME] = ADDRS[:1]
+    wait_for(lambda: by_url(rt).get(target, {}).get("state") == "retired", 15, "retired")
+    dns.records[NAME] = ADDRS[:2]
+    wait_for(lambda: by_url(rt).get(target, {}).get("state") == "active", 15, "revived")
+    rt.wait_routable(2)
+    w = by_url(rt)[target]
+    assert w["in_flight"] == 1 and w["ranks"][0]["booked"]["requests"] == 1, w
+    m = rt.metrics()
+    assert m['admit_router_worker_changes_total{change="revived"}'] == 1, m
+    assert m['admit_router_worker_changes_total{change="removed"}'] == 0, m
+    c.close()
+    wait_for(lambda: by_url(rt)[target]["in_flight"] == 0, 15, "the stream's end seen")
+    assert by_url(rt)[target]["ranks"][0]["booked"]["requests"] == 0
+    rt.stop()
+    for mock, ad in fleet:
+        ad.stop()
+        mock.stop()
+    dns.stop()
+
+
+def write(path, text):
+    """Replaces the file at once (a rename), as a config management tool would."""
+    with open(path + ".new", "w") as f:
+        f.write(text)
+    os.replace(path + ".new", path)
+
+
+def reloads(rt, result):
+    return rt.metrics()['admit_router_workers_file_reloads_total{result="%s"}' % result]
+
+
+def test_workers_file():
+    mocks = [Mock("--speedup-ratio", "0"), Mock("--speedup-ratio", "0")]
+    ads = [worker(m) for m in mocks]
+    entries = ["%s=%s" % w for _, w in ads]
+    path = os.path.join(tempfile.mkdtemp(), "workers")
+    write(path, "# the fleet\n%s\n" % entries[0])
+    rt = Router("--workers-file", path)
+    rt.wait_routable(1)
+    # Edited to two, SIGHUP: both routable, both get requests.
+    write(path, "# the fleet\n%s\n\n%s   # the new one\n" % (entries[0], entries[1]))
+    rt.proc.p.send_signal(signal.SIGHUP)
+    rt.proc.wait_line(r"workers file %s read: 2 workers" % path, 10)
+    rt.wait_routable(2)
+    for _ in range(8):
+        short_request(rt)
+    assert all(m.metrics()["admit_mock_requests_total"] > 0 for m in mocks)
+    assert reloads(rt, "ok") == 1
+    # A bad line: logged with file:line, and the workers stay as they are.
+    write(path, "%s\nhttp://127.0.0.1:1\n" % entries[0])
+    rt.proc.p.send_signal(signal.SIGHUP)
+    rt.proc.wait_line(r"workers file not applied.*%s:2: 'http://127.0.0.1:1' must be "
+                      r"PROXY_URL=PUB_URL" % path, 10)
+    assert reloads(rt, "failed") == 1
+    assert len(rt.workers()) == 2 and all(w["state"] == "active" for w in rt.workers())
+    rt.wait_routable(2)
+    # The YAML form, with one worker: the other is retired and, idle, removed at once.
+    write(path, "- \"%s\"\n" % entries[1])
+    rt.proc.p.send_signal(signal.SIGHUP)
+    wait_for(lambda: len(rt.workers()) == 1, 15, "one worker left")
+    assert rt.workers()[0]["url"] == entries[1].split("=")[0][len("http://"):], rt.workers()
+    rt.wait_routable(1)
+    m = rt.metrics()
+    assert m['admit_router_worker_changes_total{change="removed"}'] == 1, m
+    assert m["admit_router_workers_file_workers"] == 1, m
+    # A file that is gone: logged, nothing changes.
+    os.unlink(path)
+    rt.proc.p.send_signal(signal.SIGHUP)
+    rt.proc.wait_line(r"workers file not applied.*cannot read", 10)
+    assert len(rt.workers()) == 1
+    rt.stop()
+    for ad, _ in ads:
+        ad.stop()
+    for m in mocks:
+        m.stop()
+
+
+def test_check_config():
+    import subprocess
+    router = os.environ.get("ADMIT_ROUTER", "build/admit-router")
+    path = os.path.join(tempfile.mkdtemp(), "workers")
+    write(path, "http://127.0.0.1:1=tcp://127.0.0.1:2\nnonsense\n")
+    p = subprocess.run([router, "--workers-file", path, "--check-config"], capture_output=True,
+                       timeout=30)
+    assert p.returncode == 2 and (":2: 'nonsense' must be PROXY_URL=PUB_URL").encode() in \
+        p.stderr, p.stderr
+    p = subprocess.run([router, "--workers-file", path], capture_output=True, timeout=30)
+    assert p.returncode == 2 and b":2: " in p.stderr, p.stderr
+    p = subprocess.run([router, "--worker-dns", "w.svc:8080:5557", "--check-config"],
+                       capture_output=True, timeout=30)
+    assert p.returncode == 0, p.stderr
+    p = subprocess.run([router, "--check-config"], capture_output=True, timeout=30)
+    assert p.returncode == 2 and b"--worker-dns" in p.stderr, p.stderr
+
+
+if __name__ == "__main__":
+    tap = Tap()
+    tap.run("DNS: workers follow the answer; one leaves mid-stream; bad lookups keep them",
+            test_dns_discovery)
+    tap.run("DNS: a retired worker named again is revived with its booking", test_dns_revive)
+    tap.run("workers file: edited and SIGHUP, a bad line, the YAML form", test_workers_file)
+    tap.run("workers file and DNS names in --check-config", test_check_config)
+    tap.done()
