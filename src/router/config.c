@@ -46,7 +46,8 @@ static const struct opt_def opts[] = {
         "admitd http://HOST:PORT=its --publish URL; repeatable, at least one", NULL, NULL,
         check_worker),
     OPT("model", "ADMIT_ROUTER_MODEL", OPT_LIST, AT(models), 0, 0, NULL,
-        "a model whose thresholds POST /busy_threshold may change, repeatable"),
+        "a model whose thresholds POST /busy_threshold may change, repeatable; optional: "
+        "the models the workers serve are added as their load messages name them"),
     OPT("listen", "ADMIT_ROUTER_LISTEN", OPT_HOSTPORT, AT(listen), 0, 0, "0.0.0.0:8090",
         "client listener HOST:PORT; port 0 picks a free port"),
     OPT("metrics-listen", "ADMIT_ROUTER_METRICS_LISTEN", OPT_HOSTPORT, AT(metrics_listen), 0, 0,

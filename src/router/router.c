@@ -45,6 +45,7 @@ static void on_message(void *arg, const void *msg, size_t len)
     if (strcmp(w->worker_id, m.worker_id) != 0)
         snprintf(w->worker_id, sizeof w->worker_id, "%s", m.worker_id);
     sel_message(w->r->sel, w->idx, &m, w->last_ms);
+    rm_message(w->r, w->idx, &m);
     rq_kick(w->r); /* its room may have changed */
 }
 
@@ -75,6 +76,8 @@ static void on_begin(void *arg, struct pxreq *x, const struct http_req *req)
 /* Without policy classes every request goes on to selection; with them, it may wait. */
 static enum px_verdict on_arrive(void *arg, struct pxreq *x, const struct http_req *req)
 {
+    if (rm_refuse(arg, x, pxreq_state(x), req))
+        return PX_ANSWERED; /* a model no worker serves: 404 */
     return rq_arrive(arg, x, pxreq_state(x), req);
 }
 
@@ -219,6 +222,7 @@ static struct upstream *pick(void *arg, struct pxreq *x, const struct http_req *
     struct router *r = arg;
     struct rreq *q = pxreq_state(x);
     struct busy_thresholds t, *tp = NULL;
+    const uint64_t *elig;
     int w;
     unsigned rank;
 
@@ -237,8 +241,9 @@ static struct upstream *pick(void *arg, struct pxreq *x, const struct http_req *
         bt_registry_get(r->bt, q->model, &t);
         tp = &t;
     }
-    switch (sel_pick(r->sel, router_now_ms(), q->tokens, tp,
-                     exclude != NULL ? index_of(r, exclude) : -1, q->pinned, &w, &rank)) {
+    elig = rm_eligible(r, q); /* the workers that take its model; NULL: any */
+    switch (sel_pick_in(r->sel, router_now_ms(), q->tokens, tp,
+                        exclude != NULL ? index_of(r, exclude) : -1, q->pinned, elig, &w, &rank)) {
     case SEL_OK:
         if (!q->bypass)
             sel_book(r->sel, &q->bk, w, rank, q->tokens);
@@ -256,6 +261,11 @@ static struct upstream *pick(void *arg, struct pxreq *x, const struct http_req *
     }
     *status = 503;
     *msg = "Server unavailable: no worker available";
+    if (elig != NULL) {
+        snprintf(r->msg, sizeof r->msg, "Server unavailable: no worker serving %.128s is available",
+                 q->model);
+        *msg = r->msg;
+    }
     r->rejected_no_worker++;
     return NULL;
 }
@@ -327,6 +337,7 @@ struct router *router_new(struct event_base *base, struct proxy *px, struct metr
     r->m = m;
     r->cfg = cfg;
     r->bt = bt_registry_new(&cfg->t);
+    r->models = rmodels_new();
     r->sel = sel_new(cfg->missed_heartbeats ? cfg->missed_heartbeats : 3,
                      cfg->kv_block_size ? cfg->kv_block_size : 16);
     sel_track_output(r->sel, cfg->track_output_blocks);
@@ -337,6 +348,7 @@ struct router *router_new(struct event_base *base, struct proxy *px, struct metr
             log_error("classifier plugin: %s", err);
             rq_free(r);
             sel_free(r->sel);
+            rmodels_free(r->models);
             bt_registry_free(r->bt);
             free(r);
             return NULL;
@@ -407,6 +419,7 @@ void router_free(struct router *r)
     free(r->w);
     rq_free(r);
     sel_free(r->sel);
+    rmodels_free(r->models);
     bt_registry_free(r->bt);
     free(r);
 }
