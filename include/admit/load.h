@@ -26,6 +26,14 @@
 #define ADMIT_LOAD_INT_MAX 9007199254740991LL
 /* Largest encoded message, topic included. */
 #define ADMIT_LOAD_MSG_MAX 2048
+/* The bounds of a model list (the `models` field): at most this many names, each 1 to
+ * ADMIT_LOAD_MODEL_NAME_MAX bytes without control bytes (0x00-0x1f), distinct, and the
+ * array written compactly (only `"` and `\` escaped, as they must be) at most
+ * ADMIT_LOAD_MODELS_JSON_MAX bytes, brackets included. A list over them is not sent: the
+ * publisher sends `null` (unknown), which a router takes as "accepts any model". */
+#define ADMIT_LOAD_MODELS_MAX      64
+#define ADMIT_LOAD_MODEL_NAME_MAX  127
+#define ADMIT_LOAD_MODELS_JSON_MAX 512
 
 /* What the worker is doing. */
 enum admit_load_state {
@@ -33,12 +41,25 @@ enum admit_load_state {
     ADMIT_LOAD_DRAINING     /* finishing what it has, refusing new work */
 };
 
+/* The engine's model names (whole worker, the same in every rank's message), packed: n
+ * NUL-terminated names one after another in names[0 .. len). n is ADMIT_LOAD_UNKNOWN when
+ * the list is not known (never scraped, or over the bounds, or from a publisher older than
+ * the field); 0 is a known empty list. Build one with admit_load_models_clear() and
+ * admit_load_models_add(), which keep it within the bounds; json is its compact JSON length. */
+struct admit_load_models {
+    int n;
+    unsigned len;  /* bytes of names used, NULs included */
+    unsigned json; /* bytes of the list as the encoder writes it ("[...]"); 0 when unknown */
+    char names[ADMIT_LOAD_MODELS_JSON_MAX]; /* fits: a name takes >= 3 more bytes in JSON */
+};
+
 /* One rank's load. Numeric fields hold ADMIT_LOAD_UNKNOWN when not known.
  *
  * kv_block_size was added to version 1 compatibly: publishers before it do not send the key,
  * and such a message decodes with kv_block_size unknown. It is the block size of
  * active_decode_blocks (the engine's when it reports one, else admitd's --block-size), so a
- * router can book ceil(prompt tokens / kv_block_size) blocks per request; 0 is refused. */
+ * router can book ceil(prompt tokens / kv_block_size) blocks per request; 0 is refused.
+ * models was added the same way: absent (or null) decodes as an unknown list. */
 struct admit_load {
     char worker_id[ADMIT_LOAD_WORKER_ID_MAX + 1];
     int64_t dp_rank;                /* 0-based data-parallel rank */
@@ -55,7 +76,8 @@ struct admit_load {
     int64_t queued_requests;        /* requests waiting in admitd (whole worker) */
     int64_t request_queue_limit;    /* Q (whole worker); unknown when there is no cap */
     enum admit_load_state state;
-    int64_t heartbeat_ms; /* the publisher's heartbeat interval */
+    int64_t heartbeat_ms;            /* the publisher's heartbeat interval */
+    struct admit_load_models models; /* added to v1 compatibly, like kv_block_size */
 };
 
 /** sets every numeric field to unknown, state serving, worker id empty */
@@ -69,6 +91,21 @@ int admit_load_decode(const void *data, size_t len, struct admit_load *out, char
                       size_t errlen);
 /** writes the message's JSON object alone (no topic) into buf; length or -1 */
 int admit_load_to_json(const struct admit_load *m, char *buf, size_t cap);
+
+/** makes l an unknown list */
+void admit_load_models_unknown(struct admit_load_models *l);
+/** makes l a known, empty list */
+void admit_load_models_clear(struct admit_load_models *l);
+/** appends name (len bytes, no NUL needed) to the known list l; one already there is kept
+ *  once. 0, or -1 when the name is invalid (empty, over ADMIT_LOAD_MODEL_NAME_MAX, a control
+ *  byte) and -2 when the list would go over its bounds; on failure l is unchanged */
+int admit_load_models_add(struct admit_load_models *l, const char *name, size_t len);
+/** the name after prev in l (prev NULL: the first); NULL after the last or when unknown */
+const char *admit_load_models_next(const struct admit_load_models *l, const char *prev);
+/** 1 when the known list l holds name */
+int admit_load_models_has(const struct admit_load_models *l, const char *name);
+/** 1 when a and b are the same list (both unknown, or the same names in the same order) */
+int admit_load_models_equal(const struct admit_load_models *a, const struct admit_load_models *b);
 
 /* ---- the subscriber's table ---------------------------------------------------------- */
 

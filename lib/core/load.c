@@ -7,9 +7,11 @@
  * decoding, since earlier v1 publishers do not send it.
  *
  * The longest valid message: a worker id of 127 control bytes (each escaped as \u00XX: 762
- * bytes), every integer at 2^53-1 (16 digits) and "draining" make 1295 bytes, topic included
- * (1262 before kv_block_size), within ADMIT_LOAD_MSG_MAX; test_load.c's test_longest_message
- * checks that number. A field added later must keep it within the limit. */
+ * bytes), every integer at 2^53-1 (16 digits), "draining" and a model list of
+ * ADMIT_LOAD_MODELS_JSON_MAX (512) bytes make 1817 bytes, topic included (1262 before
+ * kv_block_size, 1295 before models, whose key takes 10 bytes more), within
+ * ADMIT_LOAD_MSG_MAX; test_load.c's test_longest_message checks that number. A field added
+ * later must keep it within the limit. */
 #include "admit/load.h"
 
 #include <jansson.h>
@@ -31,6 +33,112 @@ void admit_load_init(struct admit_load *m)
     m->queued_requests = m->request_queue_limit = ADMIT_LOAD_UNKNOWN;
     m->state = ADMIT_LOAD_SERVING;
     m->heartbeat_ms = 1000;
+    admit_load_models_unknown(&m->models);
+}
+
+/* ---- model lists ---------------------------------------------------------------------- */
+
+void admit_load_models_unknown(struct admit_load_models *l)
+{
+    memset(l, 0, sizeof *l);
+    l->n = ADMIT_LOAD_UNKNOWN;
+}
+
+void admit_load_models_clear(struct admit_load_models *l)
+{
+    memset(l, 0, sizeof *l);
+    l->json = 2; /* [] */
+}
+
+/* 1 when s[0..len) is UTF-8 (no overlong forms, no surrogates, at most U+10FFFF), as jansson
+ * requires of every string it reads: a name that is not would make the message unreadable. */
+static int utf8_ok(const unsigned char *s, size_t len)
+{
+    size_t i = 0;
+
+    while (i < len) {
+        unsigned c = s[i], need, cp;
+        if (c < 0x80) {
+            i++;
+            continue;
+        }
+        if (c >= 0xc2 && c <= 0xdf)
+            need = 1, cp = c & 0x1f;
+        else if (c >= 0xe0 && c <= 0xef)
+            need = 2, cp = c & 0x0f;
+        else if (c >= 0xf0 && c <= 0xf4)
+            need = 3, cp = c & 0x07;
+        else
+            return 0;
+        if (len - i - 1 < need)
+            return 0;
+        for (unsigned k = 1; k <= need; k++) {
+            if ((s[i + k] & 0xc0) != 0x80)
+                return 0;
+            cp = (cp << 6) | (s[i + k] & 0x3f);
+        }
+        if ((need == 2 && (cp < 0x800 || (cp >= 0xd800 && cp <= 0xdfff))) ||
+            (need == 3 && (cp < 0x10000 || cp > 0x10ffff)))
+            return 0;
+        i += need + 1;
+    }
+    return 1;
+}
+
+int admit_load_models_has(const struct admit_load_models *l, const char *name)
+{
+    for (const char *p = admit_load_models_next(l, NULL); p != NULL;
+         p = admit_load_models_next(l, p))
+        if (strcmp(p, name) == 0)
+            return 1;
+    return 0;
+}
+
+int admit_load_models_add(struct admit_load_models *l, const char *name, size_t len)
+{
+    size_t esc = len, json;
+    char tmp[ADMIT_LOAD_MODEL_NAME_MAX + 1];
+
+    if (l->n < 0 || len == 0 || len > ADMIT_LOAD_MODEL_NAME_MAX ||
+        !utf8_ok((const unsigned char *) name, len))
+        return -1;
+    for (size_t i = 0; i < len; i++) {
+        if ((unsigned char) name[i] < 0x20)
+            return -1;
+        esc += name[i] == '"' || name[i] == '\\';
+    }
+    memcpy(tmp, name, len);
+    tmp[len] = '\0';
+    if (admit_load_models_has(l, tmp))
+        return 0;
+    json = l->json + esc + 2 + (l->n > 0); /* "name", and a comma after the first */
+    if (l->n >= ADMIT_LOAD_MODELS_MAX || json > ADMIT_LOAD_MODELS_JSON_MAX ||
+        l->len + len + 1 > sizeof l->names)
+        return -2;
+    memcpy(l->names + l->len, tmp, len + 1);
+    l->len += (unsigned) len + 1;
+    l->json = (unsigned) json;
+    l->n++;
+    return 0;
+}
+
+const char *admit_load_models_next(const struct admit_load_models *l, const char *prev)
+{
+    const char *p;
+
+    if (l->n <= 0)
+        return NULL;
+    if (prev == NULL)
+        return l->names;
+    p = prev + strlen(prev) + 1;
+    return p < l->names + l->len ? p : NULL;
+}
+
+int admit_load_models_equal(const struct admit_load_models *a, const struct admit_load_models *b)
+{
+    if (a->n < 0 || b->n < 0)
+        return a->n < 0 && b->n < 0;
+    return a->n == b->n && a->len == b->len && memcmp(a->names, b->names, a->len) == 0;
 }
 
 const char *admit_load_state_name(enum admit_load_state s)
@@ -124,6 +232,20 @@ int admit_load_to_json(const struct admit_load *m, char *buf, size_t cap)
         else
             put(buf, cap, &n, ",\"%s\":%lld", numfields[i].name, (long long) v);
     }
+    /* A list admit_load_models_add() built is within its bounds; one that is not (filled by
+     * hand) goes as unknown rather than over the message's size. */
+    if (m->models.n < 0 || m->models.json > ADMIT_LOAD_MODELS_JSON_MAX) {
+        put(buf, cap, &n, ",\"models\":null");
+    } else {
+        put(buf, cap, &n, ",\"models\":[");
+        for (const char *p = admit_load_models_next(&m->models, NULL); p != NULL;
+             p = admit_load_models_next(&m->models, p)) {
+            if (p != m->models.names)
+                put(buf, cap, &n, ",");
+            put_string(buf, cap, &n, p);
+        }
+        put(buf, cap, &n, "]");
+    }
     if (put(buf, cap, &n, "}") != 0)
         return -1;
     return (int) n;
@@ -176,6 +298,42 @@ static int get_int(json_t *root, const char *key, int64_t min, int nullable, int
     return 0;
 }
 
+/* The optional model list: absent or null is unknown; else an array of distinct names within
+ * the bounds of include/admit/load.h, or the message is invalid. */
+static int get_models(json_t *root, struct admit_load_models *out, char *err, size_t errlen)
+{
+    json_t *v = json_object_get(root, "models"), *e;
+    size_t i;
+
+    admit_load_models_unknown(out);
+    if (v == NULL || json_is_null(v))
+        return 0; /* from a publisher older than the field, or one that does not know */
+    if (!json_is_array(v))
+        return fail(err, errlen, "field 'models' must be an array of strings or null");
+    admit_load_models_clear(out);
+    json_array_foreach(v, i, e)
+    {
+        const char *s = json_string_value(e);
+        size_t len = json_string_length(e);
+        int rc = -1;
+
+        if (json_is_string(e) && strlen(s) == len)
+            rc = admit_load_models_add(out, s, len);
+        if (rc == -1)
+            return fail(err, errlen,
+                        "field 'models' must hold model names of 1 to %d bytes without control "
+                        "characters",
+                        ADMIT_LOAD_MODEL_NAME_MAX);
+        if (rc == -2)
+            return fail(err, errlen,
+                        "field 'models' is over its bounds (%d names, %d bytes as JSON)",
+                        ADMIT_LOAD_MODELS_MAX, ADMIT_LOAD_MODELS_JSON_MAX);
+        if ((size_t) out->n != i + 1)
+            return fail(err, errlen, "field 'models' lists a name twice");
+    }
+    return 0;
+}
+
 static int decode_object(json_t *root, struct admit_load *out, char *err, size_t errlen)
 {
     json_t *v;
@@ -221,7 +379,7 @@ static int decode_object(json_t *root, struct admit_load *out, char *err, size_t
         if (get_int(root, numfields[i].name, numfields[i].min, 1, f, err, errlen) != 0)
             return -1;
     }
-    return 0;
+    return get_models(root, &out->models, err, errlen);
 }
 
 int admit_load_decode(const void *data, size_t len, struct admit_load *out, char *err,

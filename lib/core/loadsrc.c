@@ -47,6 +47,8 @@ void loadsrc_fill(const struct loadsrc_in *in, struct admit_load *msgs, unsigned
             m->queued_requests = 0;
         }
         m->state = in->state;
+        if (in->models != NULL)
+            m->models = *in->models;
     }
     *n = ranks;
 }

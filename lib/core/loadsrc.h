@@ -1,9 +1,10 @@
 /* loadsrc: composes the load messages from what admitd knows.
  *
  * Three sources: the gate (slots and queue, whole worker), the book (what admitd let in,
- * per rank) and the engine's last scrape (KV cache, per rank). Pure: the caller decides
- * whether the scrape is fresh enough to use, and passes NULL when it is not, so that every
- * engine-reported field becomes unknown instead of a stale or made-up number. */
+ * per rank) and the engine's last scrape (KV cache, per rank); and the engine's model names
+ * (whole worker, from its /v1/models: the last list known, kept across failed scrapes). Pure: the
+ * caller decides whether the scrape is fresh enough to use, and passes NULL when it is not, so that
+ * every engine-reported field becomes unknown instead of a stale or made-up number. */
 #ifndef ADMIT_LOADSRC_H
 #define ADMIT_LOADSRC_H
 
@@ -19,6 +20,7 @@ struct loadsrc_in {
     const struct engine_snapshot *engine; /* NULL when unknown or stale */
     unsigned fallback_max_batched_tokens; /* 0 = unknown */
     enum admit_load_state state;
+    const struct admit_load_models *models; /* the engine's model names; NULL = unknown */
 };
 
 /** fills msgs[0..*n) (at most max) with one message per rank; identity fields are left to

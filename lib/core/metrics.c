@@ -120,6 +120,12 @@ void metrics_render(const struct metrics_view *v, struct buf *out)
         labelled(out, "admitd_engine_scrapes_total", "counter",
                  "Scrapes of the engine's /metrics by result", "result", results, scrapes, 2);
     }
+    {
+        static const char *const results[] = {"ok", "failed", "too_many"};
+        labelled(out, "admitd_engine_models_scrapes_total", "counter",
+                 "Scrapes of the engine's /v1/models by result (too_many: sent as unknown)",
+                 "result", results, m->models_scrapes, 3);
+    }
     prom_family(out, "admitd_drain_cancelled_total", "counter",
                 "Requests cancelled because --drain-timeout-ms ran out");
     prom_sample(out, "admitd_drain_cancelled_total", NULL, (double) m->drain_cancelled);

@@ -53,6 +53,7 @@ struct metrics {
     int engine_ready;            /* the last health probe succeeded */
     uint64_t scrapes_ok;         /* engine /metrics scrapes that parsed */
     uint64_t scrapes_failed;     /* ... that failed (no answer, not 200, nothing recognised) */
+    uint64_t models_scrapes[3];  /* engine /v1/models scrapes: ok, failed, too_many */
     uint64_t load_messages;      /* load messages published */
     uint64_t drain_cancelled;    /* requests cancelled when --drain-timeout-ms ran out */
     uint64_t limit_changes;      /* POST /admission or SIGHUP changes applied */

@@ -90,6 +90,14 @@ struct poller *poller_new(struct event_base *base, const struct http_url *url, c
     return p;
 }
 
+void poller_kick(struct poller *p)
+{
+    if (p == NULL || p->req != NULL)
+        return;
+    evtimer_del(p->timer);
+    event_active(p->timer, EV_TIMEOUT, 0);
+}
+
 void poller_free(struct poller *p)
 {
     if (p == NULL)

@@ -20,6 +20,8 @@ typedef void (*poller_cb)(void *arg, int status, const char *body, size_t len);
 /** polls url+path every interval_ms (first poll at once); timeout_ms bounds each poll */
 struct poller *poller_new(struct event_base *base, const struct http_url *url, const char *path,
                           unsigned interval_ms, unsigned timeout_ms, poller_cb cb, void *arg);
+/** polls now rather than at the next interval, unless a poll is in flight; NULL is a no-op */
+void poller_kick(struct poller *p);
 /** stops polling and frees; NULL is a no-op */
 void poller_free(struct poller *p);
 

@@ -86,6 +86,10 @@ static const struct opt_def opts[] = {
     OPT("engine-metrics-interval-ms", "ADMITD_ENGINE_METRICS_INTERVAL_MS", OPT_UINT,
         OPT_AT(struct cfg, engine_metrics_interval_ms), 10, 3600000, "100",
         "how often the engine is scraped"),
+    OPT("engine-models-interval-ms", "ADMITD_ENGINE_MODELS_INTERVAL_MS", OPT_UINT,
+        OPT_AT(struct cfg, engine_models_interval_ms), 0, 3600000, "10000",
+        "how often the engine's GET /v1/models is read for the model names load messages "
+        "carry (0 = never: they say the models are unknown)"),
     OPT("block-size", "ADMITD_BLOCK_SIZE", OPT_UINT, OPT_AT(struct cfg, block_size), 1, 1048576,
         "16", "KV block size in tokens, when the engine does not report it"),
     OPT("max-num-batched-tokens", "ADMITD_MAX_NUM_BATCHED_TOKENS", OPT_UINT,

@@ -43,10 +43,11 @@ struct cfg {
     char engine_metrics_path[256];  /* its path */
     int engine_metrics_set;         /* given explicitly (else: upstream + /metrics) */
     unsigned engine_metrics_interval_ms;
-    unsigned block_size;             /* KV block size when the engine does not report it */
-    unsigned max_num_batched_tokens; /* when the engine does not report it; 0 = unknown */
-    unsigned data_parallel_size;     /* ranks; 0 = as the engine reports, else 1 */
-    double chars_per_token;          /* prompt text estimate when no token ids are sent */
+    unsigned engine_models_interval_ms; /* GET /v1/models this often; 0 = never (unknown) */
+    unsigned block_size;                /* KV block size when the engine does not report it */
+    unsigned max_num_batched_tokens;    /* when the engine does not report it; 0 = unknown */
+    unsigned data_parallel_size;        /* ranks; 0 = as the engine reports, else 1 */
+    double chars_per_token;             /* prompt text estimate when no token ids are sent */
     /* Operations. */
     unsigned queue_timeout_ms; /* a request waiting longer leaves the queue; 0 = never */
     unsigned drain_timeout_ms; /* on SIGTERM, wait this long for in-flight work */

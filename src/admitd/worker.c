@@ -5,6 +5,7 @@
 #include "core/book.h"
 #include "daemon/drain.h"
 #include "core/engine_metrics.h"
+#include "core/engine_models.h"
 #include "core/httputil.h"
 #include "core/loadsrc.h"
 #include "core/log.h"
@@ -34,11 +35,14 @@ struct worker {
     struct proxy *px;
     struct admission *gate;
     struct admin *adm;
-    struct poller *ready, *scrape;
+    struct poller *ready, *scrape, *models_poll;
     struct publisher *pub;
     struct mock_engine *mock;
-    struct engine_snapshot engine; /* the last scrape that parsed */
-    int engine_ok;                 /* ... and the latest scrape was that one */
+    struct engine_snapshot engine;   /* the last scrape that parsed */
+    int engine_ok;                   /* ... and the latest scrape was that one */
+    struct admit_load_models models; /* the engine's model names: the last list read */
+    int models_seen;                 /* the latest /v1/models read's engine_models_result, -2
+                                        before the first (so that each change logs once) */
     enum admit_load_state state;
     char listen_at[NETADDR_HOST_MAX + 8];
     char metrics_at[NETADDR_HOST_MAX + 8];
@@ -54,9 +58,57 @@ static void on_ready_poll(void *arg, int status, const char *body, size_t len)
 
     (void) body;
     (void) len;
-    if (ready != w->m.engine_ready)
+    if (ready != w->m.engine_ready) {
         log_info("engine at %s is %s", w->cfg->upstream.hostport, ready ? "ready" : "not ready");
+        if (ready)
+            poller_kick(w->models_poll); /* a (re)started engine may serve other models */
+    }
     w->m.engine_ready = ready;
+}
+
+/* The engine's GET /v1/models: a list that parses replaces the one sent; a failure keeps it
+ * (an engine busy or restarting still serves what it served), and is logged once. */
+static void on_models(void *arg, int status, const char *body, size_t len)
+{
+    struct worker *w = arg;
+    struct admit_load_models l;
+    enum engine_models_result r = ENGINE_MODELS_INVALID;
+    char err[192], names[256];
+    size_t k = 0;
+
+    if (status == 200)
+        r = engine_models_parse(body, len, &l, err, sizeof err);
+    else if (status == 0)
+        snprintf(err, sizeof err, "no answer");
+    else
+        snprintf(err, sizeof err, "status %d", status);
+    if (r == ENGINE_MODELS_INVALID) {
+        w->m.models_scrapes[1]++;
+        if (w->models_seen != (int) r)
+            log_info("engine models at %s/v1/models: %s; %s", w->cfg->upstream.hostport, err,
+                     w->models.n >= 0 ? "the last list known stays" : "models stay unknown");
+        w->models_seen = (int) r;
+        return;
+    }
+    w->m.models_scrapes[r == ENGINE_MODELS_OK ? 0 : 2]++;
+    if (r == ENGINE_MODELS_TOO_MANY && w->models_seen != (int) r)
+        log_warn("engine models at %s/v1/models: %s; load messages say \"models\":null "
+                 "(unknown: routers send this worker any model)",
+                 w->cfg->upstream.hostport, err);
+    if (r == ENGINE_MODELS_OK &&
+        (w->models_seen != (int) r || !admit_load_models_equal(&l, &w->models))) {
+        names[0] = '\0';
+        for (const char *p = admit_load_models_next(&l, NULL); p != NULL && k < sizeof names;
+             p = admit_load_models_next(&l, p))
+            k += (size_t) snprintf(names + k, sizeof names - k, "%s%s", k ? ", " : "", p);
+        log_info("engine at %s serves %d model%s%s%s", w->cfg->upstream.hostport, l.n,
+                 l.n == 1 ? "" : "s", l.n ? ": " : "", names);
+    }
+    w->models_seen = (int) r;
+    if (!admit_load_models_equal(&l, &w->models)) {
+        w->models = l;
+        pub_changed(w->pub);
+    }
 }
 
 static void on_scrape(void *arg, int status, const char *body, size_t len)
@@ -96,6 +148,7 @@ static void fill_load(void *arg, struct admit_load *msgs, unsigned *n)
         .book = admission_book(w->gate),
         .engine = w->engine_ok ? &w->engine : NULL,
         .fallback_max_batched_tokens = w->cfg->max_num_batched_tokens,
+        .models = &w->models,
         .state = w->state,
     };
 
@@ -281,6 +334,7 @@ static const struct fixed fixed_fields[] = {
     FIXED(engine_metrics),
     FIXED(engine_metrics_path),
     FIXED(engine_metrics_interval_ms),
+    FIXED(engine_models_interval_ms),
     FIXED(data_parallel_size),
     FIXED(admin_token),
 };
@@ -406,6 +460,8 @@ struct worker *worker_start(struct event_base *base, struct cfg *cfg, char *err,
     w->base = base;
     w->cfg = cfg;
     w->state = ADMIT_LOAD_SERVING;
+    admit_load_models_unknown(&w->models);
+    w->models_seen = -2; /* none yet (no engine_models_result) */
     metrics_init(&w->m);
     if (cfg->mock_engine && start_mock(w, base, err, errlen) != 0)
         goto fail;
@@ -450,6 +506,15 @@ struct worker *worker_start(struct event_base *base, struct cfg *cfg, char *err,
     w->scrape = poller_new(base, &cfg->engine_metrics, cfg->engine_metrics_path,
                            cfg->engine_metrics_interval_ms,
                            scrape_timeout < 1000 ? 1000 : scrape_timeout, on_scrape, w);
+    if (cfg->engine_models_interval_ms > 0) {
+        unsigned t = cfg->engine_models_interval_ms;
+
+        w->models_poll = poller_new(base, &cfg->upstream, "/v1/models", t,
+                                    t < 1000   ? 1000
+                                    : t > 5000 ? 5000
+                                               : t,
+                                    on_models, w);
+    }
     return w;
 fail:
     worker_free(w);
@@ -477,6 +542,7 @@ void worker_free(struct worker *w)
         return;
     poller_free(w->ready);
     poller_free(w->scrape);
+    poller_free(w->models_poll);
     if (w->gate != NULL)
         admission_set_change_cb(w->gate, NULL, NULL);
     admin_free(w->adm);

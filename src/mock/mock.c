@@ -126,12 +126,20 @@ static void handle_generation(struct mock_engine *e, struct evhttp_request *req,
 
 /* ---- GET endpoints ---- */
 
+static json_t *model_entry(const struct mock_engine *e, const char *name)
+{
+    return json_pack("{s:s, s:s, s:I, s:s}", "id", name, "object", "model", "created",
+                     (json_int_t) e->started, "owned_by", "admit-mock-engine");
+}
+
 static void handle_models(const struct mock_engine *e, struct evhttp_request *req)
 {
-    mock_reply_json(req, 200,
-                    json_pack("{s:s, s:[{s:s, s:s, s:I, s:s}]}", "object", "list", "data", "id",
-                              e->o.model, "object", "model", "created", (json_int_t) e->started,
-                              "owned_by", "admit-mock-engine"));
+    json_t *data = json_array();
+
+    json_array_append_new(data, model_entry(e, e->o.model));
+    for (unsigned i = 0; i < e->o.nserved; i++)
+        json_array_append_new(data, model_entry(e, e->o.served[i]));
+    mock_reply_json(req, 200, json_pack("{s:s, s:o}", "object", "list", "data", data));
 }
 
 enum rank_stat { RS_RUNNING, RS_WAITING, RS_KV_USAGE, RS_PROMPT, RS_GENERATION };
@@ -315,6 +323,8 @@ struct mock_engine *mock_engine_new(struct event_base *base, const struct mock_o
     if (e->o.model[0] == '\0')
         snprintf(e->o.model, sizeof e->o.model, "%s", MOCK_DEFAULT_MODEL);
     e->o.model[sizeof e->o.model - 1] = '\0';
+    if (e->o.nserved > MOCK_MAX_SERVED)
+        e->o.nserved = MOCK_MAX_SERVED;
     e->started = (long long) time(NULL);
     e->ranks = xcalloc(e->o.data_parallel_size, sizeof *e->ranks);
     for (unsigned i = 0; i < e->o.data_parallel_size; i++) {

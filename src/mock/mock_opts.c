@@ -19,7 +19,16 @@
 #define ADMIT_VERSION "unknown"
 #endif
 
-enum mock_opt_kind { MO_FLOAT, MO_UINT, MO_MODEL, MO_LISTEN, MO_LOGLEVEL, MO_HELP, MO_VERSION };
+enum mock_opt_kind {
+    MO_FLOAT,
+    MO_UINT,
+    MO_MODEL,
+    MO_SERVED,
+    MO_LISTEN,
+    MO_LOGLEVEL,
+    MO_HELP,
+    MO_VERSION
+};
 
 struct mock_opt {
     const char *name; /* long flag without dashes */
@@ -37,6 +46,8 @@ static const struct mock_opt mock_optv[] = {
      "address to serve on; port 0 picks a free one (default " MOCK_DEFAULT_LISTEN ")"},
     {"model-name", MO_MODEL, MOFF(model), 0, 0, "NAME",
      "model name served by /v1/models (default " MOCK_DEFAULT_MODEL ")"},
+    {"served-model-name", MO_SERVED, MOFF(served), 0, 0, "NAME",
+     "one more name /v1/models lists after --model-name (repeatable, up to 8)"},
     {"speedup-ratio", MO_FLOAT, MOFF(speedup_ratio), 0, 0, "X",
      "divide prefill and decode times by X; 0 = no delay at all (default 1)"},
     {"block-size", MO_UINT, MOFF(block_size), 1, 1048576, "N", "tokens per KV block (default 16)"},
@@ -148,6 +159,7 @@ static int mock_opt_apply(struct mock_opts *o, const struct mock_opt *d, const c
             snprintf(err, errlen, "--%s: '%s' must be a positive integer", d->name, v);
         return -1;
     case MO_MODEL:
+    case MO_SERVED:
         j = json_string(v); /* NULL unless valid UTF-8: the name is echoed inside JSON */
         json_decref(j);
         if (j == NULL || *v == '\0' || strlen(v) >= sizeof o->model) {
@@ -155,7 +167,15 @@ static int mock_opt_apply(struct mock_opts *o, const struct mock_opt *d, const c
                      sizeof o->model - 1);
             return -1;
         }
-        snprintf(o->model, sizeof o->model, "%s", v);
+        if (d->kind == MO_MODEL) {
+            snprintf(o->model, sizeof o->model, "%s", v);
+            return 0;
+        }
+        if (o->nserved == MOCK_MAX_SERVED) {
+            snprintf(err, errlen, "--%s: at most %d", d->name, MOCK_MAX_SERVED);
+            return -1;
+        }
+        snprintf(o->served[o->nserved++], sizeof o->served[0], "%s", v);
         return 0;
     case MO_LISTEN:
         if (hostport_parse(v, &o->listen, sub, sizeof sub) == 0)

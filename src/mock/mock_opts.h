@@ -17,20 +17,24 @@
 #define MOCK_DEFAULT_MAX_NUM_BATCHED_TOKENS 8192
 #define MOCK_DEFAULT_MODEL                  "mock-model"
 #define MOCK_DEFAULT_LISTEN                 "127.0.0.1:8000"
+/* Most --served-model-name names, beside --model-name. */
+#define MOCK_MAX_SERVED 8
 /* Largest max_tokens honoured; larger requests are cut to it. */
 #define MOCK_MAX_TOKENS_CAP 100000
 
 struct mock_opts {
-    double speedup_ratio;            /* divides all model delays; 0 = no delay at all */
-    unsigned block_size;             /* tokens per KV block */
-    unsigned num_gpu_blocks;         /* KV blocks per data-parallel rank */
-    unsigned max_num_seqs;           /* per rank: requests that run at once; the rest wait */
-    unsigned max_num_batched_tokens; /* only reported in metrics */
-    unsigned data_parallel_size;     /* ranks */
-    unsigned token_interval_ms;      /* > 0: fixed gap per token instead of the decode model */
-    char model[128];                 /* model name served */
-    struct hostport listen;          /* --listen, used by the program's main */
-    enum log_level log_level;        /* --log-level, used by the program's main */
+    double speedup_ratio;              /* divides all model delays; 0 = no delay at all */
+    unsigned block_size;               /* tokens per KV block */
+    unsigned num_gpu_blocks;           /* KV blocks per data-parallel rank */
+    unsigned max_num_seqs;             /* per rank: requests that run at once; the rest wait */
+    unsigned max_num_batched_tokens;   /* only reported in metrics */
+    unsigned data_parallel_size;       /* ranks */
+    unsigned token_interval_ms;        /* > 0: fixed gap per token instead of the decode model */
+    char model[128];                   /* model name served (and echoed when a request has none) */
+    char served[MOCK_MAX_SERVED][128]; /* more names /v1/models lists (--served-model-name) */
+    unsigned nserved;
+    struct hostport listen;   /* --listen, used by the program's main */
+    enum log_level log_level; /* --log-level, used by the program's main */
 };
 
 /** fills o with the defaults (speedup 1, the MOCK_DEFAULT_* values, info logging) */

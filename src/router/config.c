@@ -71,7 +71,8 @@ static const struct opt_def opts[] = {
         "the DNS server to ask, IP:PORT (default: those of /etc/resolv.conf)", NULL, NULL,
         parse_nameserver),
     OPT("model", "ADMIT_ROUTER_MODEL", OPT_LIST, AT(models), 0, 0, NULL,
-        "a model whose thresholds POST /busy_threshold may change, repeatable"),
+        "a model whose thresholds POST /busy_threshold may change, repeatable; optional: "
+        "the models the workers serve are added as their load messages name them"),
     OPT("listen", "ADMIT_ROUTER_LISTEN", OPT_HOSTPORT, AT(listen), 0, 0, "0.0.0.0:8090",
         "client listener HOST:PORT; port 0 picks a free port"),
     OPT("metrics-listen", "ADMIT_ROUTER_METRICS_LISTEN", OPT_HOSTPORT, AT(metrics_listen), 0, 0,

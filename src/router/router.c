@@ -51,6 +51,7 @@ static void on_message(void *arg, const void *msg, size_t len)
     if (strcmp(w->worker_id, m.worker_id) != 0)
         snprintf(w->worker_id, sizeof w->worker_id, "%s", m.worker_id);
     sel_message(w->r->sel, w->idx, &m, w->last_ms);
+    rm_message(w->r, w->idx, &m);
     rq_kick(w->r); /* its room may have changed */
 }
 
@@ -140,6 +141,8 @@ static void on_begin(void *arg, struct pxreq *x, const struct http_req *req)
 /* Without policy classes every request goes on to selection; with them, it may wait. */
 static enum px_verdict on_arrive(void *arg, struct pxreq *x, const struct http_req *req)
 {
+    if (rm_refuse(arg, x, pxreq_state(x), req))
+        return PX_ANSWERED; /* a model no worker serves: 404 */
     return rq_arrive(arg, x, pxreq_state(x), req);
 }
 
@@ -295,6 +298,7 @@ static struct upstream *pick(void *arg, struct pxreq *x, const struct http_req *
     struct router *r = arg;
     struct rreq *q = pxreq_state(x);
     struct busy_thresholds t, *tp = NULL;
+    const uint64_t *elig;
     int w;
     unsigned rank;
 
@@ -313,8 +317,9 @@ static struct upstream *pick(void *arg, struct pxreq *x, const struct http_req *
         bt_registry_get(r->bt, q->model, &t);
         tp = &t;
     }
-    switch (sel_pick(r->sel, router_now_ms(), q->tokens, tp,
-                     exclude != NULL ? index_of(r, exclude) : -1, q->pinned, &w, &rank)) {
+    elig = rm_eligible(r, q); /* the workers that take its model; NULL: any */
+    switch (sel_pick_in(r->sel, router_now_ms(), q->tokens, tp,
+                        exclude != NULL ? index_of(r, exclude) : -1, q->pinned, elig, &w, &rank)) {
     case SEL_OK:
         if (!q->bypass)
             sel_book(r->sel, &q->bk, w, rank, q->tokens);
@@ -333,6 +338,11 @@ static struct upstream *pick(void *arg, struct pxreq *x, const struct http_req *
     }
     *status = 503;
     *msg = "Server unavailable: no worker available";
+    if (elig != NULL) {
+        snprintf(r->msg, sizeof r->msg, "Server unavailable: no worker serving %.128s is available",
+                 q->model);
+        *msg = r->msg;
+    }
     r->rejected_no_worker++;
     return NULL;
 }
@@ -404,6 +414,7 @@ struct router *router_new(struct event_base *base, struct proxy *px, struct metr
     r->m = m;
     r->cfg = cfg;
     r->bt = bt_registry_new(&cfg->t);
+    r->models = rmodels_new();
     r->sel = sel_new(cfg->missed_heartbeats ? cfg->missed_heartbeats : 3,
                      cfg->kv_block_size ? cfg->kv_block_size : 16);
     sel_track_output(r->sel, cfg->track_output_blocks);
@@ -418,6 +429,7 @@ struct router *router_new(struct event_base *base, struct proxy *px, struct metr
             rq_free(r);
             event_free(r->reap);
             sel_free(r->sel);
+            rmodels_free(r->models);
             bt_registry_free(r->bt);
             free(r);
             return NULL;
@@ -497,6 +509,11 @@ int router_add_worker(struct router *r, const char *proxy_url, const char *pub_u
         w->idx = sel_add_worker(r->sel);
         r->w = xrealloc(r->w, (r->n + 1) * sizeof *r->w);
         r->w[r->n++] = w;
+    } else { /* the index of one that left: its models unknown until its first message */
+        struct admit_load_models unknown;
+
+        admit_load_models_unknown(&unknown);
+        rmodels_set(r->models, w->idx, &unknown, NULL, NULL);
     }
     w->up =
         upstream_new(r->base, &url, r->cfg->upstream_timeout_ms, r->cfg->upstream_keepalive, 4000);
@@ -519,6 +536,7 @@ int router_retire_worker(struct router *r, const char *proxy_url)
         return 0; /* another source still names it */
     w->state = RW_RETIRED;
     sel_retire(r->sel, w->idx);
+    rmodels_drop(r->models, w->idx); /* it serves nothing now: a model only it had gets 404 */
     sub_close(w->sub, SUB_CLOSE_MS);
     w->sub = NULL;
     r->retired++;
@@ -567,6 +585,7 @@ void router_free(struct router *r)
     free(r->w);
     rq_free(r);
     sel_free(r->sel);
+    rmodels_free(r->models);
     bt_registry_free(r->bt);
     free(r);
 }

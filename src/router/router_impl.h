@@ -14,6 +14,7 @@
 #include "core/prom.h"
 #include "http/httpreq.h"
 #include "http/proxy.h"
+#include "models.h"
 #include "select.h"
 
 #include <stdint.h>
@@ -83,11 +84,12 @@ struct router {
     const struct router_cfg *cfg;
     struct bt_registry *bt;
     struct sel *sel;
+    struct rmodels *models; /* which workers serve which model (router_models.c) */
     struct rworker **w;
     size_t n;
     struct reject_key rejects[ROUTER_MAX_REJECT_KEYS];
     size_t nrejects;
-    uint64_t rejected_all_busy, rejected_no_worker;
+    uint64_t rejected_all_busy, rejected_no_worker, rejected_unknown_model;
     uint64_t added, revived, retired, removed; /* workers that came and went */
     struct event *reap; /* frees retired workers whose last request ended (not in its callback) */
     void (*on_change)(void *arg);
@@ -128,5 +130,16 @@ void rq_kick(struct router *r);
 void rq_count_busy(struct router *r, const struct rreq *q);
 /** appends the queue's families (nothing without classes) */
 void rq_render_metrics(struct router *r, struct buf *out);
+
+/* ---- router_models.c: the models the workers serve -------------------------------------- */
+
+/** a load message of worker idx arrived: its model list (new names join /busy_threshold) */
+void rm_message(struct router *r, int idx, const struct admit_load *m);
+/** the workers q's model may go to, for sel_pick_in(); NULL: any (no model, pinned, or every
+ *  worker takes it) */
+const uint64_t *rm_eligible(struct router *r, const struct rreq *q);
+/** answers 404, OpenAI's model_not_found, when no worker serves q's model and none takes any
+ *  model; 1 when it did (reads the request first, as router_read_request()) */
+int rm_refuse(struct router *r, struct pxreq *x, struct rreq *q, const struct http_req *req);
 
 #endif

@@ -60,8 +60,8 @@ static int class_has_room(struct router *r, int cls, const struct rreq *q)
 
     if (!busy_thresholds_any(t))
         return 1;
-    return sel_gate(r->sel, router_now_ms(), q->tokens, t, q->pinned >= 0 ? q->pinned : -1) !=
-           SEL_ALL_BUSY;
+    return sel_gate_in(r->sel, router_now_ms(), q->tokens, t, q->pinned >= 0 ? q->pinned : -1,
+                       rm_eligible(r, q)) != SEL_ALL_BUSY;
 }
 
 static void on_tick(evutil_socket_t fd, short what, void *arg)

@@ -100,11 +100,13 @@ void router_render_metrics(struct router *r, struct buf *out)
     }
     prom_family(out, "admit_router_rejections_total", "counter",
                 "Requests the router answered itself, by reason (all_busy: overload status; "
-                "no_worker: 503)");
+                "no_worker: 503; model_not_found: 404, a model no worker serves)");
     prom_sample(out, "admit_router_rejections_total{reason=\"all_busy\"}", NULL,
                 (double) r->rejected_all_busy);
     prom_sample(out, "admit_router_rejections_total{reason=\"no_worker\"}", NULL,
                 (double) r->rejected_no_worker);
+    prom_sample(out, "admit_router_rejections_total{reason=\"model_not_found\"}", NULL,
+                (double) r->rejected_unknown_model);
     rank_gauge(out, r, &t, "dynamo_frontend_worker_active_decode_blocks",
                "Active KV cache decode blocks per worker", RF_PUB_DECODE, 1);
     rank_gauge(out, r, &t, "dynamo_frontend_worker_active_prefill_tokens",
@@ -188,6 +190,23 @@ static void render_rank(struct buf *out, const struct sel_rank_view *v, unsigned
                v->published_room ? "true" : "false");
 }
 
+/* ,"models":[...] of a worker's newest message, or null when unknown (it takes any). */
+static void render_models(struct buf *out, const struct admit_load_models *l)
+{
+    if (l->n < 0) {
+        buf_puts(out, ",\"models\":null");
+        return;
+    }
+    buf_puts(out, ",\"models\":[");
+    for (const char *p = admit_load_models_next(l, NULL); p != NULL;
+         p = admit_load_models_next(l, p)) {
+        if (p != l->names)
+            buf_puts(out, ",");
+        put_string(out, p);
+    }
+    buf_puts(out, "]");
+}
+
 void router_render_workers(struct router *r, struct buf *out)
 {
     struct busy_thresholds t;
@@ -219,6 +238,7 @@ void router_render_workers(struct router *r, struct buf *out)
             buf_printf(out, "%lld", (long long) (now - w->last_ms));
         else
             buf_puts(out, "null");
+        render_models(out, rmodels_list(r->models, w->idx));
         buf_puts(out, ",\"ranks\":[");
         for (unsigned i = 0; i < sel_ranks(r->sel, (int) k); i++) {
             struct sel_rank_view v;

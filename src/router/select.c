@@ -351,9 +351,21 @@ static void size_adds(struct sel *s, int64_t prompt)
     s->sizes_prompt = prompt;
 }
 
-enum sel_result sel_pick(struct sel *s, int64_t now_ms, int64_t prompt_tokens,
-                         const struct busy_thresholds *t, int exclude, int pinned, int *worker,
-                         unsigned *rank)
+/* 1 when worker k's bit is set in the bitset e (NULL: every worker's is). */
+static inline int eligible_bit(const uint64_t *e, size_t k)
+{
+    return e == NULL || ((e[k >> 6] >> (k & 63)) & 1) != 0;
+}
+
+/* The pass of sel_pick_in(), inlined into each of its two calls there: with elig NULL (the
+ * constant) the compiler drops the eligibility test, so a request with no model filter runs
+ * the very pass it ran before there was one. */
+#if defined(__GNUC__)
+__attribute__((always_inline))
+#endif
+static inline enum sel_result
+pick_pass(struct sel *s, int64_t now_ms, int64_t prompt_tokens, const struct busy_thresholds *t,
+          int exclude, int pinned, const uint64_t *elig, int *worker, unsigned *rank)
 {
     const struct sworker *ws = s->w, *w, *stop, *excl, *best = NULL;
     const struct shot *shots;
@@ -420,6 +432,9 @@ enum sel_result sel_pick(struct sel *s, int64_t now_ms, int64_t prompt_tokens,
              * or just left. */
             if (w->alive_until < now_ms || w->skip_until > now_ms || w->out || w == excl)
                 continue;
+            /* Not one the request's model may go to (a constant pass for NULL). */
+            if (!eligible_bit(elig, (size_t) (g - gates)))
+                continue;
             if (need <= *g) {
                 /* Its cheapest rank has room: the worker's choice (see struct sworker). */
                 int64_t cost = w->min_cost + sizes[w->min_size].cost;
@@ -465,9 +480,25 @@ enum sel_result sel_pick(struct sel *s, int64_t now_ms, int64_t prompt_tokens,
     /* Alive but no candidate (overloaded, excluded, full, no room) is "all busy", the
      * overload answer; none alive is "no worker". */
     for (int k = from; k < to; k++)
-        if (sel_alive(s, k, now_ms))
+        if (eligible_bit(elig, (size_t) k) && sel_alive(s, k, now_ms))
             return SEL_ALL_BUSY;
     return SEL_NO_WORKER;
+}
+
+enum sel_result sel_pick_in(struct sel *s, int64_t now_ms, int64_t prompt_tokens,
+                            const struct busy_thresholds *t, int exclude, int pinned,
+                            const uint64_t *eligible, int *worker, unsigned *rank)
+{
+    if (eligible == NULL)
+        return pick_pass(s, now_ms, prompt_tokens, t, exclude, pinned, NULL, worker, rank);
+    return pick_pass(s, now_ms, prompt_tokens, t, exclude, pinned, eligible, worker, rank);
+}
+
+enum sel_result sel_pick(struct sel *s, int64_t now_ms, int64_t prompt_tokens,
+                         const struct busy_thresholds *t, int exclude, int pinned, int *worker,
+                         unsigned *rank)
+{
+    return sel_pick_in(s, now_ms, prompt_tokens, t, exclude, pinned, NULL, worker, rank);
 }
 
 void sel_book(struct sel *s, struct sel_booking *b, int worker, unsigned rank,
@@ -600,17 +631,23 @@ void sel_booked(const struct sel *s, int wi, unsigned ri, struct busy_load *book
     *cap = cold(s, w)[ri].cap;
 }
 
-enum sel_result sel_gate(struct sel *s, int64_t now_ms, int64_t prompt_tokens,
-                         const struct busy_thresholds *t, int pinned)
+enum sel_result sel_gate_in(struct sel *s, int64_t now_ms, int64_t prompt_tokens,
+                            const struct busy_thresholds *t, int pinned, const uint64_t *eligible)
 {
     int rr = s->rr, w;
     unsigned r;
-    enum sel_result res = sel_pick(s, now_ms, prompt_tokens, t, -1, pinned, &w, &r);
+    enum sel_result res = sel_pick_in(s, now_ms, prompt_tokens, t, -1, pinned, eligible, &w, &r);
 
     /* The same pass as a pick, so that the answer cannot drift from selection's; but asking
      * is not choosing, so the next pick starts where it would have. */
     s->rr = rr;
     return res;
+}
+
+enum sel_result sel_gate(struct sel *s, int64_t now_ms, int64_t prompt_tokens,
+                         const struct busy_thresholds *t, int pinned)
+{
+    return sel_gate_in(s, now_ms, prompt_tokens, t, pinned, NULL);
 }
 
 int sel_room(struct sel *s, int64_t now_ms, int64_t prompt_tokens, const struct busy_thresholds *t)

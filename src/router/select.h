@@ -105,6 +105,13 @@ void sel_track_output(struct sel *s, int on);
 enum sel_result sel_pick(struct sel *s, int64_t now_ms, int64_t prompt_tokens,
                          const struct busy_thresholds *t, int exclude, int pinned, int *worker,
                          unsigned *rank);
+/** sel_pick() among the workers whose bit is set in eligible (bit k % 64 of word k / 64 for
+ *  worker k; it covers every worker added), e.g. those that serve the request's model; NULL:
+ *  every worker, the same pass as sel_pick(). A live worker outside it counts as none: when
+ *  no eligible worker is alive the answer is SEL_NO_WORKER */
+enum sel_result sel_pick_in(struct sel *s, int64_t now_ms, int64_t prompt_tokens,
+                            const struct busy_thresholds *t, int exclude, int pinned,
+                            const uint64_t *eligible, int *worker, unsigned *rank);
 /** books a request of prompt_tokens on (worker, rank); b must not be booked */
 void sel_book(struct sel *s, struct sel_booking *b, int worker, unsigned rank,
               int64_t prompt_tokens);
@@ -140,5 +147,8 @@ int sel_room(struct sel *s, int64_t now_ms, int64_t prompt_tokens, const struct 
  *  the policy-class queue's gate (SEL_ALL_BUSY: wait) */
 enum sel_result sel_gate(struct sel *s, int64_t now_ms, int64_t prompt_tokens,
                          const struct busy_thresholds *t, int pinned);
+/** sel_gate() among the eligible workers, as sel_pick_in() (NULL: every worker) */
+enum sel_result sel_gate_in(struct sel *s, int64_t now_ms, int64_t prompt_tokens,
+                            const struct busy_thresholds *t, int pinned, const uint64_t *eligible);
 
 #endif

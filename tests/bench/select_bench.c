@@ -4,7 +4,10 @@
  * (sel_pick + sel_book + sel_first_token + sel_release), at 8 to 10,000 workers of 1 and 4
  * ranks, with the reject thresholds off and on. "On" sets all three loose enough that workers
  * are mostly eligible, over published and booked load that is random but fixed, so the pass
- * does the monitor's skip and the projection's checks for real. Rounds alternate off, on, off,
+ * does the monitor's skip and the projection's checks for real. A third column ("model")
+ * is "on" for a request whose model three workers in four serve: sel_pick_in with a bitset,
+ * as admit-router passes it (src/router/models.h); off and on pass none, as for a request
+ * without a model or one every worker takes. Rounds alternate off, on, off,
  * on... on one pinned core so drift falls on both alike; the table gives medians.
  *
  * Part 2 puts the class gate (core/classq.h) in front, at 512 and 4,096 workers of 1 rank:
@@ -195,6 +198,7 @@ struct bench_kind {
     struct sel *s;
     const struct busy_thresholds *t; /* the reject thresholds */
     struct gate_bench *gate;         /* the class gate (run_gated only) */
+    const uint64_t *eligible;        /* the workers the request's model may go to; NULL: all */
 };
 
 /* n requests, each chosen, booked, past its first token and ended; returns how many found a
@@ -211,7 +215,7 @@ static long run_select(const struct bench_kind *k, long n)
         int w;
         unsigned r;
 
-        if (sel_pick(s, BENCH_NOW_MS, prompt, t, -1, -1, &w, &r) == SEL_OK) {
+        if (sel_pick_in(s, BENCH_NOW_MS, prompt, t, -1, -1, k->eligible, &w, &r) == SEL_OK) {
             sel_book(s, &b, w, r, prompt);
             sel_first_token(s, &b);
             sel_release(s, &b);
@@ -433,10 +437,10 @@ static void gate_table(int rounds, double ms, long iters, int only_workers, unsi
         double t[4][BENCH_MAX_ROUNDS], pair[2][BENCH_MAX_ROUNDS], med[4], ratio[2];
         long n[4], ok[4] = {0, 0, 0, 0};
         struct gate_bench same, mine, bare;
-        struct bench_kind kinds[4] = {{run_select, NULL, on, NULL},
-                                      {run_gated, NULL, on, &same},
-                                      {run_gated, NULL, on, &mine},
-                                      {run_gated, NULL, on, &bare}};
+        struct bench_kind kinds[4] = {{run_select, NULL, on, NULL, NULL},
+                                      {run_gated, NULL, on, &same, NULL},
+                                      {run_gated, NULL, on, &mine, NULL},
+                                      {run_gated, NULL, on, &bare, NULL}};
         struct fleet f;
 
         if (only_workers && workers != only_workers)
@@ -561,33 +565,47 @@ int main(int argc, char **argv)
         printf("on = decode 0.9, prefill frac 0.9, prefill absolute 1e6; off = none set;\n"
                "on/off = median of each on round over the off round before it; eligible = workers\n"
                "not full by what they publish, under on\n\n");
-        printf("| workers | ranks | off µs | on µs | on/off | eligible (on) | Dynamo published µs "
-               "|\n");
-        printf("|--------:|------:|-------:|------:|-------:|--------------:|:--------------------|"
-               "\n");
+        printf("model = on, for a model 3 of 4 workers serve (sel_pick_in with their bitset)\n\n");
+        printf("| workers | ranks | off µs | on µs | on/off | model µs | eligible (on) | Dynamo "
+               "published µs |\n");
+        printf("|--------:|------:|-------:|------:|-------:|---------:|--------------:|:-------"
+               "-------------|\n");
     }
     for (size_t wi = 0; wi < sizeof bench_workers / sizeof bench_workers[0]; wi++)
         for (size_t ri = 0; ri < sizeof bench_ranks / sizeof bench_ranks[0]; ri++) {
             int workers = bench_workers[wi];
             unsigned ranks = bench_ranks[ri];
             double toff[BENCH_MAX_ROUNDS], ton[BENCH_MAX_ROUNDS], pair[BENCH_MAX_ROUNDS];
-            double moff, mon, ratio;
-            long n, ok_off = 0, ok_on = 0;
+            double tmodel[BENCH_MAX_ROUNDS];
+            double moff, mon, mmodel, ratio;
+            long n, ok_off = 0, ok_on = 0, ok_model = 0;
             struct fleet f;
-            struct bench_kind koff = {run_select, NULL, &off, NULL};
-            struct bench_kind kon = {run_select, NULL, &on, NULL};
+            uint64_t *three_in_four = calloc(((size_t) workers + 63) / 64, sizeof(uint64_t));
+            struct bench_kind koff = {run_select, NULL, &off, NULL, NULL};
+            struct bench_kind kon = {run_select, NULL, &on, NULL, NULL};
+            struct bench_kind kmodel = {run_select, NULL, &on, NULL, NULL};
 
             if (part == 2 || (only_workers && workers != only_workers) ||
                 (only_ranks && ranks != only_ranks))
                 continue;
+            if (three_in_four == NULL) {
+                fprintf(stderr, "select_bench: out of memory\n");
+                return 2;
+            }
+            for (int k = 0; k < workers; k++)
+                if (k % 4 != 2)
+                    three_in_four[k / 64] |= (uint64_t) 1 << (k % 64);
+            kmodel.eligible = three_in_four;
             fleet_make(&f, workers, ranks, &on);
-            koff.s = kon.s = f.s;
+            koff.s = kon.s = kmodel.s = f.s;
             n = iters > 0 ? iters : calibrate(&koff, ms);
             round_us(&koff, n, &ok_off, &allocs); /* warm-up, both kinds */
             round_us(&kon, n, &ok_on, &allocs);
+            round_us(&kmodel, n, &ok_model, &allocs);
             for (int k = 0; k < rounds; k++) {
                 toff[k] = round_us(&koff, n, &ok_off, &allocs);
                 ton[k] = round_us(&kon, n, &ok_on, &allocs);
+                tmodel[k] = round_us(&kmodel, n, &ok_model, &allocs);
                 pair[k] = ton[k] / toff[k];
             }
             /* The ratio is the median of each on round over the off round just before it:
@@ -596,11 +614,14 @@ int main(int argc, char **argv)
             ratio = median(pair, rounds);
             moff = median(toff, rounds);
             mon = median(ton, rounds);
-            if (ok_off != n || ok_on != n)
-                fprintf(stderr, "select_bench: %d x %u: %ld (off) and %ld (on) of %ld found room\n",
-                        workers, ranks, ok_off, ok_on, n);
-            printf("| %7d | %5u | %6.2f | %5.2f | %6.3f | %12.1f%% | %s |\n", workers, ranks, moff,
-                   mon, ratio, 100.0 * (workers - f.full) / workers,
+            mmodel = median(tmodel, rounds);
+            if (ok_off != n || ok_on != n || ok_model != n)
+                fprintf(stderr,
+                        "select_bench: %d x %u: %ld (off), %ld (on) and %ld (model) of %ld found "
+                        "room\n",
+                        workers, ranks, ok_off, ok_on, ok_model, n);
+            printf("| %7d | %5u | %6.2f | %5.2f | %6.3f | %8.2f | %12.1f%% | %s |\n", workers,
+                   ranks, moff, mon, ratio, mmodel, 100.0 * (workers - f.full) / workers,
                    ranks == 1 ? dynamo_figure(workers) : "-");
             fflush(stdout);
             if (workers == 4096)
@@ -611,6 +632,7 @@ int main(int argc, char **argv)
                 worst_r = ranks;
             }
             fleet_free(&f);
+            free(three_in_four);
         }
     if (part != 2)
         printf("\nDynamo's figures are per selection as published (512 and 4096 workers: two "

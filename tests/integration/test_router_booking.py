@@ -555,7 +555,7 @@ def test_load_shape_and_rejections():
     rt.wait_routable(1)
     ws = rt.workers()
     worker_keys = {"url", "publish", "state", "in_flight", "worker_id", "alive", "routable",
-                   "busy", "age_ms", "ranks"}
+                   "busy", "age_ms", "models", "ranks"}
     rank_keys = {"dp_rank", "booked", "published", "capacity", "block_size", "room"}
     assert [set(x) for x in ws] == [worker_keys] * 2, ws
     live, dead = ws
@@ -573,7 +573,7 @@ def test_load_shape_and_rejections():
     assert r["block_size"] == 16 and r["room"] == {"booked": True, "published": True}, r
     assert (dead["url"], dead["publish"]) == (never[0][7:], never[1]), dead
     assert (dead["worker_id"], dead["alive"], dead["routable"], dead["busy"],
-            dead["age_ms"]) == (None, False, False, False, None), dead
+            dead["age_ms"], dead["models"]) == (None, False, False, False, None, None), dead
     d = dead["ranks"]
     assert len(d) == 1 and set(d[0]) == rank_keys and d[0]["published"] is None, d
     assert d[0]["capacity"] == {"max_num_batched_tokens": None, "kv_total_blocks": None,

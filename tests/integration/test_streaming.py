@@ -70,11 +70,11 @@ def test_engine_connections_are_reused():
                                   chat_body(max_tokens=3, stream=stream))
         assert status == 200, body
     # 40 requests one after another: one engine connection serves them all (keep-alive);
-    # admitd's readiness probe, its metrics scraper and this test's scrape have one each.
-    # Without reuse it would be 43.
+    # admitd's readiness probe, its metrics scraper, its /v1/models reader and this test's
+    # scrape have one each. Without reuse it would be 44.
     engine = mock.metrics()
     assert engine["admit_mock_requests_total"] == 40, engine
-    assert engine["admit_mock_connections_total"] <= 4, engine
+    assert engine["admit_mock_connections_total"] <= 5, engine
     ad.stop()
     mock.stop()
 

@@ -72,7 +72,7 @@ static void test_loadsrc_composes_and_nulls(void **state)
     struct gate_stats st = {.slots_used = 3, .queued = 2, .limit = 4, .queue_limit = 8};
     struct engine_snapshot e;
     struct admit_load msgs[8];
-    struct loadsrc_in in = {&st, 0, b, &e, 0, ADMIT_LOAD_SERVING};
+    struct loadsrc_in in = {&st, 0, b, &e, 0, ADMIT_LOAD_SERVING, NULL};
     unsigned n;
 
     (void) state;
@@ -126,6 +126,19 @@ static void test_loadsrc_composes_and_nulls(void **state)
     /* Never more messages than room. */
     loadsrc_fill(&in, msgs, 1, &n);
     assert_int_equal(n, 1);
+    /* The model list: unknown without one, else the same in every rank's message. */
+    assert_int_equal(msgs[0].models.n, ADMIT_LOAD_UNKNOWN);
+    {
+        struct admit_load_models l;
+        admit_load_models_clear(&l);
+        assert_int_equal(admit_load_models_add(&l, "m1", 2), 0);
+        in.models = &l;
+        loadsrc_fill(&in, msgs, 8, &n);
+        for (unsigned i = 0; i < n; i++) {
+            assert_int_equal(msgs[i].models.n, 1);
+            assert_string_equal(msgs[i].models.names, "m1");
+        }
+    }
     book_release(b, &r);
     book_free(b);
 }

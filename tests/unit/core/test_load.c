@@ -28,6 +28,9 @@ static void sample(struct admit_load *m)
     m->queued_requests = 2;
     m->request_queue_limit = 16;
     m->heartbeat_ms = 1000;
+    admit_load_models_clear(&m->models);
+    assert_int_equal(admit_load_models_add(&m->models, "llama", 5), 0);
+    assert_int_equal(admit_load_models_add(&m->models, "llama-lora", 10), 0);
 }
 
 static void test_round_trip(void **state)
@@ -46,6 +49,8 @@ static void test_round_trip(void **state)
     assert_memory_equal(&m, &back, sizeof m);
     assert_non_null(strstr(buf, ",\"kv_total_blocks\":2048,\"kv_block_size\":16,"));
     assert_int_equal(back.kv_block_size, 16);
+    assert_non_null(strstr(buf, ",\"models\":[\"llama\",\"llama-lora\"]}"));
+    assert_true(admit_load_models_equal(&m.models, &back.models));
     /* Unknown values travel as null and come back unknown. */
     m.kv_used_blocks = m.kv_total_blocks = m.kv_block_size = ADMIT_LOAD_UNKNOWN;
     m.engine_request_limit = m.request_queue_limit = ADMIT_LOAD_UNKNOWN;
@@ -187,6 +192,151 @@ static void test_kv_block_size_optional_and_strict(void **state)
     assert_non_null(strstr(decode_err(json), "JSON"));
 }
 
+/* models came to v1 later, like kv_block_size: absent or null is unknown; else an array of
+ * distinct names within the bounds, or the message is invalid. */
+static void test_models_optional_and_strict(void **state)
+{
+    static const char head[] = "{\"v\":1,\"worker_id\":\"w\",\"dp_rank\":0,\"seq\":1,\"ts_ms\":5,";
+    static const char *const bad[] = {
+        "7", "\"a\"", "{}", "[1]", "[null]", "[\"\"]", "[\"tab\\tname\"]", "[[\"a\"]]", "true"};
+    char msg[ADMIT_LOAD_MSG_MAX + 256], json[ADMIT_LOAD_MSG_MAX + 1536], list[1024];
+    char err[256];
+    struct admit_load m;
+    const char *p;
+    size_t k;
+    int n;
+
+    (void) state;
+    /* Absent (every publisher before it): valid, unknown; re-encoded as null. */
+    n = snprintf(msg, sizeof msg, "kv_metrics %s" FULL_TAIL, head);
+    memset(&m, 0x55, sizeof m);
+    assert_int_equal(admit_load_decode(msg, (size_t) n, &m, err, sizeof err), 0);
+    assert_int_equal(m.models.n, ADMIT_LOAD_UNKNOWN);
+    assert_null(admit_load_models_next(&m.models, NULL));
+    assert_true(admit_load_to_json(&m, json, sizeof json) > 0);
+    assert_non_null(strstr(json, ",\"models\":null}"));
+    /* null: unknown. */
+    n = snprintf(msg, sizeof msg, "kv_metrics %s\"models\":null," FULL_TAIL, head);
+    assert_int_equal(admit_load_decode(msg, (size_t) n, &m, err, sizeof err), 0);
+    assert_int_equal(m.models.n, ADMIT_LOAD_UNKNOWN);
+    /* [] is a known, empty list. */
+    n = snprintf(msg, sizeof msg, "kv_metrics %s\"models\":[]," FULL_TAIL, head);
+    assert_int_equal(admit_load_decode(msg, (size_t) n, &m, err, sizeof err), 0);
+    assert_int_equal(m.models.n, 0);
+    assert_null(admit_load_models_next(&m.models, NULL));
+    assert_true(admit_load_to_json(&m, json, sizeof json) > 0);
+    assert_non_null(strstr(json, ",\"models\":[]}"));
+    /* Names as sent, in order, escapes and UTF-8 included. */
+    n = snprintf(msg, sizeof msg,
+                 "kv_metrics %s\"models\":[\"meta-llama/Llama-3.1-8B\",\"q\\\"b\\\\\","
+                 "\"caf\\u00e9\",\"lora-1\"]," FULL_TAIL,
+                 head);
+    assert_int_equal(admit_load_decode(msg, (size_t) n, &m, err, sizeof err), 0);
+    assert_int_equal(m.models.n, 4);
+    p = admit_load_models_next(&m.models, NULL);
+    assert_string_equal(p, "meta-llama/Llama-3.1-8B");
+    p = admit_load_models_next(&m.models, p);
+    assert_string_equal(p, "q\"b\\");
+    p = admit_load_models_next(&m.models, p);
+    assert_string_equal(p, "caf\xc3\xa9");
+    p = admit_load_models_next(&m.models, p);
+    assert_string_equal(p, "lora-1");
+    assert_null(admit_load_models_next(&m.models, p));
+    assert_true(admit_load_models_has(&m.models, "lora-1"));
+    assert_false(admit_load_models_has(&m.models, "lora"));
+    assert_true(admit_load_to_json(&m, json, sizeof json) > 0);
+    assert_non_null(strstr(json, ",\"models\":[\"meta-llama/Llama-3.1-8B\",\"q\\\"b\\\\\","
+                                 "\"caf\xc3\xa9\",\"lora-1\"]}"));
+    /* Present but wrong. */
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        snprintf(json, sizeof json, "%s\"models\":%s," FULL_TAIL, head, bad[i]);
+        assert_non_null(strstr(decode_err(json), "'models'"));
+    }
+    /* A NUL inside a name: jansson refuses it already. */
+    snprintf(json, sizeof json, "%s\"models\":[\"a\\u0000b\"]," FULL_TAIL, head);
+    assert_true(strlen(decode_err(json)) > 0);
+    /* A name twice. */
+    snprintf(json, sizeof json, "%s\"models\":[\"a\",\"b\",\"a\"]," FULL_TAIL, head);
+    assert_non_null(strstr(decode_err(json), "twice"));
+    /* Names of 127 bytes pass, 128 do not. */
+    memset(list, 'n', 127);
+    list[127] = '\0';
+    snprintf(json, sizeof json, "%s\"models\":[\"%s\"]," FULL_TAIL, head, list);
+    assert_string_equal(decode_err(json), "");
+    snprintf(json, sizeof json, "%s\"models\":[\"%sn\"]," FULL_TAIL, head, list);
+    assert_non_null(strstr(decode_err(json), "'models'"));
+    /* 64 names pass, 65 do not. */
+    k = 0;
+    for (int i = 0; i < ADMIT_LOAD_MODELS_MAX + 1; i++)
+        k += (size_t) snprintf(list + k, sizeof list - k, "%s\"%d\"", i ? "," : "", i);
+    snprintf(json, sizeof json, "%s\"models\":[%s]," FULL_TAIL, head, list);
+    assert_non_null(strstr(decode_err(json), "bounds"));
+    *strrchr(list, ',') = '\0';
+    snprintf(json, sizeof json, "%s\"models\":[%s]," FULL_TAIL, head, list);
+    assert_string_equal(decode_err(json), "");
+    /* Over 512 bytes as admitd writes them, though fewer as this message spells them: the
+     * bound is on the canonical encoding (5 names of 100 bytes: 2 + 5 * 102 + 4 = 516). */
+    k = 0;
+    for (int i = 0; i < 5; i++) {
+        char name[101];
+        memset(name, 'a' + i, 100);
+        name[100] = '\0';
+        k += (size_t) snprintf(list + k, sizeof list - k, "%s\"%s\"", i ? "," : "", name);
+    }
+    snprintf(json, sizeof json, "%s\"models\":[%s]," FULL_TAIL, head, list);
+    assert_non_null(strstr(decode_err(json), "bounds"));
+    /* Given twice: a duplicate key. */
+    snprintf(json, sizeof json, "%s\"models\":[],\"models\":[]," FULL_TAIL, head);
+    assert_non_null(strstr(decode_err(json), "JSON"));
+}
+
+/* Building a list: names kept once, invalid ones and overflows refused with the list as it
+ * was, and the equality routers compare lists with. */
+static void test_models_build(void **state)
+{
+    struct admit_load_models a, b;
+    char name[ADMIT_LOAD_MODEL_NAME_MAX + 2];
+
+    (void) state;
+    admit_load_models_unknown(&a);
+    assert_int_equal(admit_load_models_add(&a, "x", 1), -1); /* unknown: clear it first */
+    admit_load_models_clear(&a);
+    assert_int_equal(a.json, 2);
+    assert_int_equal(admit_load_models_add(&a, "x", 1), 0);
+    assert_int_equal(admit_load_models_add(&a, "x", 1), 0); /* once */
+    assert_int_equal(a.n, 1);
+    assert_int_equal(a.json, 5);
+    assert_int_equal(admit_load_models_add(&a, "", 0), -1);
+    assert_int_equal(admit_load_models_add(&a, "a\nb", 3), -1);
+    assert_int_equal(admit_load_models_add(&a, "\xc3", 1), -1);         /* not UTF-8 */
+    assert_int_equal(admit_load_models_add(&a, "\xed\xa0\x80", 3), -1); /* a surrogate */
+    assert_int_equal(admit_load_models_add(&a, "\xc0\xaf", 2), -1);     /* overlong */
+    memset(name, 'n', sizeof name);
+    assert_int_equal(admit_load_models_add(&a, name, ADMIT_LOAD_MODEL_NAME_MAX + 1), -1);
+    assert_int_equal(admit_load_models_add(&a, name, ADMIT_LOAD_MODEL_NAME_MAX), 0);
+    assert_int_equal(a.n, 2);
+    assert_int_equal(a.json, 5 + 1 + 129);
+    /* Equality: same names in the same order; unknown equals only unknown. */
+    admit_load_models_clear(&b);
+    assert_false(admit_load_models_equal(&a, &b));
+    assert_int_equal(admit_load_models_add(&b, "x", 1), 0);
+    assert_int_equal(admit_load_models_add(&b, name, ADMIT_LOAD_MODEL_NAME_MAX), 0);
+    assert_true(admit_load_models_equal(&a, &b));
+    admit_load_models_unknown(&b);
+    assert_false(admit_load_models_equal(&a, &b));
+    admit_load_models_unknown(&a);
+    assert_true(admit_load_models_equal(&a, &b));
+    admit_load_models_clear(&a);
+    assert_false(admit_load_models_equal(&a, &b));
+    /* 64 names, not 65. */
+    for (int i = 0; i < ADMIT_LOAD_MODELS_MAX; i++) {
+        int len = snprintf(name, sizeof name, "%d", i);
+        assert_int_equal(admit_load_models_add(&a, name, (size_t) len), 0);
+    }
+    assert_int_equal(admit_load_models_add(&a, "z", 1), -2);
+    assert_int_equal(a.n, ADMIT_LOAD_MODELS_MAX);
+}
+
 /* The longest message that can be valid still fits in ADMIT_LOAD_MSG_MAX, and its length is
  * the one lib/core/load.c's header comment states. */
 static void test_longest_message(void **state)
@@ -206,8 +356,25 @@ static void test_longest_message(void **state)
     m.engine_requests = m.engine_request_limit = ADMIT_LOAD_INT_MAX;
     m.queued_requests = m.request_queue_limit = ADMIT_LOAD_INT_MAX;
     m.state = ADMIT_LOAD_DRAINING;
+    /* Without a model list (null): 1295 as before models, and its key and null. */
     n = admit_load_encode(&m, buf, sizeof buf);
-    assert_int_equal(n, 1295);
+    assert_int_equal(n, 1295 + 14);
+    /* The widest list: one name of 127 quotes (each escaped: 256 bytes with its quotes), a
+     * comma and one of 125 quotes and a letter (253), in brackets: 512 bytes. */
+    {
+        char q[ADMIT_LOAD_MODEL_NAME_MAX];
+        memset(q, '"', sizeof q);
+        admit_load_models_clear(&m.models);
+        assert_int_equal(admit_load_models_add(&m.models, q, 127), 0);
+        q[125] = 'x';
+        assert_int_equal(admit_load_models_add(&m.models, q, 126), 0);
+        assert_int_equal(m.models.json, ADMIT_LOAD_MODELS_JSON_MAX);
+        /* Not one byte more: a third name does not fit, and the list stays. */
+        assert_int_equal(admit_load_models_add(&m.models, "y", 1), -2);
+        assert_int_equal(m.models.n, 2);
+    }
+    n = admit_load_encode(&m, buf, sizeof buf);
+    assert_int_equal(n, 1817);
     assert_true(n <= ADMIT_LOAD_MSG_MAX);
     assert_int_equal(admit_load_decode(buf, (size_t) n, &back, err, sizeof err), 0);
     assert_memory_equal(&m, &back, sizeof m);
@@ -300,6 +467,8 @@ int main(void)
         cmocka_unit_test(test_round_trip),
         cmocka_unit_test(test_rejects_malformed),
         cmocka_unit_test(test_kv_block_size_optional_and_strict),
+        cmocka_unit_test(test_models_optional_and_strict),
+        cmocka_unit_test(test_models_build),
         cmocka_unit_test(test_longest_message),
         cmocka_unit_test(test_truncations),
         cmocka_unit_test(test_table_newest_wins_and_staleness),
