@@ -13,8 +13,8 @@
  * every allocation of ours, messages received from nng included.
  *
  * A socket closed while the program runs (none yet; a worker that leaves the fleet will need
- * it) is closed on a helper thread with a deadline, nngc_close: a close that does not finish
- * is abandoned to the exit. */
+ * its dialer on the shared subscriber socket closed, see subscribe.c) is closed on a helper
+ * thread with a deadline, nngc_close: a close that does not finish is abandoned to the exit. */
 #ifndef ADMIT_NNGCLOSE_H
 #define ADMIT_NNGCLOSE_H
 

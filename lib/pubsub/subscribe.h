@@ -1,8 +1,10 @@
 /* subscribe: receives load messages from one publisher on the event loop (nng SUB).
  *
- * The socket's receive descriptor is watched with a level-triggered libevent event and
- * drained without blocking, so a router follows many workers from its one thread. The dial
- * is non-blocking: a publisher that is not up yet is retried in the background. */
+ * The subscribers of one event base share one SUB socket, each with its own dialer; its
+ * receive descriptor is watched with a level-triggered libevent event and drained without
+ * blocking, and each message goes to the subscriber whose dialer received it, so a router
+ * follows many workers from its one thread. The dial is non-blocking: a publisher that is
+ * not up yet is retried in the background. */
 #ifndef ADMIT_SUBSCRIBE_H
 #define ADMIT_SUBSCRIBE_H
 
