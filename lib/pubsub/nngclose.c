@@ -1,4 +1,4 @@
-/* nngclose: nng_close on a helper thread, waited for with a deadline. */
+/* nngclose: nng_close (or nng_dialer_close) on a helper thread, waited for with a deadline. */
 #include "pubsub/nngclose.h"
 #include "core/log.h"
 #include "core/xmalloc.h"
@@ -14,8 +14,9 @@
 struct closing {
     pthread_mutex_t mu;
     pthread_cond_t cv;
+    enum { CLOSE_SOCKET, CLOSE_DIALER, FINI } what;
     nng_socket sock;
-    int fini; /* nng_fini() rather than nng_close(sock) */
+    nng_dialer dialer;
     int done;
     int refs;
 };
@@ -36,10 +37,17 @@ static void release(struct closing *c)
 
 static void run(const struct closing *c)
 {
-    if (c->fini)
-        nng_fini();
-    else
+    switch (c->what) {
+    case CLOSE_SOCKET:
         nng_close(c->sock);
+        break;
+    case CLOSE_DIALER:
+        nng_dialer_close(c->dialer); /* NNG_ENOENT: closed already, as good */
+        break;
+    case FINI:
+        nng_fini();
+        break;
+    }
 }
 
 static void *close_thread(void *arg)
@@ -98,7 +106,17 @@ int nngc_close(nng_socket s, int timeout_ms)
 {
     struct closing *c = xcalloc(1, sizeof *c);
 
+    c->what = CLOSE_SOCKET;
     c->sock = s;
+    return run_bounded(c, timeout_ms);
+}
+
+int nngc_dialer_close(nng_dialer d, int timeout_ms)
+{
+    struct closing *c = xcalloc(1, sizeof *c);
+
+    c->what = CLOSE_DIALER;
+    c->dialer = d;
     return run_bounded(c, timeout_ms);
 }
 
@@ -106,6 +124,6 @@ int nngc_fini(int timeout_ms)
 {
     struct closing *c = xcalloc(1, sizeof *c);
 
-    c->fini = 1;
+    c->what = FINI;
     return run_bounded(c, timeout_ms);
 }

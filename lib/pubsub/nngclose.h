@@ -12,9 +12,10 @@
  * and threads when LeakSanitizer looks, so the leak check needs no suppression and sees
  * every allocation of ours, messages received from nng included.
  *
- * A socket closed while the program runs (admit-router's subscriber to a worker that left the
- * fleet: sub_close) is closed on a helper thread with a deadline, nngc_close: a close that
- * does not finish is abandoned to the exit. */
+ * A socket closed while the program runs is closed on a helper thread with a deadline,
+ * nngc_close: a close that does not finish is abandoned to the exit. admit-router's
+ * subscriber to a worker that left the fleet (sub_close) closes only its dialer on the
+ * shared subscriber socket (see subscribe.c), the same way: nngc_dialer_close. */
 #ifndef ADMIT_NNGCLOSE_H
 #define ADMIT_NNGCLOSE_H
 
@@ -22,6 +23,9 @@
 
 /** closes s, waiting at most timeout_ms; 0 when closed, -1 when the close was left running */
 int nngc_close(nng_socket s, int timeout_ms);
+/** nng_dialer_close(d) the same way, the dialer's socket left open; 0 when closed (or gone
+ *  already), -1 when the close was left running */
+int nngc_dialer_close(nng_dialer d, int timeout_ms);
 /** nng_fini() with the same deadline, for tests that close every socket they opened and
  *  want nng's reaper done before the leak check; 0, or -1 when it did not finish */
 int nngc_fini(int timeout_ms);

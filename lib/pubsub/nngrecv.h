@@ -21,5 +21,9 @@
 /** receives one message without blocking into buf (NNGRECV_BUF bytes): its length, at most
  *  NNGRECV_BUF, in *len; 0, or nng's error (NNG_EAGAIN when none is waiting) */
 int nngrecv(nng_socket s, char *buf, size_t *len);
+/** as nngrecv, and the dialer whose pipe carried the message in *from (an id of -1 when the
+ *  pipe is gone, or was not a dialer's): the message is taken as an nng_msg, copied out and
+ *  freed at once, so that here too nothing of nng's stays ours */
+int nngrecv_from(nng_socket s, char *buf, size_t *len, nng_dialer *from);
 
 #endif

@@ -234,6 +234,9 @@ static void render_metrics(const struct mock_engine *e, struct buf *out)
     global_family(out, "admit_mock_requests_in_flight", "gauge",
                   "Generation requests running or waiting, over all ranks",
                   (double) e->running_total + waiting);
+    global_family(out, "admit_mock_requests_in_flight_max", "gauge",
+                  "Most generation requests ever running or waiting at once, over all ranks",
+                  e->in_flight_max);
     global_family(out, "admit_mock_connections_total", "counter",
                   "Client connections accepted (shows whether a proxy reuses them)",
                   (double) e->connections_total);

@@ -98,6 +98,7 @@ static void mreq_free(struct mreq *m)
 {
     struct mock_rank *r = m->rank;
 
+    m->e->in_flight--;
     if (m->state == MR_WAITING) {
         TAILQ_REMOVE(&r->waiting, m, link);
         r->nwaiting--;
@@ -487,6 +488,8 @@ void mock_sched_submit(struct mock_engine *e, struct evhttp_request *req, const 
     m->state = MR_WAITING;
     TAILQ_INSERT_TAIL(&m->rank->waiting, m, link);
     m->rank->nwaiting++;
+    if (++e->in_flight > e->in_flight_max)
+        e->in_flight_max = e->in_flight;
     log_debug("%s: rank %u, %u prompt tokens, %u to generate%s", m->id, m->rank->index,
               m->prompt_tokens, m->max_tokens, m->stream ? ", streaming" : "");
     rank_pump(e, m->rank);

@@ -42,6 +42,8 @@ struct mock_engine {
     struct evbuffer *scratch;   /* one SSE event at a time, handed to evhttp */
     unsigned running_total;     /* over all ranks */
     unsigned running_peak;      /* highest running_total ever */
+    unsigned in_flight;         /* requests running or waiting, over all ranks */
+    unsigned in_flight_max;     /* highest in_flight ever */
     uint64_t requests_total;    /* generation requests received, valid or not */
     uint64_t cancelled_total;   /* clients that left before the end */
     uint64_t connections_total; /* client connections accepted */

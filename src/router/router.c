@@ -21,7 +21,7 @@
 /* A worker marked overloaded by its own 529 is skipped this long (or until it speaks). */
 #define OVERLOAD_MARK_MS 1000
 
-/* The longest a retired worker's subscriber may take to close (nngc_close), on the loop. */
+/* The longest a retired worker's subscriber may take to close (its dialer: sub_close). */
 #define SUB_CLOSE_MS 100
 
 int64_t router_now_ms(void)
