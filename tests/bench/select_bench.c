@@ -580,7 +580,7 @@ int main(int argc, char **argv)
             double moff, mon, mmodel, ratio;
             long n, ok_off = 0, ok_on = 0, ok_model = 0;
             struct fleet f;
-            uint64_t *three_in_four = calloc(((size_t) workers + 63) / 64, sizeof(uint64_t));
+            uint64_t *three_in_four;
             struct bench_kind koff = {run_select, NULL, &off, NULL, NULL};
             struct bench_kind kon = {run_select, NULL, &on, NULL, NULL};
             struct bench_kind kmodel = {run_select, NULL, &on, NULL, NULL};
@@ -588,6 +588,7 @@ int main(int argc, char **argv)
             if (part == 2 || (only_workers && workers != only_workers) ||
                 (only_ranks && ranks != only_ranks))
                 continue;
+            three_in_four = calloc(((size_t) workers + 63) / 64, sizeof(uint64_t));
             if (three_in_four == NULL) {
                 fprintf(stderr, "select_bench: out of memory\n");
                 return 2;
