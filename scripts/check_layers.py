@@ -7,11 +7,13 @@ Each folder is a layer and may include only the layers beneath it:
     lib/http     the HTTP engine (libevent, evhttp)            -> core
     lib/pubsub   load messages over nng                         -> core
     lib/daemon   what admitd and admit-router share above the HTTP seam -> core, http, pubsub
+    tests/bench/fleet  the fleet benches: load messages over lib/pubsub or nng itself -> core, pubsub
     src/<prog>   one folder per program, with its main          -> any lib/ layer
     examples/<x> code written against the public API alone        -> include/admit
 
 evhttp and the libevent buffer headers appear only in lib/http (and in the mock engine, a
-program of its own); nng only in lib/pubsub; and no two modules include each other, directly
+program of its own); nng only in lib/pubsub (and in tests/bench/fleet, whose intake benches
+compare nng's socket layouts and spsub); and no two modules include each other, directly
 or through others. Exits 1 with one line per violation, naming file:line.
 
   check_layers.py ROOT [--out FILE]   check (and touch FILE when clean)
@@ -39,6 +41,10 @@ MAY_INCLUDE = {
     "tests/unit/admitd": {"admit", "core", "admitd", "tests"},
     "fuzz": {"admit", "core", "router"},  # router: its pure config readers (classes)
     "tests/bench": {"admit", "core", "router"},  # the selection bench: the pure modules only
+    # The fleet benches publish and receive load messages: fleetpub through lib/pubsub, and
+    # the intake benches through nng itself too, since what they compare is how nng's sockets
+    # are laid out (and, spsub_bench, nng against lib/pubsub/spsub).
+    "tests/bench/fleet": {"admit", "core", "pubsub"},
     # A plugin is built from the public header alone: it links against nothing of ours.
     "examples/classifier": {"admit"},
 }
@@ -72,6 +78,7 @@ FORBIDDEN = {
     "fuzz": [(LIBEVENT, "the fuzzed parsers are pure"), (NNG, "the fuzzed parsers are pure")],
     "tests/bench": [(LIBEVENT, "the selection bench opens no socket"),
                     (NNG, "the selection bench opens no socket")],
+    "tests/bench/fleet": [(HTTP_HEADERS, "the fleet benches speak no HTTP")],
     "examples/classifier": [(LIBEVENT, "a classifier plugin sees only admit/classify.h"),
                             (NNG, "a classifier plugin sees only admit/classify.h")],
 }
@@ -98,7 +105,7 @@ def layer_of(path):
     if parts[0] == "include":
         return "include/admit"
     if parts[0] == "tests" and parts[1] == "bench":
-        return "tests/bench"
+        return "tests/bench/" + parts[2] if len(parts) > 3 else "tests/bench"
     if parts[0] == "tests" and len(parts) > 3:
         return "tests/unit/" + parts[2]
     return parts[0]
