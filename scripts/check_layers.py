@@ -12,8 +12,8 @@ Each folder is a layer and may include only the layers beneath it:
     examples/<x> code written against the public API alone        -> include/admit
 
 evhttp and the libevent buffer headers appear only in lib/http (and in the mock engine, a
-program of its own); nng only in lib/pubsub (and in tests/bench/fleet, whose intake bench
-compares nng socket layouts); and no two modules include each other, directly
+program of its own); nng only in lib/pubsub (and in tests/bench/fleet, whose intake benches
+compare nng's socket layouts and spsub); and no two modules include each other, directly
 or through others. Exits 1 with one line per violation, naming file:line.
 
   check_layers.py ROOT [--out FILE]   check (and touch FILE when clean)
@@ -42,7 +42,8 @@ MAY_INCLUDE = {
     "fuzz": {"admit", "core", "router"},  # router: its pure config readers (classes)
     "tests/bench": {"admit", "core", "router"},  # the selection bench: the pure modules only
     # The fleet benches publish and receive load messages: fleetpub through lib/pubsub, and
-    # intake_bench through nng itself, since what it compares is how nng's sockets are laid out.
+    # the intake benches through nng itself too, since what they compare is how nng's sockets
+    # are laid out (and, spsub_bench, nng against lib/pubsub/spsub).
     "tests/bench/fleet": {"admit", "core", "pubsub"},
     # A plugin is built from the public header alone: it links against nothing of ours.
     "examples/classifier": {"admit"},

@@ -1,0 +1,90 @@
+/* spsub: a load-message subscriber that speaks nng's SP wire protocol itself.
+ *
+ * One connection to one publisher (admitd's nng PUB socket, lib/pubsub/publish.c), read by
+ * libevent in the loop's own thread: no nng socket, no nng thread, no queue between them.
+ * At a fleet's rate (1,000 publishers x 10 msg/s) nng's SUB costs most of its CPU in its
+ * own threads and the hand-over to the loop; this subscriber reads each message straight
+ * from the kernel into the connection's buffer and passes it on from there.
+ *
+ * The wire (core/spframe.h), as Debian's libnng 1.5.2 speaks it (checked against it, see
+ * tests/unit/pubsub/test_spsub.c): each side sends the 8-byte SP header at once, 00 'S' 'P'
+ * 00, its protocol big-endian (we send SUB0 0x0021; the peer's must be PUB0 0x0020, and PUB
+ * hangs up on a peer that is not SUB0), 00 00; then PUB sends messages, tcp: 8-byte
+ * big-endian length and body; ipc: 0x01, the length, the body. SUB sends nothing after its
+ * header. As nng's SUB, the topic is matched here: a message that does not start with
+ * "kv_metrics " is dropped (counted as filtered), the others reach the callback.
+ *
+ * URLs (spsub_supported): tcp://A.B.C.D:PORT, tcp://[V6]:PORT and ipc://PATH. The host must
+ * be numeric: resolving a name here would block the loop (getaddrinfo) or need a resolver
+ * handed in, and the fleet's URLs are addresses already (discovery resolves its names with
+ * evdns). A name (tcp://localhost:5557), tcp4://, tcp6://, tls+tcp://, ws:// and the rest
+ * are left to nng by the caller (subscribe.h), which resolves on its own threads.
+ *
+ * Reconnecting, as nng's dialer does, after a refused connect, a reset, a close, a bad
+ * header, a message over ADMIT_LOAD_MSG_MAX, or a connect or handshake not done within
+ * 10 s (nng's negotiation deadline): the connection is closed and the next attempt waits,
+ * uniformly at random, between half and all of the current backoff, which starts at 100 ms
+ * and doubles with each attempt that does not bring a message, up to 2 s; the first message
+ * of a session resets it. (nng 1.5.2's own defaults are NNG_OPT_RECONNMINT 1 s and
+ * NNG_OPT_RECONNMAXT 0, no doubling, each wait drawn from [0, 1 s); ours start sooner and
+ * back off from a peer that keeps failing, and the jitter spreads a fleet's reconnects.)
+ *
+ * Reading never spins: the descriptor is level-triggered, each wakeup reads until the
+ * kernel has no more (a short read) or SPSUB_READS_PER_WAKEUP reads were made, so 1,000
+ * connections share the loop fairly; what is left is read at the next wakeup. Each
+ * connection has one buffer, one message at its largest plus its framing, allocated with
+ * the subscription: nothing is allocated per message or per connect. */
+#ifndef ADMIT_SPSUB_H
+#define ADMIT_SPSUB_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+struct event_base;
+struct spsub;
+
+/* The reconnect backoff's start and cap, and the deadline of a connect and handshake. */
+#define SPSUB_RECONNECT_MIN_MS 100
+#define SPSUB_RECONNECT_MAX_MS 2000
+#define SPSUB_HANDSHAKE_MS     10000
+/* Most reads of one connection per wakeup of the loop. */
+#define SPSUB_READS_PER_WAKEUP 4
+
+/** called for each message of the load topic; the bytes live only during the call, which
+ *  may free the subscription (spsub_free) */
+typedef void (*spsub_cb)(void *arg, const void *body, size_t len);
+
+/* What a subscription has seen, for metrics. Counters only grow; connected is a gauge. */
+struct spsub_stats {
+    uint64_t messages;    /* messages passed to the callback */
+    uint64_t bytes;       /* their bodies' bytes */
+    uint64_t filtered;    /* messages of another topic, dropped */
+    uint64_t oversized;   /* messages announced over ADMIT_LOAD_MSG_MAX: connection dropped */
+    uint64_t bad_headers; /* peers that were not SP PUB0, or sent a bad ipc message type */
+    uint64_t timeouts;    /* connects or handshakes not done within the deadline */
+    uint64_t sessions;    /* handshakes completed */
+    uint64_t reconnects;  /* connection attempts after the first */
+    int connected;        /* 1 while a session is up (the peer's header seen) */
+};
+
+/* Timing, for tests that cannot wait for the defaults; 0 in a field keeps its value. */
+struct spsub_timing {
+    unsigned reconnect_min_ms, reconnect_max_ms, handshake_ms;
+};
+
+/** 1 when spsub can dial url itself, 0 when it is for nng (why in err, may be NULL) */
+int spsub_supported(const char *url, char *err, size_t errlen);
+/** follows the publisher at url, the first connect starting on the loop's next turn; NULL
+ *  with err ("cannot subscribe to URL: why") when url is not supported */
+struct spsub *spsub_new(struct event_base *base, const char *url, spsub_cb cb, void *arg, char *err,
+                        size_t errlen);
+/** changes the timing; takes effect from the next wait or attempt */
+void spsub_set_timing(struct spsub *s, const struct spsub_timing *t);
+/** copies the counters into out */
+void spsub_get_stats(const struct spsub *s, struct spsub_stats *out);
+/** the URL followed */
+const char *spsub_url(const struct spsub *s);
+/** closes the connection at once (never blocks) and frees; NULL is a no-op */
+void spsub_free(struct spsub *s);
+
+#endif

@@ -1,0 +1,330 @@
+/* spsub_bench: what receiving a fleet's load messages costs, nng's SUB against spsub.
+ *
+ * Follows N publishers from one libevent loop, as admit-router does, in each of these ways:
+ *
+ *   sub     lib/pubsub/subscribe.c as it stands in the tree (sub_new per publisher): the
+ *           router's intake today;
+ *   shared  one nng SUB socket dialing every publisher, its receive descriptor watched by
+ *           one event, each message's publisher found from its pipe's dialer (nng_recvmsg,
+ *           nng_msg_get_pipe, nng_pipe_dialer, a hash of dialer ids): the shared layout;
+ *   spsub   lib/pubsub/spsub.c: no nng, one connection per publisher read in the loop.
+ *
+ * No message is decoded: what is measured is the intake alone. Each mode runs in a child
+ * process of its own, one after another (so nng's threads of one mode never run during
+ * another, and each child's getrusage is its own): after --warmup seconds, the process's
+ * CPU (utime + stime of all its threads) and the messages received are counted over
+ * --seconds. Then one table: per mode the publishers heard, messages/s, CPU as a percentage
+ * of one core, CPU per message, threads and RSS.
+ *
+ *   build-rel/tests/bench/fleetpub --workers 1000 --rate 10 --out /tmp/fleet.txt &
+ *   build-rel/tests/bench/spsub_bench --urls /tmp/fleet.txt [--modes sub,shared,spsub]
+ *                                     [--warmup 3] [--seconds 10]
+ *
+ * FILE has one publisher a line, a bare URL or fleetpub's `http://H:P=PUB_URL` (the part
+ * after the last '=' is taken). fleetpub --ipc DIR makes ipc:// publishers. */
+#include "admit/load.h"
+#include "pubsub/spsub.h"
+#include "pubsub/subscribe.h"
+
+#include <dirent.h>
+#include <event2/event.h>
+#include <nng/nng.h>
+#include <nng/protocol/pubsub0/sub.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/resource.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+struct source {
+    uint64_t msgs;
+};
+
+static struct source *src;
+static char **urls;
+static size_t nsrc;
+static uint64_t total, unknown;
+
+/* shared mode: the socket, and dialer id -> source by open addressing */
+static nng_socket shared_sock;
+static int *map_id;
+static size_t *map_src, map_cap;
+
+static void take(void *arg, const void *msg, size_t len)
+{
+    struct source *s = arg;
+
+    (void) msg;
+    (void) len;
+    s->msgs++;
+    total++;
+}
+
+static void map_put(int id, size_t i)
+{
+    size_t h = (size_t) id * 2654435761u % map_cap;
+
+    while (map_id[h] != 0)
+        h = (h + 1) % map_cap;
+    map_id[h] = id;
+    map_src[h] = i;
+}
+
+static struct source *map_get(int id)
+{
+    for (size_t h = (size_t) id * 2654435761u % map_cap; map_id[h] != 0; h = (h + 1) % map_cap)
+        if (map_id[h] == id)
+            return &src[map_src[h]];
+    return NULL;
+}
+
+static void on_shared(evutil_socket_t fd, short what, void *arg)
+{
+    (void) fd;
+    (void) what;
+    (void) arg;
+    for (;;) {
+        nng_msg *msg;
+        struct source *s;
+        char buf[ADMIT_LOAD_MSG_MAX + 1];
+        size_t n;
+
+        if (nng_recvmsg(shared_sock, &msg, NNG_FLAG_NONBLOCK) != 0)
+            return;
+        s = map_get(nng_dialer_id(nng_pipe_dialer(nng_msg_get_pipe(msg))));
+        n = nng_msg_len(msg);
+        if (n > sizeof buf)
+            n = sizeof buf;
+        memcpy(buf, nng_msg_body(msg), n); /* as the router copies it out */
+        nng_msg_free(msg);
+        if (s == NULL)
+            unknown++;
+        else
+            take(s, buf, n);
+    }
+}
+
+static void die(const char *what, const char *url, int rv)
+{
+    fprintf(stderr, "spsub_bench: %s %s: %s\n", what, url, nng_strerror(rv));
+    exit(1);
+}
+
+static void start_shared(struct event_base *base)
+{
+    struct event *ev;
+    int rv, fd;
+
+    map_cap = 4 * nsrc + 1;
+    map_id = calloc(map_cap, sizeof *map_id);
+    map_src = calloc(map_cap, sizeof *map_src);
+    if (map_id == NULL || map_src == NULL)
+        exit(1);
+    if ((rv = nng_sub0_open(&shared_sock)) != 0)
+        die("cannot open", "a socket", rv);
+    if ((rv = nng_socket_set(shared_sock, NNG_OPT_SUB_SUBSCRIBE, ADMIT_LOAD_TOPIC " ",
+                             sizeof ADMIT_LOAD_TOPIC)) != 0)
+        die("cannot subscribe", "the socket", rv);
+    /* One queue for the whole fleet: room for most of a heartbeat's messages. */
+    nng_socket_set_int(shared_sock, NNG_OPT_RECVBUF, 8192);
+    for (size_t i = 0; i < nsrc; i++) {
+        nng_dialer d;
+
+        if ((rv = nng_dial(shared_sock, urls[i], &d, NNG_FLAG_NONBLOCK)) != 0)
+            die("cannot dial", urls[i], rv);
+        map_put(nng_dialer_id(d), i);
+    }
+    if ((rv = nng_socket_get_int(shared_sock, NNG_OPT_RECVFD, &fd)) != 0)
+        die("no receive descriptor for", "the socket", rv);
+    ev = event_new(base, fd, EV_READ | EV_PERSIST, on_shared, NULL);
+    event_add(ev, NULL);
+}
+
+static void start(struct event_base *base, const char *mode)
+{
+    char err[256];
+
+    if (strcmp(mode, "shared") == 0) {
+        start_shared(base);
+        return;
+    }
+    for (size_t i = 0; i < nsrc; i++) {
+        void *h = strcmp(mode, "spsub") == 0
+                      ? (void *) spsub_new(base, urls[i], take, &src[i], err, sizeof err)
+                      : (void *) sub_new(base, urls[i], take, &src[i], err, sizeof err);
+
+        if (h == NULL) {
+            fprintf(stderr, "spsub_bench: %s\n", err);
+            exit(1);
+        }
+    }
+}
+
+static double cpu_s(void)
+{
+    struct rusage ru;
+
+    getrusage(RUSAGE_SELF, &ru);
+    return (double) ru.ru_utime.tv_sec + ru.ru_utime.tv_usec / 1e6 + (double) ru.ru_stime.tv_sec +
+           ru.ru_stime.tv_usec / 1e6;
+}
+
+static double mono_s(void)
+{
+    struct timespec ts;
+
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double) ts.tv_sec + ts.tv_nsec / 1e9;
+}
+
+static void run_for(struct event_base *base, double s)
+{
+    struct timeval tv;
+
+    tv.tv_sec = (time_t) s;
+    tv.tv_usec = (suseconds_t) ((s - (double) tv.tv_sec) * 1e6);
+    event_base_loopexit(base, &tv);
+    event_base_dispatch(base);
+}
+
+static long status_field(const char *key)
+{
+    FILE *f = fopen("/proc/self/status", "r");
+    char line[256];
+    long v = -1;
+    size_t kl = strlen(key);
+
+    if (f == NULL)
+        return -1;
+    while (fgets(line, sizeof line, f) != NULL)
+        if (strncmp(line, key, kl) == 0 && line[kl] == ':')
+            v = strtol(line + kl + 1, NULL, 10);
+    fclose(f);
+    return v;
+}
+
+/* One mode, in this (child) process: writes its table row to out and exits. */
+static void measure(const char *mode, double warmup, double seconds, int out)
+{
+    struct event_base *base = event_base_new();
+    double c0, c1, t0, t1;
+    uint64_t m0, heard = 0;
+    char row[256];
+    int n;
+
+    if (base == NULL)
+        exit(1);
+    start(base, mode);
+    run_for(base, warmup);
+    c0 = cpu_s();
+    t0 = mono_s();
+    m0 = total;
+    run_for(base, seconds);
+    c1 = cpu_s();
+    t1 = mono_s();
+    for (size_t i = 0; i < nsrc; i++)
+        heard += src[i].msgs > 0;
+    n = snprintf(row, sizeof row, "%-8s %10zu %7llu %9.0f %8.2f %9.2f %8ld %9ld %7llu\n", mode,
+                 nsrc, (unsigned long long) heard, (double) (total - m0) / (t1 - t0),
+                 100.0 * (c1 - c0) / (t1 - t0),
+                 total > m0 ? 1e6 * (c1 - c0) / (double) (total - m0) : 0.0,
+                 status_field("Threads"), status_field("VmRSS"), (unsigned long long) unknown);
+    if (write(out, row, (size_t) n) != n)
+        exit(1);
+    /* No teardown: nng's sockets are left to the exit, as the programs leave them. */
+    _exit(0);
+}
+
+static void read_urls(const char *path)
+{
+    FILE *f = fopen(path, "r");
+    char line[1024];
+    size_t cap = 0;
+
+    if (f == NULL) {
+        perror(path);
+        exit(1);
+    }
+    while (fgets(line, sizeof line, f) != NULL) {
+        char *u = strrchr(line, '=');
+
+        line[strcspn(line, "\r\n")] = '\0';
+        u = u != NULL ? u + 1 : line;
+        if (*u == '\0')
+            continue;
+        if (nsrc == cap) {
+            cap = cap ? 2 * cap : 1024;
+            urls = realloc(urls, cap * sizeof *urls);
+            if (urls == NULL)
+                exit(1);
+        }
+        urls[nsrc++] = strdup(u);
+    }
+    fclose(f);
+}
+
+int main(int argc, char **argv)
+{
+    const char *path = NULL;
+    char modes[256] = "sub,shared,spsub";
+    double warmup = 3, seconds = 10;
+
+    for (int i = 1; i < argc; i++) {
+        if (i + 1 < argc && strcmp(argv[i], "--urls") == 0)
+            path = argv[++i];
+        else if (i + 1 < argc && strcmp(argv[i], "--modes") == 0)
+            snprintf(modes, sizeof modes, "%s", argv[++i]);
+        else if (i + 1 < argc && strcmp(argv[i], "--warmup") == 0)
+            warmup = atof(argv[++i]);
+        else if (i + 1 < argc && strcmp(argv[i], "--seconds") == 0)
+            seconds = atof(argv[++i]);
+        else {
+            fprintf(stderr, "spsub_bench: bad argument %s (see the head of the source)\n", argv[i]);
+            return 2;
+        }
+    }
+    if (path == NULL) {
+        fprintf(stderr, "spsub_bench: --urls FILE [--modes sub,shared,spsub]\n");
+        return 2;
+    }
+    read_urls(path);
+    src = calloc(nsrc, sizeof *src);
+    if (src == NULL)
+        return 1;
+    printf("%-8s %10s %7s %9s %8s %9s %8s %9s %7s\n", "mode", "publishers", "heard", "msgs/s",
+           "cpu_%", "us/msg", "threads", "rss_kib", "unknown");
+    fflush(stdout);
+    for (char *save = NULL, *m = strtok_r(modes, ",", &save); m != NULL;
+         m = strtok_r(NULL, ",", &save)) {
+        int fds[2], status;
+        char row[256];
+        ssize_t n;
+        pid_t pid;
+
+        if (strcmp(m, "sub") != 0 && strcmp(m, "shared") != 0 && strcmp(m, "spsub") != 0) {
+            fprintf(stderr, "spsub_bench: no mode %s (sub, shared, spsub)\n", m);
+            return 2;
+        }
+        if (pipe(fds) != 0 || (pid = fork()) < 0)
+            return 1;
+        if (pid == 0) {
+            close(fds[0]);
+            measure(m, warmup, seconds, fds[1]);
+        }
+        close(fds[1]);
+        n = read(fds[0], row, sizeof row - 1);
+        close(fds[0]);
+        waitpid(pid, &status, 0);
+        if (n <= 0 || !WIFEXITED(status) || WEXITSTATUS(status) != 0) {
+            fprintf(stderr, "spsub_bench: mode %s failed\n", m);
+            return 1;
+        }
+        row[n] = '\0';
+        fputs(row, stdout);
+        fflush(stdout);
+    }
+    return 0;
+}
