@@ -21,9 +21,13 @@
 #define BT_TOKENS "active_prefill_tokens_threshold"
 #define BT_FRAC   "active_prefill_tokens_threshold_frac"
 
+/* The fields POST /busy_threshold set for a model, which a new set of defaults leaves alone. */
+enum { BT_SET_DECODE = 1, BT_SET_TOKENS = 2, BT_SET_FRAC = 4 };
+
 struct bt_model {
     char *name;
     struct busy_thresholds t;
+    unsigned set; /* BT_SET_* */
 };
 
 struct bt_registry {
@@ -76,7 +80,24 @@ void bt_registry_add_model(struct bt_registry *r, const char *model)
     }
     r->models[r->n].name = xstrdup(model);
     r->models[r->n].t = r->defaults;
+    r->models[r->n].set = 0;
     r->n++;
+}
+
+void bt_registry_set_defaults(struct bt_registry *r, const struct busy_thresholds *defaults)
+{
+    r->defaults = *defaults;
+    for (size_t i = 0; i < r->n; i++) {
+        struct bt_model *m = &r->models[i];
+
+        if (!(m->set & BT_SET_DECODE))
+            m->t.active_decode_blocks_threshold = defaults->active_decode_blocks_threshold;
+        if (!(m->set & BT_SET_TOKENS))
+            m->t.active_prefill_tokens_threshold = defaults->active_prefill_tokens_threshold;
+        if (!(m->set & BT_SET_FRAC))
+            m->t.active_prefill_tokens_threshold_frac =
+                defaults->active_prefill_tokens_threshold_frac;
+    }
 }
 
 void bt_registry_get(const struct bt_registry *r, const char *model, struct busy_thresholds *out)
@@ -278,6 +299,7 @@ static int bt_post(struct bt_registry *r, const json_t *root, struct buf *out)
         m->t.active_prefill_tokens_threshold = set.active_prefill_tokens_threshold;
     if (f)
         m->t.active_prefill_tokens_threshold_frac = set.active_prefill_tokens_threshold_frac;
+    m->set |= (d ? BT_SET_DECODE : 0) | (k ? BT_SET_TOKENS : 0) | (f ? BT_SET_FRAC : 0);
     bt_put_model(out, name, len, &m->t);
     return 200;
 }

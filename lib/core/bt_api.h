@@ -34,6 +34,9 @@ struct bt_registry *bt_registry_new(const struct busy_thresholds *defaults);
 void bt_registry_free(struct bt_registry *r);
 /** registers a model the router knows (from its config); twice is once */
 void bt_registry_add_model(struct bt_registry *r, const char *model);
+/** replaces the defaults (a reload of the config): every model's thresholds follow them, but
+ *  for the fields a POST set for that model, which keep the value it set */
+void bt_registry_set_defaults(struct bt_registry *r, const struct busy_thresholds *defaults);
 /** the thresholds in force for a model (the defaults for an unknown one) */
 void bt_registry_get(const struct bt_registry *r, const char *model, struct busy_thresholds *out);
 /** handles one request (method, Content-Type or NULL, body); JSON into out; returns the status */

@@ -202,6 +202,21 @@ size_t classq_limit(const struct classq *q, int cls, unsigned routable_workers)
     return __builtin_mul_overflow((size_t) c->def.limit_per_worker, w, &lim) ? SIZE_MAX : lim;
 }
 
+/* Queues e at the back of class c (its cost already set): the push that passed its checks. */
+static void enqueue(struct classq *q, int cls, struct classq_entry *e)
+{
+    struct cq_class *c = &q->classes[cls];
+
+    e->_seq = q->seq++;
+    e->_class = cls + 1; /* stored off by one so that a zeroed entry reads as never pushed */
+    e->_queued = 1;
+    if (c->def.policy == CLASSQ_WSPT)
+        heap_push(c, e);
+    else
+        list_push(c, e);
+    q->total++;
+}
+
 int classq_push(struct classq *q, int cls, struct classq_entry *e, int64_t prompt_tokens,
                 unsigned routable_workers)
 {
@@ -213,16 +228,46 @@ int classq_push(struct classq *q, int cls, struct classq_entry *e, int64_t promp
     lim = classq_limit(q, cls, routable_workers);
     if (lim != 0 && c->depth >= lim)
         return -1;
-    e->_seq = q->seq++;
     e->_cost = prompt_tokens > 1 ? prompt_tokens : 1;
-    e->_class = cls + 1; /* stored off by one so that a zeroed entry reads as never pushed */
-    e->_queued = 1;
-    if (c->def.policy == CLASSQ_WSPT)
-        heap_push(c, e);
-    else
-        list_push(c, e);
-    q->total++;
+    enqueue(q, cls, e);
     return 0;
+}
+
+int classq_requeue(struct classq *q, int cls, struct classq_entry *e)
+{
+    if (class_at(q, cls) == NULL || e->_queued || e->_cost < 1)
+        return -1;
+    enqueue(q, cls, e);
+    return 0;
+}
+
+static int by_arrival(const void *a, const void *b)
+{
+    const struct classq_entry *x = *(struct classq_entry *const *) a;
+    const struct classq_entry *y = *(struct classq_entry *const *) b;
+
+    return x->_seq < y->_seq ? -1 : x->_seq > y->_seq;
+}
+
+size_t classq_drain(struct classq *q, struct classq_entry **out)
+{
+    size_t n = 0;
+
+    for (size_t i = 0; i < q->n; i++) {
+        struct cq_class *c = &q->classes[i];
+
+        if (c->def.policy == CLASSQ_WSPT)
+            for (size_t k = 0; k < c->depth; k++)
+                out[n++] = c->heap[k];
+        else
+            for (struct classq_entry *e = c->head; e != NULL; e = e->_at._list.next)
+                out[n++] = e;
+    }
+    qsort(out, n, sizeof *out, by_arrival);
+    for (size_t k = 0; k < n; k++)
+        classq_remove(q, out[k]);
+    q->carry = -1;
+    return n;
 }
 
 void classq_remove(struct classq *q, struct classq_entry *e)

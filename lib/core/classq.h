@@ -94,6 +94,17 @@ size_t classq_nclasses(const struct classq *q);
  *  classq_limit), cls is out of range or e is already queued */
 int classq_push(struct classq *q, int cls, struct classq_entry *e, int64_t prompt_tokens,
                 unsigned routable_workers);
+/** takes every entry out of q into out (room for classq_total(q) of them), oldest arrival
+ *  first whatever its class; returns how many. Each keeps its class and cost (classq_class_of,
+ *  classq_cost_of); q stays as it was, empty. A reload moves the entries so into a queue of
+ *  the new classes (classq_requeue) */
+size_t classq_drain(struct classq *q, struct classq_entry **out);
+/** queues e, which was queued before (taken out by classq_drain or classq_remove), in class
+ *  cls with the cost it had: as classq_push but never refused for a full class, so that a
+ *  reload that lowers a limit keeps every entry that waits (the limit turns newcomers away
+ *  until the class fits). Entries requeued in their arrival order keep it. 0, or -1 with e
+ *  untouched when cls is out of range, e is queued or was never pushed */
+int classq_requeue(struct classq *q, int cls, struct classq_entry *e);
 /** takes e out of its queue (cancel, timeout); a no-op when e is not queued. O(1) for FCFS,
  *  O(log n) for WSPT. A class left empty loses its credit */
 void classq_remove(struct classq *q, struct classq_entry *e);

@@ -10,6 +10,7 @@
 #include "core/loadsrc.h"
 #include "core/log.h"
 #include "core/metrics.h"
+#include "core/optdiff.h"
 #include "mock/mock.h"
 #include "http/poller.h"
 #include "http/proxy.h"
@@ -308,35 +309,27 @@ static int on_admission(void *arg, const char *body, size_t len, const char *who
 
 /* Settings that only take effect after a restart: listeners, the engine's address and the
  * publisher are bound once. */
-struct fixed {
-    const char *name;
-    size_t off, len;
-};
-#define FIXED(f)                                                                                   \
-    {                                                                                              \
-#f, offsetof(struct cfg, f), sizeof(((struct cfg *) 0)->f)                                 \
-    }
-static const struct fixed fixed_fields[] = {
-    FIXED(listen),
-    FIXED(metrics_listen),
-    FIXED(upstream),
-    FIXED(upstream_timeout_ms),
-    FIXED(client_timeout_ms),
-    FIXED(max_header_bytes),
-    FIXED(max_body_bytes),
-    FIXED(upstream_keepalive),
-    FIXED(health_path),
-    FIXED(health_interval_ms),
-    FIXED(mock_engine),
-    FIXED(publish),
-    FIXED(worker_id),
-    FIXED(heartbeat_ms),
-    FIXED(engine_metrics),
-    FIXED(engine_metrics_path),
-    FIXED(engine_metrics_interval_ms),
-    FIXED(engine_models_interval_ms),
-    FIXED(data_parallel_size),
-    FIXED(admin_token),
+static const struct opt_field fixed_fields[] = {
+    OPT_FIELD(struct cfg, listen),
+    OPT_FIELD(struct cfg, metrics_listen),
+    OPT_FIELD(struct cfg, upstream),
+    OPT_FIELD(struct cfg, upstream_timeout_ms),
+    OPT_FIELD(struct cfg, client_timeout_ms),
+    OPT_FIELD(struct cfg, max_header_bytes),
+    OPT_FIELD(struct cfg, max_body_bytes),
+    OPT_FIELD(struct cfg, upstream_keepalive),
+    OPT_FIELD(struct cfg, health_path),
+    OPT_FIELD(struct cfg, health_interval_ms),
+    OPT_FIELD(struct cfg, mock_engine),
+    OPT_FIELD(struct cfg, publish),
+    OPT_FIELD(struct cfg, worker_id),
+    OPT_FIELD(struct cfg, heartbeat_ms),
+    OPT_FIELD(struct cfg, engine_metrics),
+    OPT_FIELD(struct cfg, engine_metrics_path),
+    OPT_FIELD(struct cfg, engine_metrics_interval_ms),
+    OPT_FIELD(struct cfg, engine_models_interval_ms),
+    OPT_FIELD(struct cfg, data_parallel_size),
+    OPT_FIELD(struct cfg, admin_token),
 };
 
 int worker_reload(struct worker *w, int argc, char **argv, cfg_env_fn env)
@@ -356,11 +349,8 @@ int worker_reload(struct worker *w, int argc, char **argv, cfg_env_fn env)
         nc->upstream = c->upstream, nc->engine_metrics = c->engine_metrics;
     if (nc->worker_id[0] == '\0')
         memcpy(nc->worker_id, c->worker_id, sizeof nc->worker_id);
-    for (size_t i = 0; i < sizeof fixed_fields / sizeof fixed_fields[0]; i++) {
-        const struct fixed *f = &fixed_fields[i];
-        if (memcmp((char *) c + f->off, (char *) nc + f->off, f->len) != 0)
-            log_warn("reload: %s changed; it takes effect after a restart", f->name);
-    }
+    opt_fields_diff(fixed_fields, sizeof fixed_fields / sizeof fixed_fields[0], c, nc,
+                    OPT_DIFF_RESTART);
     if (admission_gate_stats(w->gate, &st) == NULL) {
         if (nc->engine_request_limit > 0)
             log_warn("reload: engine_request_limit set, but admitd started without a cap; "

@@ -1,5 +1,7 @@
 /* config: admit-router's option table, read by the engine in core/opt.c. */
 #include "config.h"
+#include "core/log.h"
+#include "core/optdiff.h"
 #include "core/xmalloc.h"
 #include "wlist.h"
 
@@ -165,8 +167,11 @@ static const struct opt_spec spec = {
     read_classes,
 };
 
-enum opt_result router_cfg_parse(struct router_cfg *c, int argc, char **argv, opt_env_fn env,
-                                 char *err, size_t errlen)
+/* Both readings: the start's reads the workers file too (a bad one stops the start), a
+ * reload's leaves it to discovery, whose own step reads it (a bad one keeps its workers and
+ * holds back nothing else). */
+static enum opt_result parse(struct router_cfg *c, int argc, char **argv, opt_env_fn env,
+                             int read_workers_file, char *err, size_t errlen)
 {
     enum opt_result r;
 
@@ -183,7 +188,7 @@ enum opt_result router_cfg_parse(struct router_cfg *c, int argc, char **argv, op
                  "--workers-file=FILE or --worker-dns=NAME:HTTP_PORT:PUB_PORT (or their "
                  "variables, or keys of the config file)");
         r = OPT_ERROR;
-    } else if (c->workers_file[0] != '\0' &&
+    } else if (read_workers_file && c->workers_file[0] != '\0' &&
                wlist_read(c->workers_file, &c->file_workers, err, errlen) != 0) {
         r = OPT_ERROR; /* the message is "file:line: ..." */
     } else if (busy_thresholds_validate(&c->t, err, errlen) != 0) {
@@ -192,6 +197,159 @@ enum opt_result router_cfg_parse(struct router_cfg *c, int argc, char **argv, op
     if (r == OPT_ERROR)
         router_cfg_free(c);
     return r;
+}
+
+enum opt_result router_cfg_parse(struct router_cfg *c, int argc, char **argv, opt_env_fn env,
+                                 char *err, size_t errlen)
+{
+    return parse(c, argc, argv, env, 1, err, errlen);
+}
+
+int router_cfg_reparse(struct router_cfg *c, int argc, char **argv, opt_env_fn env, char *err,
+                       size_t errlen)
+{
+    enum opt_result r = parse(c, argc, argv, env, 0, err, errlen);
+
+    if (r == OPT_RUN || r == OPT_CHECK)
+        return 0;
+    if (r != OPT_ERROR) { /* --help or --version: they stopped the start, they cannot be here */
+        snprintf(err, errlen, "the command line asks for no run");
+        router_cfg_free(c);
+    }
+    return -1;
+}
+
+/* ---- a reload: what changed -------------------------------------------------------------- */
+
+/* Bound or sized once at start: a listener, the resolver's servers, the selection view's
+ * defaults, each worker's connection pool (created when the worker is added; one pool size
+ * for all), the proxy's limits on clients, a loaded plugin. */
+static const struct opt_field restart_fields[] = {
+    OPT_FIELD(struct router_cfg, listen),
+    OPT_FIELD(struct router_cfg, metrics_listen),
+    OPT_FIELD(struct router_cfg, dns_nameserver),
+    OPT_FIELD(struct router_cfg, kv_block_size),
+    OPT_FIELD(struct router_cfg, missed_heartbeats),
+    OPT_FIELD(struct router_cfg, upstream_timeout_ms),
+    OPT_FIELD(struct router_cfg, upstream_keepalive),
+    OPT_FIELD(struct router_cfg, client_timeout_ms),
+    OPT_FIELD(struct router_cfg, max_header_bytes),
+    OPT_FIELD(struct router_cfg, max_body_bytes),
+    OPT_FIELD(struct router_cfg, classifier_plugin),
+};
+
+/* Read where they are used, or handed on by the reload (the thresholds, the resolver's
+ * interval, the proxy's live fields). The lists and the classes are compared below, for the
+ * log only: their owners apply them (discovery the workers and names, the registry the
+ * models, the queue the classes). */
+static const struct opt_field live_fields[] = {
+    OPT_FIELD(struct router_cfg, workers_file),
+    OPT_FIELD(struct router_cfg, dns_interval_ms),
+    OPT_FIELD_AS("active_decode_blocks_threshold", struct router_cfg,
+                 t.active_decode_blocks_threshold),
+    OPT_FIELD_AS("active_prefill_tokens_threshold", struct router_cfg,
+                 t.active_prefill_tokens_threshold),
+    OPT_FIELD_AS("active_prefill_tokens_threshold_frac", struct router_cfg,
+                 t.active_prefill_tokens_threshold_frac),
+    OPT_FIELD_AS("overload_status_code", struct router_cfg, overload_status),
+    OPT_FIELD_AS("router_track_output_blocks", struct router_cfg, track_output_blocks),
+    OPT_FIELD(struct router_cfg, chars_per_token),
+    OPT_FIELD(struct router_cfg, stream_buffer_bytes),
+    OPT_FIELD_AS("retry_after", struct router_cfg, retry_after_s),
+    OPT_FIELD(struct router_cfg, drain_timeout_ms),
+    OPT_FIELD(struct router_cfg, admin_token),
+    OPT_FIELD(struct router_cfg, log_level),
+    OPT_FIELD_AS("log_format", struct router_cfg, log_json),
+    OPT_FIELD(struct router_cfg, access_log),
+};
+
+#define NFIELDS(a) (sizeof(a) / sizeof(a)[0])
+
+static int lists_same(const struct opt_list *a, const struct opt_list *b)
+{
+    if (a->n != b->n)
+        return 0;
+    for (size_t i = 0; i < a->n; i++)
+        if (strcmp(a->items[i], b->items[i]) != 0)
+            return 0;
+    return 1;
+}
+
+static int class_same(const struct rclass *a, const struct rclass *b)
+{
+    return strcmp(a->name, b->name) == 0 && memcmp(&a->t, &b->t, sizeof a->t) == 0 &&
+           a->quantum == b->quantum && a->policy == b->policy &&
+           a->limit_per_worker == b->limit_per_worker && a->queue_timeout_ms == b->queue_timeout_ms;
+}
+
+static int rule_same(const struct rrule *a, const struct rrule *b)
+{
+    if (a->kind != b->kind || strcmp(a->model, b->model) != 0 || a->cls != b->cls ||
+        a->nbuckets != b->nbuckets)
+        return 0;
+    for (size_t i = 0; i < a->nbuckets; i++)
+        if (a->buckets[i].min_tokens != b->buckets[i].min_tokens ||
+            a->buckets[i].cls != b->buckets[i].cls)
+            return 0;
+    return 1;
+}
+
+static int classes_same(const struct router_classes *a, const struct router_classes *b)
+{
+    if (a->n != b->n || a->default_cls != b->default_cls || a->nrules != b->nrules)
+        return 0;
+    for (size_t i = 0; i < a->n; i++)
+        if (!class_same(&a->c[i], &b->c[i]))
+            return 0;
+    for (size_t i = 0; i < a->nrules; i++)
+        if (!rule_same(&a->rules[i], &b->rules[i]))
+            return 0;
+    return 1;
+}
+
+/* Appends to out the names of a's classes that b has not. */
+static void names_missing(const struct router_classes *a, const struct router_classes *b, char *out,
+                          size_t outlen)
+{
+    size_t len = 0;
+
+    out[0] = '\0';
+    for (size_t i = 0; i < a->n && len < outlen; i++)
+        if (router_classes_find(b, a->c[i].name) < 0)
+            len +=
+                (size_t) snprintf(out + len, outlen - len, "%s%s", len ? ", " : "", a->c[i].name);
+}
+
+size_t router_cfg_diff(const struct router_cfg *cur, struct router_cfg *next)
+{
+    static const char *const lists[] = {"worker", "worker_dns", "model"};
+    const struct opt_list *was[] = {&cur->workers, &cur->worker_dns, &cur->models};
+    const struct opt_list *now[] = {&next->workers, &next->worker_dns, &next->models};
+
+    opt_fields_diff(live_fields, NFIELDS(live_fields), cur, next, OPT_DIFF_LIVE);
+    for (size_t i = 0; i < 3; i++)
+        if (!lists_same(was[i], now[i]))
+            log_info("reload: %s changed", lists[i]);
+    if (!classes_same(&cur->classes, &next->classes)) {
+        char added[256], removed[256];
+
+        names_missing(&next->classes, &cur->classes, added, sizeof added);
+        names_missing(&cur->classes, &next->classes, removed, sizeof removed);
+        log_info("reload: policy classes changed: %zu -> %zu classes (added: %s; removed: %s)",
+                 cur->classes.n, next->classes.n, added[0] ? added : "none",
+                 removed[0] ? removed : "none");
+    }
+    return opt_fields_diff(restart_fields, NFIELDS(restart_fields), cur, next, OPT_DIFF_RESTART);
+}
+
+void router_cfg_class_map(const struct router_classes *cur, const struct router_classes *next,
+                          int *map)
+{
+    for (size_t i = 0; i < cur->n; i++) {
+        int k = router_classes_find(next, cur->c[i].name);
+
+        map[i] = k >= 0 ? k : next->default_cls; /* -1 when next has no classes */
+    }
 }
 
 void router_cfg_free(struct router_cfg *c)

@@ -60,6 +60,20 @@ struct router_cfg {
 /** fills c: defaults < file < env < argv, workers checked; on OPT_ERROR err says what, where */
 enum opt_result router_cfg_parse(struct router_cfg *c, int argc, char **argv, opt_env_fn env,
                                  char *err, size_t errlen);
+/** a reload's reading (SIGHUP): the same sources, precedence and checks as
+ *  router_cfg_parse's, but the workers file is not read (discovery reads it, as a step of its
+ *  own); 0 with c filled, or -1 with err (c empty) */
+int router_cfg_reparse(struct router_cfg *c, int argc, char **argv, opt_env_fn env, char *err,
+                       size_t errlen);
+/** compares next (just read) with cur (what runs): each setting that changed is named in the
+ *  log; those that need a restart (listeners, the DNS server, the selection view's defaults,
+ *  connection limits and pools, the classifier plugin) get cur's value back in next. Returns
+ *  how many of those there were. The lists and the classes are not compared here */
+size_t router_cfg_diff(const struct router_cfg *cur, struct router_cfg *next);
+/** where each class of cur goes in next: map[i] (room for cur->n) is the class of next with
+ *  cur's class i's name, else next's default class (-1 when next has none) */
+void router_cfg_class_map(const struct router_classes *cur, const struct router_classes *next,
+                          int *map);
 /** frees c's lists and classes; safe after any result and twice */
 void router_cfg_free(struct router_cfg *c);
 /** prints the --help text */

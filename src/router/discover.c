@@ -26,6 +26,7 @@ static const char *const lookup_results[LOOKUP_RESULTS] = {"ok", "failed", "empt
 
 struct dname {
     struct discover *d;
+    int gone; /* no longer configured: freed when its running lookup answers */
     char name[WLIST_DNS_NAME_MAX + 1];
     unsigned http_port, pub_port;
     struct evdns_request *req; /* the lookup running, or NULL */
@@ -41,11 +42,12 @@ struct discover {
     struct event_base *base;
     struct router *r;
     const struct router_cfg *cfg;
-    struct evdns_base *dns; /* NULL without names */
-    struct event *tick;
-    struct dname *names;
+    struct evdns_base *dns; /* NULL until there are names */
+    struct event *tick;     /* resolves the names again every dns_interval_ms */
+    struct dname **names;   /* those of the config, then those leaving (gone) */
     size_t nnames;
-    struct wlist file; /* the workers file's workers, as last applied */
+    struct wlist fixed; /* the --worker entries, as last applied */
+    struct wlist file;  /* the workers file's workers, as last applied */
     uint64_t reloads_ok, reloads_failed;
 };
 
@@ -133,6 +135,21 @@ static void bad_lookup(struct dname *n, const char *why)
         n->quiet++;
 }
 
+/* A name that left the config, once no lookup of its own runs: forgotten. */
+static void drop(struct dname *n)
+{
+    struct discover *d = n->d;
+
+    for (size_t i = 0; i < d->nnames; i++)
+        if (d->names[i] == n) {
+            memmove(&d->names[i], &d->names[i + 1], (d->nnames - i - 1) * sizeof *d->names);
+            d->nnames--;
+            break;
+        }
+    wlist_free(&n->cur);
+    free(n);
+}
+
 static void on_answer(int result, char type, int count, int ttl, void *addresses, void *arg)
 {
     struct dname *n = arg;
@@ -141,6 +158,10 @@ static void on_answer(int result, char type, int count, int ttl, void *addresses
 
     (void) ttl; /* re-resolved every interval, whatever the TTL (Envoy's default) */
     n->req = NULL;
+    if (n->gone) {
+        drop(n);
+        return;
+    }
     if (result == DNS_ERR_CANCEL || result == DNS_ERR_SHUTDOWN)
         return;
     if (result == DNS_ERR_NONE && type == DNS_IPv4_A && count > 0) {
@@ -177,8 +198,11 @@ static void resolve(struct dname *n)
 
 void discover_resolve_now(struct discover *d)
 {
+    if (d->dns == NULL)
+        return; /* no name yet, or a resolver that could not be set up (logged) */
     for (size_t i = 0; i < d->nnames; i++)
-        resolve(&d->names[i]);
+        if (!d->names[i]->gone)
+            resolve(d->names[i]);
 }
 
 /* evdns's own messages (a nameserver down, back up): ours say what matters, at warn. */
@@ -194,18 +218,29 @@ static void on_tick(evutil_socket_t fd, short what, void *arg)
     discover_resolve_now(arg);
 }
 
+/* A lookup waits half the interval at each attempt, between 0.5 and 5 s, so that a dead
+ * server is known within about an interval. */
+static void set_timeout(struct evdns_base *dns, unsigned interval_ms)
+{
+    unsigned wait_ms = interval_ms / 2;
+    char timeout[32];
+
+    if (wait_ms < 500)
+        wait_ms = 500;
+    if (wait_ms > 5000)
+        wait_ms = 5000;
+    snprintf(timeout, sizeof timeout, "%u.%03u", wait_ms / 1000, wait_ms % 1000);
+    evdns_base_set_option(dns, "timeout:", timeout);
+}
+
 /* The resolver: cfg's nameserver alone, else /etc/resolv.conf's (its search domains and
- * ndots too, which Kubernetes' short Service names need). A lookup waits half the interval at
- * each attempt, between 0.5 and 5 s, so that a dead server is known within about an
- * interval. */
+ * ndots too, which Kubernetes' short Service names need). */
 static struct evdns_base *resolver(struct event_base *base, const struct router_cfg *cfg, char *err,
                                    size_t errlen)
 {
     int own = cfg->dns_nameserver[0] != '\0';
     struct evdns_base *dns = evdns_base_new(base, (own ? 0 : EVDNS_BASE_INITIALIZE_NAMESERVERS) |
                                                       EVDNS_BASE_DISABLE_WHEN_INACTIVE);
-    unsigned wait_ms = cfg->dns_interval_ms / 2;
-    char timeout[32];
 
     if (dns == NULL) {
         snprintf(err, errlen, "cannot set up the DNS resolver");
@@ -218,14 +253,91 @@ static struct evdns_base *resolver(struct event_base *base, const struct router_
         evdns_base_free(dns, 0);
         return NULL;
     }
-    if (wait_ms < 500)
-        wait_ms = 500;
-    if (wait_ms > 5000)
-        wait_ms = 5000;
-    snprintf(timeout, sizeof timeout, "%u.%03u", wait_ms / 1000, wait_ms % 1000);
-    evdns_base_set_option(dns, "timeout:", timeout);
+    set_timeout(dns, cfg->dns_interval_ms);
     evdns_base_set_option(dns, "attempts:", DNS_ATTEMPTS);
     return dns;
+}
+
+/* The name followed (not leaving) with these ports, or NULL. */
+static struct dname *find_name(const struct discover *d, const char *name, unsigned http_port,
+                               unsigned pub_port)
+{
+    for (size_t i = 0; i < d->nnames; i++) {
+        struct dname *n = d->names[i];
+
+        if (n->gone != 1 && strcmp(n->name, name) == 0 && n->http_port == http_port &&
+            n->pub_port == pub_port)
+            return n;
+    }
+    return NULL;
+}
+
+/* Follows cfg's names: each new one is added (resolved by the caller), each one no longer
+ * there retires its workers and is forgotten once its running lookup answers. A name given
+ * twice is followed once. */
+static void follow_names(struct discover *d, const struct router_cfg *cfg, int reloading)
+{
+    char name[WLIST_DNS_NAME_MAX + 1], msg[256];
+    unsigned http_port, pub_port;
+
+    for (size_t i = 0; i < d->nnames; i++)
+        if (!d->names[i]->gone)
+            d->names[i]->gone = 2; /* marked: unmarked below if cfg still names it */
+    for (size_t i = 0; i < cfg->worker_dns.n; i++) {
+        struct dname *n;
+
+        if (wlist_dns_spec(cfg->worker_dns.items[i], name, &http_port, &pub_port, msg,
+                           sizeof msg) != 0)
+            fatal("--worker-dns: %s", msg); /* checked at parse time: this cannot fail */
+        if ((n = find_name(d, name, http_port, pub_port)) != NULL) {
+            n->gone = 0; /* still named (or named twice) */
+            continue;
+        }
+        n = xcalloc(1, sizeof *n);
+        n->d = d;
+        snprintf(n->name, sizeof n->name, "%s", name);
+        n->http_port = http_port;
+        n->pub_port = pub_port;
+        d->names = xrealloc(d->names, (d->nnames + 1) * sizeof *d->names);
+        d->names[d->nnames++] = n;
+        if (reloading)
+            log_info("dns %s: new in the configuration; its workers are followed", n->name);
+    }
+    for (size_t i = d->nnames; i-- > 0;) {
+        struct dname *n = d->names[i];
+        struct wlist none = {0};
+        char what[WLIST_DNS_NAME_MAX + 8];
+
+        if (n->gone != 2)
+            continue;
+        n->gone = 1;
+        log_info("dns %s: no longer in the configuration; its %zu workers are retired", n->name,
+                 n->cur.n);
+        snprintf(what, sizeof what, "dns %s", n->name);
+        apply(d, what, &n->cur, &none, 0, NULL, 0);
+        if (n->req == NULL)
+            drop(n); /* else on_answer() does, when its lookup ends */
+    }
+}
+
+/* Names to resolve: the resolver set up (the first time), its wait and the interval's timer
+ * set for the interval; none: the timer stopped. 0, or -1 with err (the resolver). */
+static int schedule(struct discover *d, const struct router_cfg *cfg, char *err, size_t errlen)
+{
+    struct timeval tv = {cfg->dns_interval_ms / 1000, (cfg->dns_interval_ms % 1000) * 1000};
+    int any = 0;
+
+    for (size_t i = 0; i < d->nnames; i++)
+        any |= !d->names[i]->gone;
+    if (!any) {
+        event_del(d->tick);
+        return 0;
+    }
+    if (d->dns == NULL && (d->dns = resolver(d->base, cfg, err, errlen)) == NULL)
+        return -1;
+    set_timeout(d->dns, cfg->dns_interval_ms);
+    event_add(d->tick, &tv); /* again: the interval starts over */
+    return 0;
 }
 
 struct discover *discover_new(struct event_base *base, struct router *r,
@@ -236,43 +348,33 @@ struct discover *discover_new(struct event_base *base, struct router *r,
     d->base = base;
     d->r = r;
     d->cfg = cfg;
-    if (cfg->worker_dns.n == 0)
-        return d;
-    if ((d->dns = resolver(base, cfg, err, errlen)) == NULL) {
-        free(d);
-        return NULL;
-    }
-    d->names = xcalloc(cfg->worker_dns.n, sizeof *d->names);
-    for (size_t i = 0; i < cfg->worker_dns.n; i++) {
-        struct dname *n = &d->names[d->nnames];
-        char msg[256];
-        size_t k;
-
-        /* Checked at parse time: this cannot fail. */
-        if (wlist_dns_spec(cfg->worker_dns.items[i], n->name, &n->http_port, &n->pub_port, msg,
-                           sizeof msg) != 0)
-            fatal("--worker-dns: %s", msg);
-        for (k = 0; k < d->nnames; k++)
-            if (strcmp(d->names[k].name, n->name) == 0 && d->names[k].http_port == n->http_port &&
-                d->names[k].pub_port == n->pub_port)
-                break;
-        if (k < d->nnames) {
-            memset(n, 0, sizeof *n); /* the same name twice: followed once */
-            continue;
-        }
-        n->d = d;
-        d->nnames++;
-    }
     d->tick = event_new(base, -1, EV_PERSIST, on_tick, d);
     if (d->tick == NULL)
         fatal("event_new failed");
+    if (cfg->worker_dns.n > 0 && (d->dns = resolver(base, cfg, err, errlen)) == NULL) {
+        discover_free(d);
+        return NULL;
+    }
+    follow_names(d, cfg, 0);
     return d;
 }
 
 int discover_start(struct discover *d, char *err, size_t errlen)
 {
     struct wlist first = {0};
+    char canon[WLIST_ENTRY_MAX], proxy[PROXY_MAX], pub[WLIST_PUB_URL_MAX + 1], why[512];
 
+    /* The --worker entries, in their order (which is the workers' order in /load). */
+    for (size_t i = 0; i < d->cfg->workers.n; i++) {
+        if (wlist_canon(d->cfg->workers.items[i], canon, sizeof canon, why, sizeof why) != 0 ||
+            wlist_add(&d->fixed, canon) == 0)
+            continue; /* checked at parse time; or named twice: one worker */
+        if (wlist_split(canon, proxy, sizeof proxy, pub, sizeof pub) != 0 ||
+            router_add_worker(d->r, proxy, pub, why, sizeof why) != 0) {
+            snprintf(err, errlen, "worker: %s", why);
+            return -1;
+        }
+    }
     if (d->cfg->workers_file[0] != '\0') {
         /* As read with the configuration (so --check-config judged the same file). */
         for (size_t i = 0; i < d->cfg->file_workers.n; i++)
@@ -282,34 +384,50 @@ int discover_start(struct discover *d, char *err, size_t errlen)
         if (d->file.n == 0)
             log_warn("workers file %s names no worker yet", d->cfg->workers_file);
     }
-    if (d->nnames > 0) {
-        struct timeval tv = {d->cfg->dns_interval_ms / 1000,
-                             (d->cfg->dns_interval_ms % 1000) * 1000};
-
-        discover_resolve_now(d);
-        event_add(d->tick, &tv);
-    }
+    if (schedule(d, d->cfg, err, errlen) != 0)
+        return -1;
+    discover_resolve_now(d);
     return 0;
+}
+
+void discover_reconfigure(struct discover *d, const struct router_cfg *cfg)
+{
+    struct wlist next = {0}, none = {0};
+    char canon[WLIST_ENTRY_MAX], err[512];
+
+    for (size_t i = 0; i < cfg->workers.n; i++)
+        if (wlist_canon(cfg->workers.items[i], canon, sizeof canon, err, sizeof err) == 0)
+            wlist_add(&next, canon); /* checked at parse time */
+    apply(d, "--worker", &d->fixed, &next, 0, NULL, 0);
+    if (strcmp(d->cfg->workers_file, cfg->workers_file) != 0 && cfg->workers_file[0] == '\0') {
+        log_info("workers file %s: no longer in the configuration; its %zu workers are retired",
+                 d->cfg->workers_file, d->file.n);
+        apply(d, "workers file", &d->file, &none, 0, NULL, 0);
+    }
+    d->cfg = cfg; /* a new workers file is read by discover_reload_file(), as a step of its own */
+    follow_names(d, cfg, 1);
+    if (schedule(d, cfg, err, sizeof err) != 0)
+        log_error("dns: %s; the names are not resolved", err);
 }
 
 void discover_render_metrics(struct discover *d, struct buf *out)
 {
     if (d == NULL)
         return;
-    if (d->nnames > 0) {
+    if (d->cfg->worker_dns.n > 0) {
         prom_family(out, "admit_router_dns_lookups_total", "counter",
                     "DNS lookups of --worker-dns names, by result (ok: addresses; failed: "
                     "timeout, SERVFAIL, refused; empty: NXDOMAIN or no A record; failed and "
                     "empty keep the last workers)");
         for (size_t i = 0; i < d->nnames; i++)
-            for (int k = 0; k < LOOKUP_RESULTS; k++) {
+            for (int k = 0; k < LOOKUP_RESULTS && !d->names[i]->gone; k++) {
                 struct buf l;
 
                 buf_init(&l);
-                prom_label(&l, "name", d->names[i].name);
+                prom_label(&l, "name", d->names[i]->name);
                 prom_label(&l, "result", lookup_results[k]);
                 prom_sample(out, "admit_router_dns_lookups_total", l.data,
-                            (double) d->names[i].results[k]);
+                            (double) d->names[i]->results[k]);
                 buf_free(&l);
             }
         prom_family(out, "admit_router_dns_workers", "gauge",
@@ -317,9 +435,11 @@ void discover_render_metrics(struct discover *d, struct buf *out)
         for (size_t i = 0; i < d->nnames; i++) {
             struct buf l;
 
+            if (d->names[i]->gone)
+                continue;
             buf_init(&l);
-            prom_label(&l, "name", d->names[i].name);
-            prom_sample(out, "admit_router_dns_workers", l.data, (double) d->names[i].cur.n);
+            prom_label(&l, "name", d->names[i]->name);
+            prom_sample(out, "admit_router_dns_workers", l.data, (double) d->names[i]->cur.n);
             buf_free(&l);
         }
     }
@@ -345,9 +465,12 @@ void discover_free(struct discover *d)
         event_free(d->tick);
     if (d->dns != NULL)
         evdns_base_free(d->dns, 0); /* running lookups are dropped, their callbacks not run */
-    for (size_t i = 0; i < d->nnames; i++)
-        wlist_free(&d->names[i].cur);
+    for (size_t i = 0; i < d->nnames; i++) {
+        wlist_free(&d->names[i]->cur);
+        free(d->names[i]);
+    }
     free(d->names);
+    wlist_free(&d->fixed);
     wlist_free(&d->file);
     free(d);
 }

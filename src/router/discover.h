@@ -1,6 +1,6 @@
-/* discover: admit-router's workers from the sources that change while it runs, the workers
- * file (--workers-file, re-read on SIGHUP) and DNS names (--worker-dns, resolved every
- * --dns-interval-ms and on SIGHUP).
+/* discover: admit-router's workers from its sources: the --worker entries, the workers file
+ * (--workers-file, re-read on SIGHUP) and DNS names (--worker-dns, resolved every
+ * --dns-interval-ms and on SIGHUP). A reload of the config may change each of them.
  *
  * Each source keeps the list of workers it gave last (wlist.h); a new reading is compared with
  * it, and the router adds what is new (router_add_worker) and retires what is gone
@@ -33,6 +33,12 @@ struct discover *discover_new(struct event_base *base, struct router *r,
 /** adds the workers file's workers as read with the config, and starts resolving the names;
  *  0, or -1 with err when a worker cannot be added */
 int discover_start(struct discover *d, char *err, size_t errlen);
+/** a reload: follows cfg (kept) from now on. The --worker entries are compared with those
+ *  followed, and the DNS names too (a new name is resolved at the next discover_resolve_now;
+ *  one gone retires its workers); the interval is cfg's. A workers file no longer configured
+ *  retires its workers; another file is read by the next discover_reload_file(), whose
+ *  workers it is compared with. A worker that cannot be added is logged and left out */
+void discover_reconfigure(struct discover *d, const struct router_cfg *cfg);
 /** reads the workers file again and applies it; a file that cannot be read or parsed is
  *  logged (file:line) and changes nothing; 0, or -1 when it was bad (or there is none) */
 int discover_reload_file(struct discover *d);

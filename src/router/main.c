@@ -3,13 +3,16 @@
  *   admit-router --worker http://gpu1:8080=tcp://gpu1:5557 --worker http://gpu2:8080=... \
  *                --active-decode-blocks-threshold 0.85 --model meta-llama/Llama-3.1-8B
  *   admit-router --worker-dns admitd-workers.llm.svc.cluster.local:8080:5557 ...
- *   admit-router --workers-file /etc/admit-router/workers ...   (kill -HUP re-reads it)
+ *   admit-router --config /etc/admit-router.yaml --workers-file /etc/admit-router/workers ...
+ *                (kill -HUP reloads the config and re-reads the workers file)
  */
 #include "daemon/admin.h"
 #include "core/busy.h"
 #include "daemon/drain.h"
 #include "core/log.h"
 #include "core/metrics.h"
+#include "core/prom.h"
+#include "core/xmalloc.h"
 #include "http/proxy.h"
 #include "config.h"
 #include "discover.h"
@@ -22,14 +25,17 @@
 #include <string.h>
 
 struct app {
+    struct router_cfg *cfg; /* what runs: replaced by each reload that applies */
+    int argc;               /* the command line, read again by each reload */
+    char **argv;
     struct metrics m;
-    struct proxy_opts popts;
+    struct proxy_opts popts; /* the proxy keeps a pointer: its live fields follow reloads */
     struct proxy *px;
     struct router *r;
     struct discover *disc;
     struct event_base *base;
-    unsigned drain_timeout_ms;
     struct drain *drain;
+    uint64_t reloads_ok, reloads_failed;
 };
 
 static void render_metrics(void *arg, struct buf *out)
@@ -40,6 +46,13 @@ static void render_metrics(void *arg, struct buf *out)
     metrics_render(&v, out);
     router_render_metrics(a->r, out);
     discover_render_metrics(a->disc, out);
+    prom_family(out, "admit_router_config_reloads_total", "counter",
+                "Reloads of the configuration on SIGHUP, by result (failed: it did not parse or "
+                "validate, and the running configuration stayed)");
+    prom_sample(out, "admit_router_config_reloads_total{result=\"ok\"}", NULL,
+                (double) a->reloads_ok);
+    prom_sample(out, "admit_router_config_reloads_total{result=\"failed\"}", NULL,
+                (double) a->reloads_failed);
 }
 
 static void render_workers(void *arg, struct buf *out)
@@ -78,21 +91,55 @@ static void on_signal(evutil_socket_t sig, short what, void *arg)
 
     (void) what;
     log_info("%s received", sig == SIGINT ? "SIGINT" : "SIGTERM");
-    if (drain_start(a->drain, "Server unavailable: router draining", a->drain_timeout_ms) != 0) {
+    if (drain_start(a->drain, "Server unavailable: router draining", a->cfg->drain_timeout_ms) !=
+        0) {
         log_info("second signal: exiting now");
         event_base_loopbreak(a->base);
     }
 }
 
-/* ---- SIGHUP: read again what can change while the router runs ---------------------- */
+/* ---- SIGHUP: the configuration read again, and what can change applied ----------------- */
 
-/* Each step applies what it read, or logs why it could not and leaves its part as it was, so
- * that one bad file does not hold back the others. The steps today: the workers file and the
- * DNS names. The config file's own settings (thresholds, classes, log level) are not read
- * again yet: a restart applies them; their step goes first, before the workers file, when it
- * comes (a new config may name another workers file or other names). */
+static const char *env_lookup(const char *name)
+{
+    return getenv(name);
+}
+
+/* The sources are read again as at start: the config file (--config or its variable), the
+ * environment and the command line, with the same precedence and checks. A reading that
+ * fails is logged with its reason (the file's file:line:column) and counted, and nothing of
+ * it is applied. Else the settings that need a restart keep their running values (each
+ * named in the log), the log, the proxy's live fields, the router (thresholds, models,
+ * classes) and discovery (the --worker entries, the DNS names and interval, which workers
+ * file) follow the new configuration, which replaces the old one.
+ *
+ * Either way the workers file is then read again and the names resolved: each step applies
+ * what it read, or logs why it could not and leaves its part as it was, so that one bad file
+ * holds back no other. */
 static void reload(struct app *a)
 {
+    struct router_cfg *was = a->cfg, *nc = xcalloc(1, sizeof *nc);
+    char err[512];
+
+    if (router_cfg_reparse(nc, a->argc, a->argv, env_lookup, err, sizeof err) != 0) {
+        log_error("reload failed, the running configuration stays: %s", err);
+        a->reloads_failed++;
+        free(nc);
+    } else {
+        log_set_level(nc->log_level); /* first: this reload's own lines follow the new level */
+        log_set_json(nc->log_json);
+        router_cfg_diff(was, nc);
+        a->popts.stream_buffer_bytes = nc->stream_buffer_bytes;
+        a->popts.access_log = nc->access_log;
+        router_reconfigure(a->r, nc);
+        discover_reconfigure(a->disc, nc);
+        a->cfg = nc;
+        router_cfg_free(was);
+        free(was);
+        a->reloads_ok++;
+        log_notice("configuration reloaded%s%s", nc->config_path[0] ? " from " : "",
+                   nc->config_path);
+    }
     discover_reload_file(a->disc); /* logs file:line when the file is bad */
     discover_resolve_now(a->disc);
 }
@@ -101,44 +148,41 @@ static void on_sighup(evutil_socket_t sig, short what, void *arg)
 {
     (void) sig;
     (void) what;
-    log_info("SIGHUP received: reading the workers file and resolving the DNS names again "
-             "(the other settings need a restart)");
+    log_info("SIGHUP received: reloading the configuration");
     reload(arg);
-}
-
-static const char *env_lookup(const char *name)
-{
-    return getenv(name);
 }
 
 int main(int argc, char **argv)
 {
-    static struct router_cfg rcfg;
     static struct app app;
     char err[512], listen_at[NETADDR_HOST_MAX + 8], metrics_at[NETADDR_HOST_MAX + 8];
     struct event_base *base;
     struct admin *adm;
     struct event *sigterm, *sigint, *sighup;
     struct admin_hooks hooks = {render_metrics, render_workers, is_ready, no_admission, &app};
-    const struct router_cfg *cfg = &rcfg;
+    struct router_cfg *cfg = xcalloc(1, sizeof *cfg);
     int rc = 0;
 
     log_set_ident("admit-router");
     signal(SIGPIPE, SIG_IGN);
-    switch (router_cfg_parse(&rcfg, argc, argv, env_lookup, err, sizeof err)) {
+    switch (router_cfg_parse(cfg, argc, argv, env_lookup, err, sizeof err)) {
     case OPT_HELP:
         router_cfg_usage(stdout);
+        free(cfg);
         return 0;
     case OPT_VERSION:
         printf("admit-router %s\n", ADMIT_VERSION);
+        free(cfg);
         return 0;
     case OPT_CHECK:
-        printf("admit-router: configuration OK%s%s\n", rcfg.config_path[0] ? ": " : "",
-               rcfg.config_path);
-        router_cfg_free(&rcfg);
+        printf("admit-router: configuration OK%s%s\n", cfg->config_path[0] ? ": " : "",
+               cfg->config_path);
+        router_cfg_free(cfg);
+        free(cfg);
         return 0;
     case OPT_ERROR:
         fprintf(stderr, "admit-router: error: %s\n", err);
+        free(cfg);
         return 2;
     case OPT_RUN:
         break;
@@ -152,8 +196,10 @@ int main(int argc, char **argv)
     if (base == NULL)
         return 1;
     metrics_init(&app.m);
+    app.cfg = cfg;
+    app.argc = argc;
+    app.argv = argv;
     app.base = base;
-    app.drain_timeout_ms = cfg->drain_timeout_ms;
     app.popts = (struct proxy_opts){cfg->client_timeout_ms,  cfg->max_header_bytes,
                                     cfg->max_body_bytes,     cfg->upstream_timeout_ms,
                                     cfg->upstream_keepalive, cfg->stream_buffer_bytes,
@@ -165,24 +211,16 @@ int main(int argc, char **argv)
         proxy_free(app.px);
         drain_free(app.drain);
         event_base_free(base);
-        router_cfg_free(&rcfg);
+        router_cfg_free(cfg);
+        free(cfg);
         return 2;
     }
     router_set_change_cb(app.r, on_change, &app);
-    for (size_t i = 0; i < rcfg.models.n; i++)
-        router_add_model(app.r, rcfg.models.items[i]);
+    for (size_t i = 0; i < cfg->models.n; i++)
+        router_add_model(app.r, cfg->models.items[i]);
     adm = admin_new(base, &hooks, "");
-    for (size_t i = 0; i < rcfg.workers.n && rc == 0; i++) {
-        char *eq = strchr(rcfg.workers.items[i], '='); /* there is one: checked at parse time */
-
-        *eq = '\0';
-        if (router_add_worker(app.r, rcfg.workers.items[i], eq + 1, err, sizeof err) != 0) {
-            fprintf(stderr, "admit-router: error: worker: %s\n", err);
-            rc = 2;
-        }
-    }
-    if (rc == 0 && ((app.disc = discover_new(base, app.r, cfg, err, sizeof err)) == NULL ||
-                    discover_start(app.disc, err, sizeof err) != 0)) {
+    if ((app.disc = discover_new(base, app.r, cfg, err, sizeof err)) == NULL ||
+        discover_start(app.disc, err, sizeof err) != 0) {
         fprintf(stderr, "admit-router: error: %s\n", err);
         rc = 2;
     }
@@ -213,6 +251,7 @@ int main(int argc, char **argv)
     discover_free(app.disc); /* its callbacks call the router */
     router_free(app.r);
     event_base_free(base);
-    router_cfg_free(&rcfg);
+    router_cfg_free(app.cfg);
+    free(app.cfg);
     return rc; /* nng's sockets are left to the exit (see nngclose.h) */
 }

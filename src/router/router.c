@@ -441,6 +441,18 @@ struct router *router_new(struct event_base *base, struct proxy *px, struct metr
     return r;
 }
 
+void router_reconfigure(struct router *r, const struct router_cfg *c)
+{
+    const struct router_cfg *was = r->cfg;
+
+    r->cfg = c; /* what is read at use: the overload answer, tokens per byte, the token */
+    bt_registry_set_defaults(r->bt, &c->t);
+    for (size_t i = 0; i < c->models.n; i++)
+        bt_registry_add_model(r->bt, c->models.items[i]);
+    sel_track_output(r->sel, c->track_output_blocks);
+    rq_reconfigure(r, &was->classes); /* and dispatches what may go now */
+}
+
 void router_set_change_cb(struct router *r, void (*cb)(void *arg), void *arg)
 {
     r->on_change = cb;

@@ -28,6 +28,14 @@ struct router;
 /** creates a router on base for the proxy px (its admission and route); it keeps c and m */
 struct router *router_new(struct event_base *base, struct proxy *px, struct metrics *m,
                           const struct router_cfg *c);
+/** a reload: the router follows c (kept; the one it had must stay valid until this returns)
+ *  from now on. Its thresholds become the defaults of every model, but for the fields
+ *  POST /busy_threshold set for a model, which stay; its models join /busy_threshold; its
+ *  policy classes replace the queue's (rq_reconfigure: no waiting request is lost); what is
+ *  read at use (overload status, Retry-After, chars per token, the admin token, output
+ *  tracking) is c's. Its settings that need a restart must be the running ones
+ *  (router_cfg_diff) */
+void router_reconfigure(struct router *r, const struct router_cfg *c);
 /** calls cb whenever an exchange ends (the drain's check) */
 void router_set_change_cb(struct router *r, void (*cb)(void *arg), void *arg);
 /** adds a worker: its admitd URL and its load publisher URL; 0 or -1 with err. Workers are

@@ -59,6 +59,7 @@ struct rreq {
     int pinned;     /* the worker a pin header names; -1 none; -2 a name no worker has */
     int held;       /* the worker whose upstream it holds (counted in its inflight); -1 none */
     int cls;        /* its policy class; -1 none (no classes, or never classified) */
+    unsigned cgen;  /* the classes' generation cls is an index of (router.cgen) */
     struct timespec t_enq;
     char model[128];
     struct sel_booking bk; /* what this exchange holds on its worker */
@@ -81,7 +82,7 @@ struct router {
     struct event_base *base;
     struct proxy *px;
     struct metrics *m;
-    const struct router_cfg *cfg;
+    const struct router_cfg *cfg; /* replaced by each reload (router_reconfigure) */
     struct bt_registry *bt;
     struct sel *sel;
     struct rmodels *models; /* which workers serve which model (router_models.c) */
@@ -100,6 +101,7 @@ struct router {
     struct classify_class *cviews; /* names and thresholds, for classifiers */
     struct classify_view view;
     admit_classifier_fn classifier; /* NULL: the built-in rules alone */
+    unsigned cgen;                  /* the classes' generation: one more at each reload */
     int dispatching;                /* inside rq_kick: a nested kick only asks for another turn */
     int kick_again;
     struct event *tick; /* re-tries dispatch now and then while requests wait */
@@ -115,6 +117,13 @@ void router_read_request(struct router *r, struct rreq *q, const struct http_req
 
 /** sets the queue up from the config's classes (none: q stays NULL); 0, or -1 with err */
 int rq_init(struct router *r, char *err, size_t errlen);
+/** a reload: r->cfg's classes replace was (the classes until now, still valid). A request
+ *  waiting in a class that stays (by its name) keeps its place and its deadline; one in a
+ *  class that is gone moves to the new default class, in arrival order with those there; with
+ *  no class left, every waiting request goes on to selection. A class that stays keeps its
+ *  counters; limits, thresholds, quanta and timeouts are the new ones from now on (a lower
+ *  limit turns newcomers away, never one that waits) */
+void rq_reconfigure(struct router *r, const struct router_classes *was);
 /** frees the queue (the proxy, and so every waiting exchange, is gone) */
 void rq_free(struct router *r);
 /** a new request: forward it, hold it in its class's queue, or answer that the queue is full */

@@ -14,7 +14,10 @@
  * a load message, a threshold change, and a short tick while anything waits, which covers a
  * worker coming back when its overload mark runs out. Each dispatch books its request, in
  * the same call, before the next head is tested. A client that hangs up while it waits is
- * noticed by the proxy's hang-up watch, as admitd's queue is, and leaves at once. */
+ * noticed by the proxy's hang-up watch, as admitd's queue is, and leaves at once.
+ *
+ * A reload (SIGHUP) rebuilds the queue from the new classes and moves every waiting request
+ * into it, in arrival order (rq_reconfigure): a reload loses no request. */
 #include "router.h"
 #include "router_impl.h"
 #include "core/httputil.h"
@@ -79,14 +82,12 @@ static void arm_tick(struct router *r)
         evtimer_add(r->tick, &tv);
 }
 
-int rq_init(struct router *r, char *err, size_t errlen)
+/* Sets the queue up for classes c (n > 0): the classq, each class's counters and messages,
+ * and the classifier's view of the classes. 0, or -1 when classq refuses the definitions. */
+static int set_up(struct router *r, const struct router_classes *c)
 {
-    const struct router_classes *c = &r->cfg->classes;
-    struct classq_def *defs;
+    struct classq_def *defs = xcalloc(c->n, sizeof *defs);
 
-    if (c->n == 0)
-        return 0;
-    defs = xcalloc(c->n, sizeof *defs);
     r->qc = xcalloc(c->n, sizeof *r->qc);
     r->cviews = xcalloc(c->n, sizeof *r->cviews);
     for (size_t i = 0; i < c->n; i++) {
@@ -104,16 +105,22 @@ int rq_init(struct router *r, char *err, size_t errlen)
     }
     r->q = classq_new(defs, c->n);
     free(defs);
-    if (r->q == NULL) {
-        snprintf(err, errlen, "policy classes: invalid class definitions");
-        return -1;
-    }
     r->view.classes = r->cviews;
     r->view.nclasses = c->n;
     r->view.sel = r->sel;
+    return r->q != NULL ? 0 : -1;
+}
+
+int rq_init(struct router *r, char *err, size_t errlen)
+{
+    /* The tick is there without classes too: a reload may bring some. */
     r->tick = evtimer_new(r->base, on_tick, r);
     if (r->tick == NULL)
         fatal("evtimer_new failed");
+    if (r->cfg->classes.n > 0 && set_up(r, &r->cfg->classes) != 0) {
+        snprintf(err, errlen, "policy classes: invalid class definitions");
+        return -1;
+    }
     return 0;
 }
 
@@ -124,6 +131,81 @@ void rq_free(struct router *r)
     classq_free(r->q);
     free(r->qc);
     free(r->cviews);
+}
+
+/* A waiting request whose class is gone, and no class left to take it: it goes on to
+ * selection as a request of a router without classes would (an answer of 529 or 503 if no
+ * worker can take it). */
+static void go_unclassed(struct rreq *q)
+{
+    struct pxreq *x = pxreq_of_state(q);
+
+    q->cls = -1;
+    pxreq_set_queue_wait(x, seconds_since(&q->t_enq));
+    proxy_forward(x);
+}
+
+void rq_reconfigure(struct router *r, const struct router_classes *was)
+{
+    const struct router_classes *c = &r->cfg->classes;
+    struct classq *oq = r->q;
+    struct rqclass *oqc = r->qc;
+    struct classify_class *ocv = r->cviews;
+    struct classq_entry **moved = NULL;
+    int *map = NULL;
+    size_t n = 0, kept = 0;
+
+    if (oq != NULL) {
+        moved = xcalloc(classq_total(oq) + 1, sizeof *moved);
+        n = classq_drain(oq, moved);
+        map = xcalloc(was->n, sizeof *map);
+        router_cfg_class_map(was, c, map);
+    }
+    r->q = NULL;
+    r->qc = NULL;
+    r->cviews = NULL;
+    memset(&r->view, 0, sizeof r->view);
+    if (c->n > 0 && set_up(r, c) != 0)
+        fatal("policy classes: invalid class definitions"); /* checked when they were read */
+    /* A class that stays (by its name) keeps its counters: Prometheus sees one series. */
+    for (size_t i = 0; i < was->n && oqc != NULL; i++) {
+        int k = router_classes_find(c, was->c[i].name);
+
+        if (k >= 0) {
+            r->qc[k].dispatched = oqc[i].dispatched;
+            r->qc[k].rej_full = oqc[i].rej_full;
+            r->qc[k].rej_timeout = oqc[i].rej_timeout;
+            r->qc[k].rej_busy = oqc[i].rej_busy;
+            r->qc[k].wait = oqc[i].wait;
+        }
+    }
+    /* Requests in flight that were classified before keep their old index: a generation
+     * tells rq_count_busy() that it means nothing now. */
+    r->cgen++;
+    for (size_t i = 0; i < n && r->q != NULL; i++) {
+        struct rreq *q = rreq_of(moved[i]);
+        int k = map[q->cls]; /* a class: r->q has classes, so a default */
+
+        if (strcmp(c->c[k].name, was->c[q->cls].name) == 0)
+            kept++;
+        classq_requeue(r->q, k, moved[i]); /* cannot fail: k is a class, the entry was queued */
+        q->cls = k;
+        q->cgen = r->cgen;
+    }
+    classq_free(oq);
+    free(oqc);
+    free(ocv);
+    if (n > 0)
+        log_info("reload: of %zu requests waiting in the policy-class queue, %zu stay in their "
+                 "class, %zu %s",
+                 n, kept, n - kept,
+                 r->q != NULL ? "move to the default class" : "go on to selection");
+    /* No class left: what waited goes on, oldest first. */
+    for (size_t i = 0; i < n && r->q == NULL; i++)
+        go_unclassed(rreq_of(moved[i]));
+    free(moved);
+    free(map);
+    rq_kick(r); /* other thresholds, other classes: what can go now goes */
 }
 
 static const char *req_header(const void *arg, const char *name)
@@ -169,6 +251,7 @@ enum px_verdict rq_arrive(struct router *r, struct pxreq *x, struct rreq *q,
     if (cls < 0)
         cls = r->cfg->classes.default_cls;
     q->cls = cls;
+    q->cgen = r->cgen;
     d = class_def(r, cls);
     if (classq_depth(r->q, cls) == 0 && class_has_room(r, cls, q)) {
         r->qc[cls].dispatched++;
@@ -209,7 +292,7 @@ void rq_finish(struct router *r, struct rreq *q)
 
 void rq_count_busy(struct router *r, const struct rreq *q)
 {
-    if (r->q != NULL && q->cls >= 0)
+    if (r->q != NULL && q->cls >= 0 && q->cgen == r->cgen)
         r->qc[q->cls].rej_busy++;
 }
 

@@ -12,9 +12,6 @@
 #include <string.h>
 #include <yaml.h>
 
-/* Room for a canonical entry: "http://" host:port "=" publisher. */
-#define WLIST_ENTRY_MAX (7 + NETADDR_HOST_MAX + 8 + 1 + WLIST_PUB_URL_MAX)
-
 int wlist_check(const char *item, char *msg, size_t msglen)
 {
     char out[WLIST_ENTRY_MAX];

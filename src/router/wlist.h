@@ -13,6 +13,8 @@
 #ifndef ADMIT_WLIST_H
 #define ADMIT_WLIST_H
 
+#include "core/netaddr.h"
+
 #include <stddef.h>
 #include <stdint.h>
 
@@ -20,6 +22,8 @@
 #define WLIST_PUB_URL_MAX 256
 /* Longest DNS name followed (RFC 1035: 253 bytes written out). */
 #define WLIST_DNS_NAME_MAX 253
+/* Room for a canonical entry: "http://" host:port "=" publisher. */
+#define WLIST_ENTRY_MAX (7 + NETADDR_HOST_MAX + 8 + 1 + WLIST_PUB_URL_MAX)
 /* Most entries one list (a file, an answer) may hold. */
 #define WLIST_MAX 4096
 

@@ -169,6 +169,45 @@ static void test_registry(void **state)
     bt_registry_free(NULL);
 }
 
+/* A reload's new defaults reach every model, except the fields a POST set for it; models
+ * registered afterwards start at the new defaults. */
+static void test_new_defaults(void **state)
+{
+    struct bt_registry *r = new_registry();
+    struct busy_thresholds d, t;
+
+    (void) state;
+    bt_registry_add_model(r, "b");
+    expect_post(r, "{\"model\":\"b\",\"active_prefill_tokens_threshold\":7}", 200);
+    expect_post(r, "{\"model\":\"m\",\"active_decode_blocks_threshold\":null}", 200);
+    busy_thresholds_unset(&d);
+    d.active_decode_blocks_threshold = 0.5;
+    d.active_prefill_tokens_threshold_frac = 2;
+    bt_registry_set_defaults(r, &d);
+    bt_registry_get(r, "m", &t); /* nothing set by a POST (null is "not given") */
+    assert_true(t.active_decode_blocks_threshold == 0.5);
+    assert_int_equal(t.active_prefill_tokens_threshold, -1);
+    assert_true(t.active_prefill_tokens_threshold_frac == 2);
+    bt_registry_get(r, "b", &t); /* its token threshold was set: it stays */
+    assert_true(t.active_decode_blocks_threshold == 0.5);
+    assert_int_equal(t.active_prefill_tokens_threshold, 7);
+    assert_true(t.active_prefill_tokens_threshold_frac == 2);
+    bt_registry_get(r, "unknown", &t);
+    assert_true(t.active_decode_blocks_threshold == 0.5);
+    assert_int_equal(t.active_prefill_tokens_threshold, -1);
+    bt_registry_add_model(r, "c");
+    bt_registry_get(r, "c", &t);
+    assert_true(t.active_decode_blocks_threshold == 0.5);
+    /* Once more: the set field still stays, the others follow again. */
+    d.active_prefill_tokens_threshold = 100;
+    bt_registry_set_defaults(r, &d);
+    bt_registry_get(r, "b", &t);
+    assert_int_equal(t.active_prefill_tokens_threshold, 7);
+    bt_registry_get(r, "m", &t);
+    assert_int_equal(t.active_prefill_tokens_threshold, 100);
+    bt_registry_free(r);
+}
+
 static void test_unknown_model(void **state)
 {
     struct bt_registry *r = new_registry();
@@ -315,7 +354,7 @@ int main(void)
         cmocka_unit_test(test_dynamo_sequence), cmocka_unit_test(test_registry),
         cmocka_unit_test(test_unknown_model),   cmocka_unit_test(test_nulls_ignored),
         cmocka_unit_test(test_schema_errors),   cmocka_unit_test(test_http_errors),
-        cmocka_unit_test(test_hostile),
+        cmocka_unit_test(test_hostile),         cmocka_unit_test(test_new_defaults),
     };
 
     return cmocka_run_group_tests(tests, NULL, NULL);

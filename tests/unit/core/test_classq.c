@@ -243,6 +243,65 @@ static void test_wspt_cost_then_arrival(void **state)
     classq_free(q);
 }
 
+/* ---- a reload: the entries moved into a queue of other classes ------------------------- */
+
+/* Drained oldest first across classes and policies, each keeping its class and cost; the
+ * old queue is left empty and usable. Requeued into new classes (two merged into one, one
+ * kept, one split off) past a limit that would refuse a push, they keep their arrival order
+ * and costs: an FCFS class serves the merged entries oldest first, a WSPT class by cost. */
+static void test_drain_and_requeue(void **state)
+{
+    static const int64_t prompts[] = {50, 10, 40, 0, 30, 20, 60, 5};
+    static const int cls_of[] = {0, 1, 2, 1, 0, 2, 1, 0};
+    struct classq_def old[3] = {{1, CLASSQ_FCFS, 0}, {1, CLASSQ_WSPT, 0}, {1, CLASSQ_FCFS, 0}};
+    struct classq_def next[2] = {{1, CLASSQ_FCFS, 1}, {1, CLASSQ_WSPT, 0}};
+    struct classq_entry *out[8];
+    struct ctx c;
+    struct classq *q = mk(&c, reqs, 8, old, 3), *nq;
+
+    (void) state;
+    for (int i = 0; i < 8; i++)
+        push_ok(q, cls_of[i], &reqs[i], prompts[i]);
+    assert_int_equal(classq_drain(q, out), 8);
+    assert_int_equal(classq_total(q), 0);
+    for (int i = 0; i < 3; i++) {
+        assert_int_equal(classq_depth(q, i), 0);
+        assert_int_equal(classq_deficit(q, i), 0);
+    }
+    for (int i = 0; i < 8; i++) {
+        assert_ptr_equal(out[i], &reqs[i].qe);
+        assert_false(classq_queued(out[i]));
+        assert_int_equal(classq_class_of(out[i]), cls_of[i]);
+        assert_int_equal(classq_cost_of(out[i]), prompts[i] > 1 ? prompts[i] : 1);
+    }
+    /* The old classes 0 and 2 go to the new FCFS class 0 (limit 1 x 1 worker: already full
+     * after one), the old WSPT class 1 to the new class 1. */
+    nq = classq_new(next, 2);
+    assert_non_null(nq);
+    for (int i = 0; i < 8; i++)
+        assert_int_equal(classq_requeue(nq, cls_of[i] == 1 ? 1 : 0, out[i]), 0);
+    assert_int_equal(classq_depth(nq, 0), 5);
+    assert_int_equal(classq_depth(nq, 1), 3);
+    assert_int_equal(classq_requeue(nq, 0, out[0]), -1); /* queued already */
+    assert_int_equal(classq_requeue(nq, 2, &reqs[8].qe), -1);
+    memset(&reqs[8], 0, sizeof reqs[8]);
+    assert_int_equal(classq_requeue(nq, 0, &reqs[8].qe), -1);    /* never pushed */
+    assert_int_equal(classq_push(nq, 0, &reqs[8].qe, 1, 1), -1); /* full for newcomers */
+    classq_free(q);
+    c.q = nq;
+    c.allow[1] = 0;
+    assert_int_equal(dispatch(&c), 5);
+    for (int i = 0, want[] = {0, 2, 4, 5, 7}; i < 5; i++)
+        assert_int_equal(c.id[i], want[i]);
+    c.allow[0] = 0;
+    c.allow[1] = 1;
+    c.n = 0;
+    assert_int_equal(dispatch(&c), 3);
+    for (int i = 0, want[] = {3, 1, 6}; i < 3; i++) /* costs 1, 10, 60 */
+        assert_int_equal(c.id[i], want[i]);
+    classq_free(nq);
+}
+
 /* ---- the limit ------------------------------------------------------------------------ */
 
 static void test_limit_boundary(void **state)
@@ -838,6 +897,7 @@ int main(void)
         cmocka_unit_test(test_dispatch_stops_when_nothing_ready),
         cmocka_unit_test(test_go_may_change_the_queue),
         cmocka_unit_test(test_random_against_model),
+        cmocka_unit_test(test_drain_and_requeue),
     };
 
     return cmocka_run_group_tests(tests, NULL, NULL);

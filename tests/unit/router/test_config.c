@@ -470,6 +470,79 @@ static void test_classes_example(void **state)
     router_cfg_free(&c); /* twice */
 }
 
+/* A reload reads the same sources with the same precedence and checks, but not the workers
+ * file; what changed is told apart: a setting that needs a restart keeps its running value,
+ * a live one takes the new; each class of the old config has its place in the new. */
+static void test_reload(void **state)
+{
+    static struct router_cfg cur, next;
+    char path[64] = "", wpath[64] = "", arg[96], warg[96];
+    char *argv[8] = {"admit-router", arg, warg, "--listen=127.0.0.1:7000", NULL};
+    int map[3];
+
+    (void) state;
+    testenv_write(wpath, W1 "\n");
+    snprintf(warg, sizeof warg, "--workers-file=%s", wpath);
+    testenv_write(path, "listen: \"127.0.0.1:1\"\n"
+                        "metrics_listen: \"127.0.0.1:2\"\n"
+                        "active_prefill_tokens_threshold: 100\n"
+                        "upstream_keepalive: 8\n"
+                        "policy_classes:\n"
+                        "  - {name: a, quantum: 5}\n"
+                        "  - {name: b, quantum: 1}\n"
+                        "  - {name: c, quantum: 1}\n");
+    snprintf(arg, sizeof arg, "--config=%s", path);
+    testenv_set(NULL);
+    assert_int_equal(router_cfg_parse(&cur, 4, argv, testenv_get, err, sizeof err), OPT_RUN);
+    assert_int_equal(cur.file_workers.n, 1);
+    /* The file edited; the flag still wins over it; the workers file now bad, not read. */
+    testenv_write(wpath, "nonsense\n");
+    testenv_write(path, "listen: \"127.0.0.1:3\"\n"
+                        "metrics_listen: \"127.0.0.1:4\"\n"
+                        "active_prefill_tokens_threshold: 50\n"
+                        "upstream_keepalive: 9\n"
+                        "log_level: debug\n"
+                        "policy_classes:\n"
+                        "  - {name: c, quantum: 2}\n"
+                        "  - {name: d, quantum: 1}\n"
+                        "default_policy_class: d\n");
+    assert_int_equal(router_cfg_reparse(&next, 4, argv, testenv_get, err, sizeof err), 0);
+    assert_int_equal(next.file_workers.n, 0);
+    assert_int_equal(next.listen.port, 7000);
+    assert_int_equal(next.metrics_listen.port, 4);
+    assert_int_equal(router_cfg_diff(&cur, &next), 2); /* metrics_listen, upstream_keepalive */
+    assert_int_equal(next.listen.port, 7000);
+    assert_int_equal(next.metrics_listen.port, 2);
+    assert_int_equal(next.upstream_keepalive, 8);
+    assert_int_equal(next.t.active_prefill_tokens_threshold, 50); /* live */
+    assert_int_equal(next.log_level, LOG_DEBUG);
+    assert_int_equal(router_cfg_diff(&cur, &next), 0);
+    /* a and b are gone: the new default, d; c stays c. */
+    router_cfg_class_map(&cur.classes, &next.classes, map);
+    assert_int_equal(map[0], 1);
+    assert_int_equal(map[1], 1);
+    assert_int_equal(map[2], 0);
+    router_cfg_free(&next);
+    /* No class left: nowhere to go. */
+    testenv_write(path, "listen: \"127.0.0.1:1\"\n");
+    assert_int_equal(router_cfg_reparse(&next, 4, argv, testenv_get, err, sizeof err), 0);
+    router_cfg_class_map(&cur.classes, &next.classes, map);
+    assert_int_equal(map[0], -1);
+    assert_int_equal(map[2], -1);
+    router_cfg_free(&next);
+    /* A bad file: -1, the reason at file:line:column, and nothing kept of it. */
+    testenv_write(path, "listen: \"127.0.0.1:1\"\nactive_decode_blocks_threshold: 2\n");
+    assert_int_equal(router_cfg_reparse(&next, 4, argv, testenv_get, err, sizeof err), -1);
+    assert_non_null(strstr(err, ":2:33: active_decode_blocks_threshold"));
+    assert_int_equal(next.classes.n, 0);
+    testenv_write(path, "policy_classes:\n  - {name: a}\n");
+    assert_int_equal(router_cfg_reparse(&next, 4, argv, testenv_get, err, sizeof err), -1);
+    assert_non_null(strstr(err, ":2:5: "));
+    unlink(path);
+    unlink(wpath);
+    router_cfg_free(&cur);
+}
+
 static void test_usage(void **state)
 {
     static const char *const want[] = {"--worker=V",
@@ -506,6 +579,7 @@ int main(void)
         cmocka_unit_test(test_file),          cmocka_unit_test(test_example),
         cmocka_unit_test(test_classes),       cmocka_unit_test(test_classes_example),
         cmocka_unit_test(test_usage),         cmocka_unit_test(test_discovery),
+        cmocka_unit_test(test_reload),
     };
 
     return cmocka_run_group_tests(tests, NULL, NULL);
