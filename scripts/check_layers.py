@@ -40,7 +40,8 @@ MAY_INCLUDE = {
     "tests/unit/router": {"admit", "core", "router", "tests"},
     "tests/unit/admitd": {"admit", "core", "admitd", "tests"},
     "fuzz": {"admit", "core", "router"},  # router: its pure config readers (classes)
-    "tests/bench": {"admit", "core", "router"},  # the selection bench: the pure modules only
+    # the selection bench: the pure modules only; the load decoder bench: fuzz/'s oracle
+    "tests/bench": {"admit", "core", "router", "fuzz"},
     # The fleet benches publish and receive load messages: fleetpub through lib/pubsub, and
     # the intake benches through nng itself too, since what they compare is how nng's sockets
     # are laid out (and, spsub_bench, nng against lib/pubsub/spsub).

@@ -29,47 +29,16 @@
  * table, and --iters fixes the requests a round instead of timing a trial, so that two builds
  * under valgrind --tool=cachegrind do the same work (instructions and misses per request are
  * steadier than timings on a shared machine); --part keeps one part (both by default). */
+#include "benchutil.h"
 #include "core/busy.h"
 #include "core/classq.h"
 #include "router/select.h"
 
-#include <errno.h>
 #include <math.h>
-#include <sched.h>
 #include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
-
-/* ---- allocation counting: the linker sends every malloc of the program through these ---- */
-
-static unsigned long bench_allocs;
-
-void *__real_malloc(size_t n);
-void *__real_calloc(size_t k, size_t n);
-void *__real_realloc(void *p, size_t n);
-void *__wrap_malloc(size_t n);
-void *__wrap_calloc(size_t k, size_t n);
-void *__wrap_realloc(void *p, size_t n);
-
-void *__wrap_malloc(size_t n)
-{
-    bench_allocs++;
-    return __real_malloc(n);
-}
-
-void *__wrap_calloc(size_t k, size_t n)
-{
-    bench_allocs++;
-    return __real_calloc(k, n);
-}
-
-void *__wrap_realloc(void *p, size_t n)
-{
-    bench_allocs++;
-    return __real_realloc(p, n);
-}
 
 /* ---- the fleet ------------------------------------------------------------------------ */
 
@@ -182,14 +151,6 @@ static void fleet_free(struct fleet *f)
 /* ---- timing --------------------------------------------------------------------------- */
 
 static int64_t prompts[BENCH_PROMPTS];
-
-static double now_s(void)
-{
-    struct timespec ts;
-
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double) ts.tv_sec + (double) ts.tv_nsec * 1e-9;
-}
 
 /* What a timed loop does per request: select-and-book alone (run_select), or through the
  * class gate first (run_gated). */
@@ -361,25 +322,12 @@ static double round_us(const struct bench_kind *k, long n, long *ok, unsigned lo
     double t0, t1;
 
     k->run(k, 1); /* the thresholds' one-time limits pass stays out of the timing */
-    a0 = bench_allocs;
-    t0 = now_s();
+    a0 = bench_allocs();
+    t0 = bench_now_s();
     *ok = k->run(k, n);
-    t1 = now_s();
-    *allocs += bench_allocs - a0;
+    t1 = bench_now_s();
+    *allocs += bench_allocs() - a0;
     return (t1 - t0) * 1e6 / (double) n;
-}
-
-static int cmp_double(const void *a, const void *b)
-{
-    double x = *(const double *) a, y = *(const double *) b;
-
-    return (x > y) - (x < y);
-}
-
-static double median(double *v, int n)
-{
-    qsort(v, (size_t) n, sizeof *v, cmp_double);
-    return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2.0;
 }
 
 /* Requests per round for about ms milliseconds, by a short trial of kind k. */
@@ -389,9 +337,9 @@ static long calibrate(const struct bench_kind *k, double ms)
     double t0, dt;
 
     for (;;) {
-        t0 = now_s();
+        t0 = bench_now_s();
         k->run(k, n);
-        dt = now_s() - t0;
+        dt = bench_now_s() - t0;
         if (dt > 0.002 || n > (1L << 28))
             break;
         n *= 2;
@@ -463,13 +411,13 @@ static void gate_table(int rounds, double ms, long iters, int only_workers, unsi
             pair[1][r] = t[2][r] / t[0][r];
         }
         for (int k = 0; k < 4; k++) {
-            med[k] = median(t[k], rounds);
+            med[k] = bench_median(t[k], rounds);
             if (ok[k] != n[k])
                 fprintf(stderr, "select_bench: gate %d x 1, kind %d: %ld of %ld dispatched\n",
                         workers, k, ok[k], n[k]);
         }
-        ratio[0] = median(pair[0], rounds);
-        ratio[1] = median(pair[1], rounds);
+        ratio[0] = bench_median(pair[0], rounds);
+        ratio[1] = bench_median(pair[1], rounds);
         if (same.held + same.refused + same.lost + mine.held + mine.refused + mine.lost > 0)
             fprintf(
                 stderr, "select_bench: gate %d x 1: held %ld/%ld, refused %ld/%ld, lost %ld/%ld\n",
@@ -482,21 +430,6 @@ static void gate_table(int rounds, double ms, long iters, int only_workers, unsi
         classq_free(bare.q);
         fleet_free(&f);
     }
-}
-
-static void pin(const char *arg)
-{
-    const char *v = arg ? arg : getenv("ADMIT_BENCH_CPU");
-    int cpu = v && *v ? atoi(v) : 0;
-    cpu_set_t set;
-
-    CPU_ZERO(&set);
-    CPU_SET(cpu, &set);
-    if (sched_setaffinity(0, sizeof set, &set) != 0)
-        fprintf(stderr, "select_bench: warning: cannot pin to CPU %d (%s); timings will move\n",
-                cpu, strerror(errno));
-    else
-        printf("pinned to CPU %d\n", cpu);
 }
 
 static void usage(void)
@@ -540,12 +473,12 @@ int main(int argc, char **argv)
     }
     if (rounds < 1 || rounds > BENCH_MAX_ROUNDS || !(ms > 0) || part < 0 || part > 2)
         usage();
-    pin(cpu);
+    bench_pin("select_bench", cpu);
 
     /* The counter must see the library's allocations, or its 0 would mean nothing. */
-    before = bench_allocs;
+    before = bench_allocs();
     sel_free(sel_new(3, 16));
-    if (bench_allocs == before) {
+    if (bench_allocs() == before) {
         fprintf(stderr, "select_bench: the allocation counter sees nothing (no --wrap?)\n");
         return 1;
     }
@@ -612,10 +545,10 @@ int main(int argc, char **argv)
             /* The ratio is the median of each on round over the off round just before it:
              * a shared machine slows down for seconds at a time, and a pair of neighbours
              * shares the slowdown where two medians need not. */
-            ratio = median(pair, rounds);
-            moff = median(toff, rounds);
-            mon = median(ton, rounds);
-            mmodel = median(tmodel, rounds);
+            ratio = bench_median(pair, rounds);
+            moff = bench_median(toff, rounds);
+            mon = bench_median(ton, rounds);
+            mmodel = bench_median(tmodel, rounds);
             if (ok_off != n || ok_on != n || ok_model != n)
                 fprintf(stderr,
                         "select_bench: %d x %u: %ld (off), %ld (on) and %ld (model) of %ld found "

@@ -68,6 +68,20 @@ static void test_round_trip(void **state)
     assert_int_equal(admit_load_encode(&m, buf, 40), -1);
 }
 
+/* The list holds these n names, in this order. */
+static void assert_names(const struct admit_load_models *l, const char *const *want, int n)
+{
+    const char *p = NULL;
+
+    assert_int_equal(l->n, n);
+    for (int i = 0; i < n; i++) {
+        p = admit_load_models_next(l, p);
+        assert_non_null(p);
+        assert_string_equal(p, want[i]);
+    }
+    assert_null(admit_load_models_next(l, p));
+}
+
 /* Decodes "kv_metrics " + json and returns the error text ("" when it decoded). */
 static const char *decode_err(const char *json)
 {
@@ -200,9 +214,10 @@ static void test_models_optional_and_strict(void **state)
     static const char *const bad[] = {
         "7", "\"a\"", "{}", "[1]", "[null]", "[\"\"]", "[\"tab\\tname\"]", "[[\"a\"]]", "true"};
     char msg[ADMIT_LOAD_MSG_MAX + 256], json[ADMIT_LOAD_MSG_MAX + 1536], list[1024];
+    static const char *const names[] = {"meta-llama/Llama-3.1-8B", "q\"b\\", "caf\xc3\xa9",
+                                        "lora-1"};
     char err[256];
     struct admit_load m;
-    const char *p;
     size_t k;
     int n;
 
@@ -232,16 +247,7 @@ static void test_models_optional_and_strict(void **state)
                  "\"caf\\u00e9\",\"lora-1\"]," FULL_TAIL,
                  head);
     assert_int_equal(admit_load_decode(msg, (size_t) n, &m, err, sizeof err), 0);
-    assert_int_equal(m.models.n, 4);
-    p = admit_load_models_next(&m.models, NULL);
-    assert_string_equal(p, "meta-llama/Llama-3.1-8B");
-    p = admit_load_models_next(&m.models, p);
-    assert_string_equal(p, "q\"b\\");
-    p = admit_load_models_next(&m.models, p);
-    assert_string_equal(p, "caf\xc3\xa9");
-    p = admit_load_models_next(&m.models, p);
-    assert_string_equal(p, "lora-1");
-    assert_null(admit_load_models_next(&m.models, p));
+    assert_names(&m.models, names, 4);
     assert_true(admit_load_models_has(&m.models, "lora-1"));
     assert_false(admit_load_models_has(&m.models, "lora"));
     assert_true(admit_load_to_json(&m, json, sizeof json) > 0);
@@ -288,6 +294,247 @@ static void test_models_optional_and_strict(void **state)
     /* Given twice: a duplicate key. */
     snprintf(json, sizeof json, "%s\"models\":[],\"models\":[]," FULL_TAIL, head);
     assert_non_null(strstr(decode_err(json), "JSON"));
+}
+
+/* ---- the decoder's JSON: what jansson's reader took, it takes, and refuses the rest ---- */
+
+/* A whole valid message around a fragment: HEAD, then the fragment (which may be empty or
+ * end with a comma), then the rest of the required fields. */
+#define HEAD "{\"v\":1,\"worker_id\":\"w\",\"dp_rank\":0,\"seq\":1,\"ts_ms\":5,"
+
+static const char *decode_with(const char *fragment)
+{
+    static char json[ADMIT_LOAD_MSG_MAX];
+
+    snprintf(json, sizeof json, HEAD "%s" FULL_TAIL, fragment);
+    return decode_err(json);
+}
+
+/* What JSON allows anywhere: whitespace between tokens, escapes in any string (keys too),
+ * numbers of every form in fields this reader does not know, values of any type nested in
+ * them. */
+static void test_json_forms_accepted(void **state)
+{
+    static const char *const unknown[] = {
+        "\"x\":-0,", "\"x\":1.5e-7,", "\"x\":1E+300,", "\"x\":-0.0,", "\"x\":0e999999999999,",
+        "\"x\":9223372036854775807,", "\"x\":-9223372036854775808,", "\"x\":1e-400,",
+        "\"x\":true,\"y\":false,\"z\":null,", "\"x\":\"\\\"\\\\\\/\\b\\f\\n\\r\\t\\u00e9\",",
+        "\"x\":{\"a\":[1,{\"b\":{}},[[]],\"s\"],\"c\":{\"a\":1}},", "\"x\":[{\"a\":1},{\"a\":1}],",
+        "\"x\":\"\xc3\xa9\xe2\x82\xac\xf0\x9f\x98\x80\x7f\",", "\"\\u0078\":1,\"y\":1,",
+        /* 1.7976931348623157e308 is DBL_MAX; anything that rounds to it still is a double */
+        "\"x\":1.7976931348623158e308,", "\"x\":-1.797693134862315807e308,"};
+    static const char spaced[] =
+        " \t\r\n{ \"v\" : 1 ,\n\"worker_id\"\t:\t\"w\" , \"dp_rank\" : -0 , \"seq\" :1,"
+        "\"ts_ms\":5,\"state\" :\r\"draining\",\"heartbeat_ms\":1000,\"kv_used_blocks\":null,"
+        "\"kv_total_blocks\" : null , \"active_decode_blocks\":0,\"active_prefill_tokens\":0,"
+        "\"max_num_batched_tokens\":null,\"engine_requests\":0,\"engine_request_limit\":4,"
+        "\"queued_requests\":0,\"request_queue_limit\":16 ,\"models\" : [ \"a\" , \"b\" ] }\n ";
+    char msg[ADMIT_LOAD_MSG_MAX], err[256];
+    struct admit_load m;
+    int n;
+
+    (void) state;
+    for (size_t i = 0; i < sizeof unknown / sizeof unknown[0]; i++) {
+        if (strcmp(decode_with(unknown[i]), "") != 0)
+            fail_msg("refused %s: %s", unknown[i], decode_with(unknown[i]));
+    }
+    n = snprintf(msg, sizeof msg, "kv_metrics %s", spaced);
+    assert_int_equal(admit_load_decode(msg, (size_t) n, &m, err, sizeof err), 0);
+    assert_int_equal(m.dp_rank, 0); /* -0 is the integer 0 */
+    assert_int_equal(m.state, ADMIT_LOAD_DRAINING);
+    assert_int_equal(m.models.n, 2);
+    /* Keys and values spelt with escapes are the same keys and values. */
+    n = snprintf(msg, sizeof msg,
+                 "kv_metrics {\"\\u0076\":1,\"worker\\u005fid\":\"g\\u00e9\\/1\",\"dp_rank\":2,"
+                 "\"s\\u0065q\":1,\"ts_ms\":5,\"\\u0073tate\":\"dr\\u0061ining\",%s",
+                 &FULL_TAIL[strlen("\"state\":\"serving\",")]);
+    assert_int_equal(admit_load_decode(msg, (size_t) n, &m, err, sizeof err), 0);
+    assert_string_equal(m.worker_id, "g\xc3\xa9/1");
+    assert_int_equal(m.dp_rank, 2);
+    assert_int_equal(m.state, ADMIT_LOAD_DRAINING);
+}
+
+/* What JSON (or jansson's reading of it) forbids, wherever it is: a message is refused whole,
+ * as "invalid JSON", even when the fault is in a field this reader does not know. */
+static void test_json_faults_refused(void **state)
+{
+    static const char *const bad[] = {
+        "\"x\":1,\"x\":2,",               /* a key twice */
+        "\"x\":1,\"\\u0078\":2,",         /* ... spelt otherwise */
+        "\"x\":{\"a\":1,\"a\":2},",       /* ... in a nested object */
+        "\"seq\":1,",                     /* a known key twice */
+        "\"x\":\"\\ud800\",",             /* a lone high surrogate */
+        "\"x\":\"\\udc00\",",             /* a lone low one */
+        "\"x\":\"\\ud800\\u0041\",",      /* a high one without its low one */
+        "\"x\":\"\\u0000\",",             /* NUL, escaped: not in a C string */
+        "\"x\\u0000\":1,",                /* ... nor in a key */
+        "\"x\":\"a\tb\",",                /* a raw control byte */
+        "\"x\":\"\\x\",",                 /* an unknown escape */
+        "\"x\":\"\\u12g4\",",             /* a short \u escape */
+        "\"x\":\"\xc0\xaf\",",            /* overlong UTF-8 */
+        "\"x\":\"\xed\xa0\x80\",",        /* a surrogate in UTF-8 */
+        "\"x\":\"\xf4\x90\x80\x80\",",    /* past U+10FFFF */
+        "\"x\":\"\xc3\",",                /* cut short */
+        "\"x\":\"\x80\",",                /* a lone continuation byte */
+        "\"x\":01,",                      /* a leading zero */
+        "\"x\":-,",                       /* no digits */
+        "\"x\":1.,",                      /* none after the point */
+        "\"x\":.5,",                      /* none before it */
+        "\"x\":1e,",                      /* none in the exponent */
+        "\"x\":+1,",                      /* a plus sign */
+        "\"x\":9223372036854775808,",     /* past a 64-bit integer */
+        "\"x\":-9223372036854775809,",    /* ... below it */
+        "\"x\":1e400,",                   /* past a double */
+        "\"x\":1e309,",                   /* ... by its exponent alone */
+        "\"x\":-1.7976931348623159e308,", /* ... just */
+        "\"x\":[1,],",                    /* a trailing comma */
+        "\"x\":{\"a\":1,},",              /* ... in an object */
+        "\"x\":[1 2],",                   /* no comma */
+        "\"x\":{\"a\" 1},",               /* no colon */
+        "\"x\":{1:2},",                   /* a key that is not a string */
+        "\"x\":tru,",                     /* not a literal */
+        "\"x\":nul,",
+        "\"x\":NaN,",
+        "\"x\":'s',",
+        "\"x\":[,",
+    };
+    char msg[ADMIT_LOAD_MSG_MAX + 64];
+    char err[256];
+    struct admit_load m;
+    int n;
+
+    (void) state;
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        const char *e = decode_with(bad[i]);
+        if (strncmp(e, "invalid JSON at byte ", 21) != 0)
+            fail_msg("%s: %s", bad[i], e[0] ? e : "accepted");
+    }
+    /* After the object: whitespace only, and JSON's (a form feed is not). */
+    assert_non_null(strstr(decode_err(HEAD FULL_TAIL " x"), "invalid JSON"));
+    assert_non_null(strstr(decode_err(HEAD FULL_TAIL "\f"), "invalid JSON"));
+    assert_non_null(strstr(decode_err(HEAD FULL_TAIL "{}"), "invalid JSON"));
+    assert_non_null(strstr(decode_err(HEAD "\"x\":1," FULL_TAIL), "")); /* sanity: valid */
+    assert_string_equal(decode_err(HEAD "\"x\":1," FULL_TAIL), "");
+    assert_non_null(strstr(decode_err("7"), "invalid JSON"));
+    assert_non_null(strstr(decode_err("[1,"), "invalid JSON"));
+    assert_non_null(strstr(decode_err("{"), "invalid JSON"));
+    /* A NUL byte after a number: jansson's reader skipped it (a bug); JSON has no place for
+     * it, and this reader refuses it. */
+    n = snprintf(msg, sizeof msg, "kv_metrics " HEAD "\"x\":1%c," FULL_TAIL, 'N');
+    msg[strchr(msg, 'N') - msg] = '\0';
+    assert_int_equal(admit_load_decode(msg, (size_t) n, &m, err, sizeof err), -1);
+    assert_non_null(strstr(err, "invalid JSON"));
+}
+
+/* Exactly where a number stops fitting a double: 2^1024 - 2^970, halfway between DBL_MAX and
+ * the next power of two, rounds up (to even) and overflows; one less does not. */
+static void test_json_double_limit(void **state)
+{
+    static const char limit[] =
+        "17976931348623158079372897140530341507993413271003782693617377898044496829276475094664901"
+        "79775872070963302864166928879109465555478519404026306574886715058206819089020007083836762"
+        "73854845817711531764475730270069855571366959622842914819860834936475292719074168444365510"
+        "704342711559699508093042880177904174497792";
+    char num[400], frag[512];
+
+    (void) state;
+    assert_int_equal(strlen(limit), 309);
+    snprintf(frag, sizeof frag, "\"x\":%s.0,", limit); /* the limit itself */
+    assert_non_null(strstr(decode_with(frag), "real number overflow"));
+    snprintf(num, sizeof num, "%s", limit);
+    num[308] = '1'; /* one less */
+    snprintf(frag, sizeof frag, "\"x\":%s.999,", num);
+    assert_string_equal(decode_with(frag), "");
+    snprintf(frag, sizeof frag, "\"x\":0.000%se312,", num); /* the same, written otherwise */
+    assert_string_equal(decode_with(frag), "");
+    snprintf(frag, sizeof frag, "\"x\":0.%s1e309,", limit); /* the limit and a bit */
+    assert_non_null(strstr(decode_with(frag), "overflow"));
+    snprintf(frag, sizeof frag, "\"x\":%s,", limit); /* no point: an integer, too big */
+    assert_non_null(strstr(decode_with(frag), "too big integer"));
+}
+
+/* Deep nesting in a field this reader does not know is fine as long as the message holds it:
+ * the deepest a message can hold (the scanner's limits are past it). */
+static void test_json_deep_unknown(void **state)
+{
+    char msg[ADMIT_LOAD_MSG_MAX], err[256];
+    struct admit_load m;
+    size_t n = 0, depth = (ADMIT_LOAD_MSG_MAX - 11 - 6) / 2;
+
+    (void) state;
+    n += (size_t) snprintf(msg, sizeof msg, "kv_metrics {\"x\":");
+    memset(msg + n, '[', depth), n += depth;
+    memset(msg + n, ']', depth), n += depth;
+    msg[n++] = '}';
+    assert_true(n <= ADMIT_LOAD_MSG_MAX);
+    assert_int_equal(admit_load_decode(msg, n, &m, err, sizeof err), -1);
+    assert_string_equal(err, "field 'v' is missing"); /* valid JSON: only the fields lack */
+    msg[n - 2] = '}';                                 /* the innermost ']' for a '}': wrong */
+    assert_int_equal(admit_load_decode(msg, n, &m, err, sizeof err), -1);
+    assert_non_null(strstr(err, "invalid JSON"));
+}
+
+/* When a message has several faults, the one reported is the one jansson's reader reported:
+ * JSON's first, then the fields' in its order (v first), wherever they stand. */
+static void test_error_precedence(void **state)
+{
+    (void) state;
+    /* A JSON fault after a field's. */
+    assert_non_null(strstr(decode_with("\"seq\":\"x\",\"y\":01,"), "invalid JSON"));
+    /* The version first, even when it comes last. */
+    assert_string_equal(decode_err("{\"worker_id\":7,\"state\":1,\"v\":2}"),
+                        "unsupported version 2 (this reader knows 1)");
+    assert_string_equal(decode_err("{\"worker_id\":7,\"v\":\"1\"}"),
+                        "field 'v' must be an integer from 0 to 2^53-1");
+    /* Then worker_id, state, dp_rank, seq, ts_ms, heartbeat_ms, the rest, models. */
+    assert_string_equal(decode_err("{\"models\":1,\"heartbeat_ms\":0,\"state\":\"x\",\"v\":1}"),
+                        "field 'worker_id' must be a string");
+    assert_string_equal(
+        decode_err("{\"models\":1,\"heartbeat_ms\":0,\"state\":\"x\",\"v\":1,\"worker_id\":\"w\"}"),
+        "field 'state' must be \"serving\" or \"draining\"");
+    assert_string_equal(
+        decode_err("{\"models\":1,\"heartbeat_ms\":0,\"v\":1,\"worker_id\":\"w\",\"state\":"
+                   "\"serving\"}"),
+        "field 'dp_rank' is missing");
+    assert_string_equal(decode_err("{\"models\":1,\"heartbeat_ms\":0,\"v\":1,\"worker_id\":\"w\","
+                                   "\"state\":\"serving\",\"ts_ms\":1,\"seq\":1,\"dp_rank\":1}"),
+                        "field 'heartbeat_ms' must be an integer from 1 to 2^53-1");
+    assert_string_equal(decode_with("\"models\":1,\"kv_block_size\":0,"),
+                        "field 'kv_block_size' must be an integer from 1 to 2^53-1 or null");
+    assert_string_equal(decode_with("\"models\":[\"a\",\"a\",1],"),
+                        "field 'models' lists a name twice");
+    assert_string_equal(decode_with("\"models\":[\"a\",1,\"a\"],"),
+                        "field 'models' must hold model names of 1 to 127 bytes without "
+                        "control characters");
+}
+
+/* Model names are judged decoded: escapes count as the bytes they stand for, a name spelt two
+ * ways is the same name, and the bound on the list is its compact length. */
+static void test_models_decoded(void **state)
+{
+    static const char *const names[] = {"\xf0\x9f\x98\x80", "\xc3\xa9", "a/b"};
+    char json[1100], list[1024], msg[ADMIT_LOAD_MSG_MAX], err[256];
+    struct admit_load m;
+    size_t k = 0;
+    int n;
+
+    (void) state;
+    n = snprintf(msg, sizeof msg,
+                 "kv_metrics " HEAD
+                 "\"models\":[\"\\ud83d\\ude00\",\"\\u00e9\",\"a\\/b\"]," FULL_TAIL);
+    assert_int_equal(admit_load_decode(msg, (size_t) n, &m, err, sizeof err), 0);
+    assert_names(&m.models, names, 3);
+    assert_int_equal(m.models.json, 2 + 6 + 1 + 4 + 1 + 5); /* ["😀","é","a/b"] */
+    assert_string_equal(decode_with("\"models\":[\"a\",\"\\u0061\"],"),
+                        "field 'models' lists a name twice");
+    assert_non_null(strstr(decode_with("\"models\":[\"\\u001f\"],"), "control characters"));
+    /* 127 bytes decoded, though 6 times as many written: a name; 128 is not. */
+    for (int i = 0; i < 127; i++)
+        k += (size_t) snprintf(list + k, sizeof list - k, "\\u0%s", i ? "06e" : "06E");
+    snprintf(json, sizeof json, "\"models\":[\"%s\"],", list);
+    assert_string_equal(decode_with(json), "");
+    snprintf(json, sizeof json, "\"models\":[\"%sn\"],", list);
+    assert_non_null(strstr(decode_with(json), "1 to 127 bytes"));
 }
 
 /* Building a list: names kept once, invalid ones and overflows refused with the list as it
@@ -468,6 +715,12 @@ int main(void)
         cmocka_unit_test(test_rejects_malformed),
         cmocka_unit_test(test_kv_block_size_optional_and_strict),
         cmocka_unit_test(test_models_optional_and_strict),
+        cmocka_unit_test(test_json_forms_accepted),
+        cmocka_unit_test(test_json_faults_refused),
+        cmocka_unit_test(test_json_double_limit),
+        cmocka_unit_test(test_json_deep_unknown),
+        cmocka_unit_test(test_error_precedence),
+        cmocka_unit_test(test_models_decoded),
         cmocka_unit_test(test_models_build),
         cmocka_unit_test(test_longest_message),
         cmocka_unit_test(test_truncations),
