@@ -6,7 +6,8 @@ set -euo pipefail
 pkgs=(meson ninja-build pkg-config cmake gcc libc6-dev
       libevent-dev libnng-dev libyaml-dev libjansson-dev libcmocka-dev
       python3 curl nng-utils clang-format prometheus nodejs valgrind
-      iproute2 util-linux)  # ip + unshare: the admin-from-a-remote-peer test's namespace
+      iproute2 util-linux   # ip + unshare: the admin-from-a-remote-peer test's namespace
+      node-llhttp)          # llhttp's C sources: the HTTP/1.1 parser's differential test
 # Debian's npm conflicts with a nodejs that already bundles npm (NodeSource builds).
 command -v npm >/dev/null || pkgs+=(npm)
 
