@@ -4,7 +4,9 @@
  * only re-enables it when the reply starts, so nothing sees a client leave while its request
  * is queued or waiting for the engine's first byte. cwatch adds a second, level-triggered
  * event on the same fd (EV_READ|EV_CLOSED) and confirms with recv(MSG_PEEK): EV_CLOSED
- * alone misses a reset, which epoll reports as an error mapped to EV_READ. */
+ * alone misses a reset, which epoll reports as an error mapped to EV_READ. Once unread bytes
+ * wait (a pipelined request), EV_READ would fire for ever: the watch keeps EV_CLOSED (a FIN,
+ * at once) and asks TCP_INFO every 100 ms for a reset behind the bytes. */
 #ifndef ADMIT_CWATCH_H
 #define ADMIT_CWATCH_H
 

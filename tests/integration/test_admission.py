@@ -182,6 +182,44 @@ def test_queued_client_disconnect_frees_its_place():
     mock.stop()
 
 
+def cpu_seconds(proc):
+    """utime + stime of a process, in seconds (/proc/PID/stat)."""
+    import os
+    with open("/proc/%d/stat" % proc.p.pid) as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def test_queued_hangup_behind_pipelined_bytes():
+    # A queued client sends a pipelined request after its own, later, then hangs up (FIN, or
+    # RST): admitd sees it at once, frees the place, and does not spin on the unread bytes.
+    mock = Mock("--token-interval-ms", "50")
+    ad = Admitd(mock.url, "--engine-request-limit", "1", "--request-queue-limit", "2")
+    a = RawClient(ad.addr)
+    a.post("/v1/chat/completions", chat_body(max_tokens=200))
+    assert a.read_head()[0] == 200
+    for leave in ("close", "reset"):
+        b = RawClient(ad.addr)
+        b.post("/v1/chat/completions", chat_body(max_tokens=2))
+        wait_for(lambda: ad.metrics()["dynamo_request_queue"] == 1, what="queued")
+        time.sleep(0.3)
+        b.send(b"GET /v1/models HTTP/1.1\r\nHost: x\r\n\r\n")
+        time.sleep(0.3)
+        getattr(b, leave)()
+        wait_for(lambda: ad.metrics()["dynamo_request_queue"] == 0, 5,
+                 "the place freed after a %s behind pipelined bytes" % leave)
+        before = cpu_seconds(ad.proc)
+        time.sleep(1.0)
+        used = cpu_seconds(ad.proc) - before
+        assert used < 0.3, "admitd used %.2f s of CPU in 1 s after a %s" % (used, leave)
+    m = ad.metrics()
+    assert m['admitd_client_cancellations_total{stage="queued"}'] == 2, m
+    a.close()
+    assert mock.metrics()["admit_mock_requests_total"] == 1
+    ad.stop()
+    mock.stop()
+
+
 def test_overload_status_code_env():
     mock = Mock("--token-interval-ms", "50")
     for env, want in (("503", 503), ("99", 529), ("abc", 529), ("", 529), ("429", 429)):
@@ -482,6 +520,8 @@ if __name__ == "__main__":
     tap.run("a rejection keeps the connection usable", test_rejection_keeps_connection_usable)
     tap.run("a queued client that hangs up frees its place at once",
             test_queued_client_disconnect_frees_its_place)
+    tap.run("a queued client's hang-up behind pipelined bytes (FIN, RST): seen, no spin",
+            test_queued_hangup_behind_pipelined_bytes)
     tap.run("DYN_HTTP_OVERLOAD_STATUS_CODE follows Dynamo's rules", test_overload_status_code_env)
     tap.run("GET and HEAD pass through a full gate", test_get_passes_through_a_full_gate)
     tap.run("without --engine-request-limit there is no cap", test_no_limit_means_no_cap)
