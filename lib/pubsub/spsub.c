@@ -17,6 +17,7 @@
 #include "core/netaddr.h"
 #include "core/spframe.h"
 #include "core/xmalloc.h"
+#include "pubsub/sppoll.h"
 
 #include <arpa/inet.h>
 #include <errno.h>
@@ -48,6 +49,8 @@ struct spsub {
     enum sp_state state;
     int fd;                     /* -1 in SP_WAIT */
     struct event rd, wr, timer; /* rd, wr: assigned to fd for each connection */
+    struct sppoll *poll;        /* non-NULL: fd is read in its passes, not by rd */
+    struct sppoll_reg reg;
     unsigned min_ms, max_ms, handshake_ms;
     unsigned backoff_ms;     /* what the next wait is drawn from */
     uint64_t rng;            /* the jitter's state */
@@ -147,6 +150,34 @@ static void arm_timer(struct spsub *s, unsigned ms)
     evtimer_add(&s->timer, &tv);
 }
 
+static void on_read(evutil_socket_t fd, short what, void *arg);
+
+/* A pass of the poller found the descriptor readable. */
+static void on_ready(void *arg)
+{
+    struct spsub *s = arg;
+
+    on_read(s->fd, EV_READ, s);
+}
+
+/* Reads fd from now on, by the poller or by an event of its own; 0, or -1 with errno. */
+static int watch_read(struct spsub *s)
+{
+    if (s->poll != NULL)
+        return sppoll_add(s->poll, &s->reg, s->fd);
+    if (event_add(&s->rd, NULL) == 0)
+        return 0;
+    errno = ENOMEM; /* libevent's own failure: an allocation */
+    return -1;
+}
+
+static void unwatch_read(struct spsub *s)
+{
+    if (s->poll != NULL)
+        sppoll_del(s->poll, &s->reg);
+    event_del(&s->rd);
+}
+
 /* Ends the connection (if any) and waits to try again. A failure is logged at the level
  * given (a peer that breaks the protocol: warn; a session lost: info; a connect that fails:
  * debug, since a router reports a silent worker as stale anyway) when nothing as grave was
@@ -157,7 +188,7 @@ static void drop(struct spsub *s, enum log_level first, const char *why)
     unsigned ms;
 
     if (s->fd >= 0) {
-        event_del(&s->rd);
+        unwatch_read(s);
         event_del(&s->wr);
         close(s->fd);
         s->fd = -1;
@@ -213,7 +244,10 @@ static void connected(struct spsub *s)
     s->have = 0;
     s->delivered = 0;
     spframe_init(&s->fr, s->mode, SPFRAME_PROTO_PUB0, ADMIT_LOAD_MSG_MAX);
-    event_add(&s->rd, NULL);
+    if (watch_read(s) != 0) {
+        drop_errno(s, LOG_WARN, "watching the connection", errno);
+        return;
+    }
     send_hello(s);
 }
 
@@ -298,7 +332,7 @@ static int parse(struct spsub *s)
 static void destroy(struct spsub *s)
 {
     if (s->fd >= 0) {
-        event_del(&s->rd);
+        unwatch_read(s);
         event_del(&s->wr);
         close(s->fd);
     }
@@ -423,6 +457,9 @@ struct spsub *spsub_new(struct event_base *base, const char *url, spsub_cb cb, v
     s->cb = cb;
     s->arg = arg;
     s->fd = -1;
+    s->reg.fd = -1;
+    s->reg.cb = on_ready;
+    s->reg.arg = s;
     s->state = SP_WAIT;
     s->min_ms = SPSUB_RECONNECT_MIN_MS;
     s->max_ms = SPSUB_RECONNECT_MAX_MS;
@@ -450,6 +487,17 @@ void spsub_set_timing(struct spsub *s, const struct spsub_timing *t)
         s->handshake_ms = t->handshake_ms;
     if (s->backoff_ms < s->min_ms || s->backoff_ms > s->max_ms)
         s->backoff_ms = s->min_ms;
+}
+
+void spsub_set_poll(struct spsub *s, struct sppoll *p)
+{
+    int watching = s->fd >= 0 && (s->state == SP_HELLO || s->state == SP_OPEN);
+
+    if (watching)
+        unwatch_read(s);
+    s->poll = p;
+    if (watching && watch_read(s) != 0)
+        drop_errno(s, LOG_WARN, "watching the connection", errno);
 }
 
 void spsub_get_stats(const struct spsub *s, struct spsub_stats *out)

@@ -31,7 +31,9 @@
  *
  * Reading never spins: the descriptor is level-triggered, each wakeup reads until the
  * kernel has no more (a short read) or SPSUB_READS_PER_WAKEUP reads were made, so 1,000
- * connections share the loop fairly; what is left is read at the next wakeup. Each
+ * connections share the loop fairly; what is left is read at the next wakeup. A wakeup is
+ * the connection's own event by default, or a pass of a poller (spsub_set_poll, sppoll.h)
+ * that reads the connections of a busy fleet in batches on a short timer. Each
  * connection has one buffer, one message at its largest plus its framing, allocated with
  * the subscription: nothing is allocated per message or per connect. */
 #ifndef ADMIT_SPSUB_H
@@ -42,6 +44,7 @@
 
 struct event_base;
 struct spsub;
+struct sppoll;
 
 /* The reconnect backoff's start and cap, and the deadline of a connect and handshake. */
 #define SPSUB_RECONNECT_MIN_MS 100
@@ -80,6 +83,9 @@ struct spsub *spsub_new(struct event_base *base, const char *url, spsub_cb cb, v
                         size_t errlen);
 /** changes the timing; takes effect from the next wait or attempt */
 void spsub_set_timing(struct spsub *s, const struct spsub_timing *t);
+/** reads the connection in p's passes (sppoll.h) from now on, NULL: on each message, by an
+ *  event of its own (the default); p must outlive s */
+void spsub_set_poll(struct spsub *s, struct sppoll *p);
 /** copies the counters into out */
 void spsub_get_stats(const struct spsub *s, struct spsub_stats *out);
 /** the URL followed */

@@ -55,6 +55,19 @@ static int parse_nameserver(void *obj, const char *raw, char *msg, size_t msglen
     return 0;
 }
 
+/* --subscriber: auto (spsub where it can, nng for the rest) or nng (nng for every worker). */
+static int parse_subscriber(void *obj, const char *raw, char *msg, size_t msglen)
+{
+    struct router_cfg *c = obj;
+
+    if (strcmp(raw, "auto") != 0 && strcmp(raw, "nng") != 0) {
+        snprintf(msg, msglen, "'%.120s' must be auto or nng", raw);
+        return -1;
+    }
+    c->subscriber_nng = strcmp(raw, "nng") == 0;
+    return 0;
+}
+
 #define AT(member) OPT_AT(struct router_cfg, member)
 
 /* The order here is the order of --help. Where admitd has the option too, the range and
@@ -72,6 +85,12 @@ static const struct opt_def opts[] = {
     OPT("dns-nameserver", "ADMIT_ROUTER_DNS_NAMESERVER", OPT_CUSTOM, AT(dns_nameserver), 0, 0, NULL,
         "the DNS server to ask, IP:PORT (default: those of /etc/resolv.conf)", NULL, NULL,
         parse_nameserver),
+    OPT("subscriber", "ADMIT_ROUTER_SUBSCRIBER", OPT_CUSTOM, AT(subscriber_nng), 0, 0, "auto",
+        "load messages: auto (our own reader for numeric tcp:// and ipc://, nng's for the "
+        "rest) or nng (nng's SUB for every worker)",
+        NULL, NULL, parse_subscriber),
+    OPT("load-batch-ms", "ADMIT_ROUTER_LOAD_BATCH_MS", OPT_UINT, AT(load_batch_ms), 0, 10, "2",
+        "auto's reader takes the load messages in one go this often (0: each at once)"),
     OPT("model", "ADMIT_ROUTER_MODEL", OPT_LIST, AT(models), 0, 0, NULL,
         "a model whose thresholds POST /busy_threshold may change, repeatable; optional: "
         "the models the workers serve are added as their load messages name them"),
@@ -223,7 +242,7 @@ int router_cfg_reparse(struct router_cfg *c, int argc, char **argv, opt_env_fn e
 
 /* Bound or sized once at start: a listener, the resolver's servers, the selection view's
  * defaults, each worker's connection pool (created when the worker is added; one pool size
- * for all), the proxy's limits on clients, a loaded plugin. */
+ * for all), the proxy's limits on clients, a loaded plugin, the load subscribers' kind. */
 static const struct opt_field restart_fields[] = {
     OPT_FIELD(struct router_cfg, listen),
     OPT_FIELD(struct router_cfg, metrics_listen),
@@ -236,6 +255,10 @@ static const struct opt_field restart_fields[] = {
     OPT_FIELD(struct router_cfg, max_header_bytes),
     OPT_FIELD(struct router_cfg, max_body_bytes),
     OPT_FIELD(struct router_cfg, classifier_plugin),
+    /* How load messages are read: each worker's subscriber is made as the worker is added,
+     * and a fleet read half one way, half the other, would be no one's configuration. */
+    OPT_FIELD_AS("subscriber", struct router_cfg, subscriber_nng),
+    OPT_FIELD(struct router_cfg, load_batch_ms),
 };
 
 /* Read where they are used, or handed on by the reload (the thresholds, the resolver's

@@ -31,6 +31,8 @@ struct router_cfg {
     struct opt_list worker_dns; /* "NAME:HTTP_PORT:PUB_PORT", each checked */
     unsigned dns_interval_ms;   /* the names are resolved again this often */
     char dns_nameserver[NETADDR_HOST_MAX + 8]; /* "IP:PORT" for evdns; "" = resolv.conf */
+    int subscriber_nng;             /* --subscriber=nng: nng's SUB for every worker (else auto) */
+    unsigned load_batch_ms;         /* auto's reader: passes this often (0: on each message) */
     struct opt_list models;         /* models whose thresholds /busy_threshold may change */
     struct hostport listen;         /* client listener */
     struct hostport metrics_listen; /* /metrics, /load, /health, /ready */

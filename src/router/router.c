@@ -21,38 +21,12 @@
 /* A worker marked overloaded by its own 529 is skipped this long (or until it speaks). */
 #define OVERLOAD_MARK_MS 1000
 
-/* The longest a retired worker's subscriber may take to close (its dialer: sub_close). */
-#define SUB_CLOSE_MS 100
-
 int64_t router_now_ms(void)
 {
     struct timespec ts;
 
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return (int64_t) ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
-
-/* ---- load messages -------------------------------------------------------------------- */
-
-static void on_message(void *arg, const void *msg, size_t len)
-{
-    struct rworker *w = arg;
-    struct admit_load m;
-    char err[256];
-
-    if (w->state != RW_ACTIVE)
-        return; /* retired: its subscriber is closed, nothing more is heard */
-    if (admit_load_decode(msg, len, &m, err, sizeof err) != 0) {
-        if (w->bad_messages++ < 5)
-            log_warn("worker %s sent an invalid load message: %s", w->proxy_url, err);
-        return;
-    }
-    w->last_ms = router_now_ms();
-    if (strcmp(w->worker_id, m.worker_id) != 0)
-        snprintf(w->worker_id, sizeof w->worker_id, "%s", m.worker_id);
-    sel_message(w->r->sel, w->idx, &m, w->last_ms);
-    rm_message(w->r, w->idx, &m);
-    rq_kick(w->r); /* its room may have changed */
 }
 
 /* ---- workers that exchanges hold -------------------------------------------------------- */
@@ -472,8 +446,7 @@ static struct rworker *find_worker(const struct router *r, const char *hostport)
 static int revive(struct router *r, struct rworker *w, const char *pub_url, char *err,
                   size_t errlen)
 {
-    w->sub = sub_new(r->base, pub_url, on_message, w, err, errlen);
-    if (w->sub == NULL)
+    if (rl_subscribe(r, w, pub_url, err, errlen) != 0)
         return -1;
     snprintf(w->pub_url, sizeof w->pub_url, "%s", pub_url);
     w->state = RW_ACTIVE;
@@ -511,8 +484,7 @@ int router_add_worker(struct router *r, const char *proxy_url, const char *pub_u
     w->r = r;
     snprintf(w->proxy_url, sizeof w->proxy_url, "%s", url.hostport);
     snprintf(w->pub_url, sizeof w->pub_url, "%s", pub_url);
-    w->sub = sub_new(r->base, pub_url, on_message, w, err, errlen);
-    if (w->sub == NULL) {
+    if (rl_subscribe(r, w, pub_url, err, errlen) != 0) {
         if (k == r->n)
             free(w);
         return -1;
@@ -549,8 +521,7 @@ int router_retire_worker(struct router *r, const char *proxy_url)
     w->state = RW_RETIRED;
     sel_retire(r->sel, w->idx);
     rmodels_drop(r->models, w->idx); /* it serves nothing now: a model only it had gets 404 */
-    sub_close(w->sub, SUB_CLOSE_MS);
-    w->sub = NULL;
+    rl_unsubscribe(r, w);
     r->retired++;
     log_info("worker %s retired: no new request goes there, %u in flight finish", w->proxy_url,
              w->inflight);

@@ -15,6 +15,7 @@
 #include "http/httpreq.h"
 #include "http/proxy.h"
 #include "models.h"
+#include "pubsub/spsub.h"
 #include "select.h"
 
 #include <stdint.h>
@@ -92,6 +93,8 @@ struct router {
     size_t nrejects;
     uint64_t rejected_all_busy, rejected_no_worker, rejected_unknown_model;
     uint64_t added, revived, retired, removed; /* workers that came and went */
+    struct spsub_stats load_gone; /* what the subscribers of workers retired since counted */
+    uint64_t load_invalid;        /* load messages that did not decode */
     struct event *reap; /* frees retired workers whose last request ended (not in its callback) */
     void (*on_change)(void *arg);
     void *on_change_arg;
@@ -139,6 +142,16 @@ void rq_kick(struct router *r);
 void rq_count_busy(struct router *r, const struct rreq *q);
 /** appends the queue's families (nothing without classes) */
 void rq_render_metrics(struct router *r, struct buf *out);
+
+/* ---- router_load.c: the workers' load messages ------------------------------------------ */
+
+/** follows w's publisher as --subscriber and --load-batch-ms say; 0, or -1 with err */
+int rl_subscribe(struct router *r, struct rworker *w, const char *pub_url, char *err,
+                 size_t errlen);
+/** closes w's subscriber (never blocking for long), keeping what it counted */
+void rl_unsubscribe(struct router *r, struct rworker *w);
+/** appends the load intake's families (admit_router_load_*) */
+void rl_render_metrics(struct router *r, struct buf *out);
 
 /* ---- router_models.c: the models the workers serve -------------------------------------- */
 

@@ -143,6 +143,7 @@ void router_render_metrics(struct router *r, struct buf *out)
                  change_names[i]);
         prom_sample(out, name, NULL, (double) changes[i]);
     }
+    rl_render_metrics(r, out);
     rq_render_metrics(r, out);
 }
 

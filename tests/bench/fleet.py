@@ -3,23 +3,27 @@
 
   meson setup build-rel --buildtype=release && ninja -C build-rel
   tests/bench/fleet.py --build build-rel [--workers 1000] [--rate 10] [--seconds 20]
-                       [--rounds 2] [--skip-intake]
+                       [--rounds 2] [--skip-intake] [--subscribers nng,auto]
 
 1. tests/bench/fleetpub publishes load messages for --workers simulated workers at --rate
    messages/s each, from one process (one nng PUB socket each, through lib/pubsub as admitd
-   publishes). Every worker's HTTP address is one admit-mock-engine.
+   publishes). Every worker's HTTP address is one admit-mock-engine, at 127.0.K.J and its
+   port: an address each, since a router follows one worker per address.
 2. The socket layouts, alone (tests/bench/fleet/intake_bench): one SUB socket per publisher,
-   one shared SUB socket with a dialer each (what lib/pubsub/subscribe.c does), and a
+   one shared SUB socket with a dialer each (lib/pubsub/subscribe.c's nng side), and a
    libevent reader of nng's wire protocol with no nng at all (a floor: what nng's threads
    cost). --rounds alternating rounds of --seconds each; medians.
 3. One admit-router follows all of them, its workers listed in a config file (the `worker`
-   key, comma-separated). Once every worker is routable: its RSS (VmRSS, and VmHWM) and its
-   CPU over --seconds of message intake with no request (utime + stime from
-   /proc/PID/stat, all threads), as a percentage of one core.
+   key, comma-separated), once for each --subscribers value (its --subscriber option: nng,
+   nng's SUB for every worker as before; auto, spsub read in passes every --load-batch-ms),
+   a fresh router each, side by side in the table. Once every worker is routable: its RSS
+   (VmRSS, and VmHWM), its threads, and its CPU over --seconds of message intake with no
+   request (utime + stime from /proc/PID/stat, all threads), as a percentage of one core and
+   per message received (admit_router_load_messages_total over the same seconds).
 4. Selection: select_bench's figure at 1,024 workers of 1 rank (the selection alone), and a
-   live probe: sequential requests through the router to the mock against the same requests
-   straight to the mock, medians (the difference is the router's whole per-request path at
-   this fleet size, selection included).
+   live probe (with each router): sequential requests through the router to the mock against
+   the same requests straight to the mock, medians (the difference is the router's whole
+   per-request path at this fleet size, selection included).
 
 Prints numbers and asserts nothing (a timing on a shared machine is no test).
 """
@@ -111,10 +115,14 @@ def get(addr, path, body=None):
         c.close()
 
 
-def routable(maddr):
+def metric(maddr, sample):
     _, body = get(maddr, "/metrics")
-    m = re.search(rb'^admit_router_workers\{state="routable"\} (\S+)$', body, re.M)
-    return int(float(m.group(1))) if m else 0
+    m = re.search(rb"^" + re.escape(sample.encode()) + rb" (\S+)$", body, re.M)
+    return float(m.group(1)) if m else 0.0
+
+
+def routable(maddr):
+    return int(metric(maddr, 'admit_router_workers{state="routable"}'))
 
 
 def hostport(s):
@@ -140,6 +148,74 @@ def probe(addr, n):
     return statistics.median(times)
 
 
+def start_fleet(a, b, mock_url, urls):
+    """fleetpub for --workers workers, their lines (PROXY_URL=PUB_URL) written to urls. fleetpub
+    gives every worker the one HTTP address it is told, and a router follows one worker per
+    address (the others are the same worker named again): each line gets an address of its
+    own, 127.0.K.J at the mock's port, which the mock (listening on every address) answers."""
+    port = mock_url.rsplit(":", 1)[1]
+    pub, _ = start([os.path.join(b, "tests/bench/fleetpub"), "--workers", str(a.workers),
+                    "--rate", str(a.rate), "--out", urls, "--http", "127.0.0.1:" + port],
+                   r"^ready \d+")
+    with open(urls) as f:
+        pubs = [ln.strip().rsplit("=", 1)[1] for ln in f if ln.strip()]
+    with open(urls, "w") as f:
+        for i, u in enumerate(pubs):
+            f.write("http://127.0.%d.%d:%s=%s\n" % (i // 250, i % 250 + 1, port, u))
+    return pub
+
+
+def run_router(a, b, tmp, via, mock_url, mock_addr):
+    """One admit-router with --subscriber=via following a fresh fleet (nng's PUB slows down
+    once a round of subscribers has come and gone, README "Load intake"): its figures."""
+    urls = os.path.join(tmp, "workers-%s.txt" % via)
+    pub = start_fleet(a, b, mock_url, urls)
+    rt = None
+    try:
+        with open(urls) as f:
+            workers = [ln.strip() for ln in f if ln.strip()]
+        cfg = os.path.join(tmp, "router-%s.yaml" % via)
+        with open(cfg, "w") as f:
+            f.write("listen: 127.0.0.1:0\nmetrics_listen: 127.0.0.1:0\n")
+            f.write("worker: %s\n" % ",".join(workers))
+        rt, m = start([os.path.join(b, "admit-router"), "--config", cfg, "--subscriber", via],
+                      r"ready listen=(\S+) metrics=(\S+) workers=(\d+)")
+        raddr, maddr = hostport(m.group(1)), hostport(m.group(2))
+        t0 = time.time()
+        while routable(maddr) < a.workers and time.time() - t0 < 60:
+            time.sleep(0.5)
+        heard = routable(maddr)
+        time.sleep(3)  # settle
+        n0 = metric(maddr, "admit_router_load_messages_total")
+        ticks0, by0, w0 = proc_ticks(rt.pid), thread_ticks(rt.pid), time.monotonic()
+        time.sleep(a.seconds)
+        ticks1, by1, w1 = proc_ticks(rt.pid), thread_ticks(rt.pid), time.monotonic()
+        n1 = metric(maddr, "admit_router_load_messages_total")
+        hz = os.sysconf("SC_CLK_TCK")
+        cpu_s = (ticks1 - ticks0) / hz
+        by = {k: 100.0 * (by1.get(k, 0) - by0.get(k, 0)) / hz / (w1 - w0) for k in by1}
+        out = {
+            "routable": (heard, routable(maddr)),
+            "cpu_pct": 100.0 * cpu_s / (w1 - w0),
+            "split": (sum(v for k, v in by.items() if not k.startswith("nng")),
+                      sum(v for k, v in by.items() if k.startswith("nng"))),
+            "msgs_per_s": (n1 - n0) / (w1 - w0),
+            "us_per_msg": 1e6 * cpu_s / (n1 - n0) if n1 > n0 else 0.0,
+            "rss": (proc_status(rt.pid, "VmRSS") / 1024, proc_status(rt.pid, "VmHWM") / 1024),
+            "threads": proc_status(rt.pid, "Threads"),
+        }
+        direct = probe(mock_addr, a.probe)
+        routed = probe(raddr, a.probe)
+        direct2 = probe(mock_addr, a.probe)
+        out["probe"] = (routed, (direct + direct2) / 2)
+        print("  router --subscriber=%s: %s" % (via, out), flush=True)
+        return out
+    finally:
+        if rt is not None:
+            stop(rt)
+        stop(pub)
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--build", default="build-rel")
@@ -149,6 +225,8 @@ def main():
     ap.add_argument("--rounds", type=int, default=2)
     ap.add_argument("--probe", type=int, default=300, help="requests of the live probe")
     ap.add_argument("--skip-intake", action="store_true", help="skip the socket comparison")
+    ap.add_argument("--subscribers", default="nng,auto",
+                    help="the routers' --subscriber values, one router each")
     a = ap.parse_args()
     b = a.build
     tmp = tempfile.mkdtemp(prefix="admit-fleet-")
@@ -157,18 +235,17 @@ def main():
     print("fleet bench: %d workers x %d messages/s, %s, nproc %d" % (
         a.workers, a.rate, time.strftime("%Y-%m-%d %H:%M"), os.cpu_count()), flush=True)
     try:
-        mock, m = start([os.path.join(b, "admit-mock-engine"), "--listen", "127.0.0.1:0",
+        # On every address: each worker is its own loopback address (start_fleet).
+        mock, m = start([os.path.join(b, "admit-mock-engine"), "--listen", "0.0.0.0:0",
                          "--speedup-ratio", "0"], r"listening on (\S+)")
         procs.append(mock)
-        mock_addr = hostport(m.group(1))
-        pub, _ = start([os.path.join(b, "tests/bench/fleetpub"), "--workers", str(a.workers),
-                        "--rate", str(a.rate), "--out", urls, "--http", m.group(1)],
-                       r"^ready \d+")
-        procs.append(pub)
+        mock_addr = ("127.0.0.1", hostport(m.group(1))[1])
 
         # ---- 2. socket layouts ----
         rows = {}
         if not a.skip_intake:
+            pub = start_fleet(a, b, m.group(1), urls)
+            procs.append(pub)
             for r in range(a.rounds):
                 for mode in ("shared", "per-socket", "native"):
                     out = subprocess.run(
@@ -178,41 +255,19 @@ def main():
                     got = kv(out.strip().splitlines()[-1])
                     rows.setdefault(mode, []).append(got)
                     print("  round %d %s" % (r + 1, out.strip()), flush=True)
+            stop(pub)
+            procs.remove(pub)
 
-        # ---- 3. the router ----
-        with open(urls) as f:
-            workers = [ln.strip() for ln in f if ln.strip()]
-        cfg = os.path.join(tmp, "router.yaml")
-        with open(cfg, "w") as f:
-            f.write("listen: 127.0.0.1:0\nmetrics_listen: 127.0.0.1:0\n")
-            f.write("worker: %s\n" % ",".join(workers))
-        rt, m = start([os.path.join(b, "admit-router"), "--config", cfg],
-                      r"ready listen=(\S+) metrics=(\S+) workers=(\d+)")
-        procs.append(rt)
-        raddr, maddr = hostport(m.group(1)), hostport(m.group(2))
-        t0 = time.time()
-        while routable(maddr) < a.workers and time.time() - t0 < 60:
-            time.sleep(0.5)
-        heard = routable(maddr)
-        time.sleep(3)  # settle
-        ticks0, by0, w0 = proc_ticks(rt.pid), thread_ticks(rt.pid), time.monotonic()
-        time.sleep(a.seconds)
-        ticks1, by1, w1 = proc_ticks(rt.pid), thread_ticks(rt.pid), time.monotonic()
-        hz = os.sysconf("SC_CLK_TCK")
-        cpu_pct = 100.0 * (ticks1 - ticks0) / hz / (w1 - w0)
-        by = {k: 100.0 * (by1.get(k, 0) - by0.get(k, 0)) / hz / (w1 - w0) for k in by1}
-        rss_kib, hwm_kib = proc_status(rt.pid, "VmRSS"), proc_status(rt.pid, "VmHWM")
-        threads = proc_status(rt.pid, "Threads")
-        routable_after = routable(maddr)
+        # ---- 3. the router, with each subscriber ----
+        routers = {}
+        for via in a.subscribers.split(","):
+            routers[via] = run_router(a, b, tmp, via, m.group(1), mock_addr)
 
         # ---- 4. selection ----
         sel = subprocess.run([os.path.join(b, "tests/bench/select_bench"), "--workers", "1024",
                               "--ranks", "1", "--rounds", "5", "--part", "1", "--cpu", "1"],
                              capture_output=True, text=True, check=True).stdout
         msel = re.search(r"^\|\s+1024 \|\s+1 \|\s+(\S+) \|\s+(\S+) \|", sel, re.M)
-        direct = probe(mock_addr, a.probe)
-        routed = probe(raddr, a.probe)
-        direct2 = probe(mock_addr, a.probe)
     finally:
         for p in reversed(procs):
             stop(p)
@@ -237,22 +292,27 @@ def main():
         print("(intake_bench: medians of %d rounds of %.0f s; each message decoded with "
               "admit_load_decode)" % (a.rounds, a.seconds))
         print()
-    print("| admit-router, %d workers x %d msg/s | value | target |" % (a.workers, a.rate))
-    print("|---|---:|---:|")
-    print("| workers routable (of %d) | %d, then %d | all |" % (a.workers, heard, routable_after))
-    print("| CPU of message intake, %% of one core (%.0f s) | %.1f | < %.0f |" % (
-        a.seconds, cpu_pct, TARGET_CPU_PCT))
-    print("| of which the event loop (decode, selection view) / nng's threads | %.1f / %.1f | |" % (
-        sum(v for k, v in by.items() if not k.startswith("nng")),
-        sum(v for k, v in by.items() if k.startswith("nng"))))
-    print("| RSS MiB (peak) | %.1f (%.1f) | < %.0f |" % (rss_kib / 1024, hwm_kib / 1024,
-                                                       TARGET_RSS_MIB))
-    print("| threads | %d | |" % threads)
+    vias = list(routers)
+    print("| admit-router, %d workers x %d msg/s | %s | target |" % (
+        a.workers, a.rate, " | ".join("--subscriber=%s" % v for v in vias)))
+    print("|---|" + "---:|" * len(vias) + "---:|")
+
+    def row(label, fmt, target=""):
+        print("| %s | %s | %s |" % (label, " | ".join(fmt(routers[v]) for v in vias), target))
+
+    row("workers routable (of %d)" % a.workers, lambda r: "%d, then %d" % r["routable"], "all")
+    row("CPU of message intake, %% of one core (%.0f s)" % a.seconds,
+        lambda r: "%.1f" % r["cpu_pct"], "< %.0f" % TARGET_CPU_PCT)
+    row("of which the event loop / nng's threads", lambda r: "%.1f / %.1f" % r["split"])
+    row("messages received per second", lambda r: "%.0f" % r["msgs_per_s"])
+    row("µs CPU per message received", lambda r: "%.1f" % r["us_per_msg"])
+    row("RSS MiB (peak)", lambda r: "%.1f (%.1f)" % r["rss"], "< %.0f" % TARGET_RSS_MIB)
+    row("threads", lambda r: "%d" % r["threads"])
+    row("live probe: through the router / straight to the mock, median ms",
+        lambda r: "%.3f / %.3f" % r["probe"])
     if msel:
         print("| selection at 1,024 workers, select_bench off / on µs | %s / %s | as part 1 |" %
               (msel.group(1), msel.group(2)))
-    print("| live probe: request through the router / straight to the mock, median ms | "
-          "%.3f / %.3f | |" % (routed, (direct + direct2) / 2))
     return 0
 
 

@@ -35,19 +35,24 @@ KEYWORDS = {"by", "without", "on", "ignoring", "group_left", "group_right", "boo
             "unless", "offset", "inf", "nan"}
 SUFFIXES = ("_bucket", "_sum", "_count")
 
-# What the router's dashboard must graph: the families discovery and learned models brought,
-# and the label values its panels must show (the panel groups by the label; the live
-# /metrics must have the row).
+# What the router's dashboard must graph: the families discovery, learned models and the
+# load intake brought, and the label values its panels must show (the panel groups by the
+# label; the live /metrics must have the row).
 ROUTER_FAMILIES = {"admit_router_workers", "admit_router_worker_changes_total",
                    "admit_router_dns_lookups_total", "admit_router_dns_workers",
                    "admit_router_workers_file_reloads_total", "admit_router_workers_file_workers",
-                   "admit_router_rejections_total"}
+                   "admit_router_rejections_total", "admit_router_load_messages_total",
+                   "admit_router_load_refused_total", "admit_router_load_subscribers",
+                   "admit_router_load_connected", "admit_router_load_reconnects_total"}
 ROUTER_ROWS = {"admit_router_workers": ("state", ("configured", "routable", "busy", "retired")),
                "admit_router_rejections_total": ("reason",
                                                  ("all_busy", "no_worker", "model_not_found")),
                "admit_router_worker_changes_total": ("change",
                                                      ("added", "revived", "retired", "removed")),
-               "admit_router_dns_lookups_total": ("result", ("ok", "failed", "empty"))}
+               "admit_router_dns_lookups_total": ("result", ("ok", "failed", "empty")),
+               "admit_router_load_refused_total": ("reason", ("oversized", "bad_header", "timeout",
+                                                              "invalid", "other_topic")),
+               "admit_router_load_subscribers": ("via", ("spsub", "nng"))}
 
 
 def load(name):

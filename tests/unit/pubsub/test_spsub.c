@@ -276,6 +276,7 @@ static void against_nng(const char *url)
     char bound[300], err[256];
     struct publisher *p = pub_new(base, url, "test-worker", 3600000, fill, NULL, bound,
                                   sizeof bound, err, sizeof err);
+    static const struct sub_opts nng_opts = {SUB_NNG, 0}; /* nng's own SUB, to compare */
     struct spsub *sp;
     struct subscriber *sub;
     struct spsub_stats st;
@@ -286,7 +287,7 @@ static void against_nng(const char *url)
     memset(&mine, 0, sizeof mine);
     memset(&theirs, 0, sizeof theirs);
     sp = subscribe(base, bound, &mine);
-    sub = sub_new(base, bound, nng_rx, &theirs, err, sizeof err);
+    sub = sub_new(base, bound, &nng_opts, nng_rx, &theirs, err, sizeof err);
     assert_non_null(sub);
     /* PUB sends only to pipes it has attached: probe until both subscribers hear one. */
     for (int i = 0; i < 250 && (mine.n == 0 || theirs.n == 0); i++) {

@@ -73,6 +73,44 @@ static void test_defaults(void **state)
     assert_int_equal(c.access_log, 0);
     assert_int_equal(c.listen.port, 8090);
     assert_int_equal(c.metrics_listen.port, 9092);
+    assert_int_equal(c.subscriber_nng, 0); /* auto */
+    assert_int_equal(c.load_batch_ms, 2);
+    router_cfg_free(&c);
+}
+
+/* --subscriber is auto or nng, from a flag or the environment; --load-batch-ms 0..10. */
+static void test_subscriber(void **state)
+{
+    static struct router_cfg c;
+    const char *const env[] = {"ADMIT_ROUTER_SUBSCRIBER", "nng", NULL};
+
+    (void) state;
+    assert_int_equal(parse(&c, NULL, "--worker=" W1, "--subscriber=nng", NULL), OPT_RUN);
+    assert_int_equal(c.subscriber_nng, 1);
+    assert_int_equal(parse(&c, env, "--worker=" W1, NULL), OPT_RUN);
+    assert_int_equal(c.subscriber_nng, 1);
+    assert_int_equal(parse(&c, env, "--worker=" W1, "--subscriber=auto", NULL), OPT_RUN);
+    assert_int_equal(c.subscriber_nng, 0);
+    assert_int_equal(parse(&c, NULL, "--worker=" W1, "--subscriber=zmq", NULL), OPT_ERROR);
+    assert_non_null(strstr(err, "--subscriber"));
+    assert_non_null(strstr(err, "must be auto or nng"));
+    assert_int_equal(parse(&c, NULL, "--worker=" W1, "--load-batch-ms=0", NULL), OPT_RUN);
+    assert_int_equal(c.load_batch_ms, 0);
+    assert_int_equal(parse(&c, NULL, "--worker=" W1, "--load-batch-ms=11", NULL), OPT_ERROR);
+    /* Both need a restart: a reload that changes them keeps what runs. */
+    {
+        static struct router_cfg next;
+        char *argv[] = {"admit-router", "--worker=" W1, "--subscriber=nng", "--load-batch-ms=5",
+                        NULL};
+
+        assert_int_equal(parse(&c, NULL, "--worker=" W1, NULL), OPT_RUN);
+        testenv_set(NULL);
+        assert_int_equal(router_cfg_reparse(&next, 4, argv, testenv_get, err, sizeof err), 0);
+        assert_int_equal(router_cfg_diff(&c, &next), 2);
+        assert_int_equal(next.subscriber_nng, 0);
+        assert_int_equal(next.load_batch_ms, 2);
+        router_cfg_free(&next);
+    }
     router_cfg_free(&c);
 }
 
@@ -579,7 +617,7 @@ int main(void)
         cmocka_unit_test(test_file),          cmocka_unit_test(test_example),
         cmocka_unit_test(test_classes),       cmocka_unit_test(test_classes_example),
         cmocka_unit_test(test_usage),         cmocka_unit_test(test_discovery),
-        cmocka_unit_test(test_reload),
+        cmocka_unit_test(test_reload),        cmocka_unit_test(test_subscriber),
     };
 
     return cmocka_run_group_tests(tests, NULL, NULL);
