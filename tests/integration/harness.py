@@ -338,14 +338,36 @@ def error_message(body):
 
 
 class Tap:
-    """Runs named checks and prints TAP; exits 1 if any failed."""
+    """Runs named checks and prints TAP; exits 1 if any failed.
+
+    Switches from the environment, for the mutation check (tests/mutants/run.py):
+    TAP_ONLY=fn,fn runs only the checks whose function has one of these names (the others
+    are not listed at all; if none is left, the plan is "1..0 # SKIP" and the test passes
+    without judging anything); TAP_FAIL_FAST=1 skips every check after the first that
+    fails (one failure is enough to kill a mutant); TAP_CHECK=N runs only the Nth check (of
+    those TAP_ONLY leaves), the one that failed on a mutant, to see it pass on the unmutated
+    tree."""
 
     def __init__(self):
         self.n = 0
         self.failed = 0
+        self.only = set(os.environ.get("TAP_ONLY", "").split(",")) - {""}
+        self.fail_fast = os.environ.get("TAP_FAIL_FAST") == "1"
+        self.nth = int(os.environ.get("TAP_CHECK") or 0)
+        self.pos = 0  # the checks TAP_ONLY leaves, so far
 
     def run(self, name, fn, *args):
+        if self.only and getattr(fn, "__name__", None) not in self.only:
+            return
+        self.pos += 1
+        if self.nth and self.pos != self.nth:
+            return
         self.n += 1
+        if self.fail_fast and self.failed:
+            print("ok %d - %s # SKIP an earlier check failed (TAP_FAIL_FAST)" % (self.n, name),
+                  flush=True)
+            return
+        t0 = time.monotonic()
         try:
             fn(*args)
             print("ok %d - %s" % (self.n, name), flush=True)
@@ -360,6 +382,7 @@ class Tap:
         finally:
             for pr in list(_procs):
                 pr.kill()
+            print("# check %d took %.1f s" % (self.n, time.monotonic() - t0), flush=True)
 
     def report(self, ok, name):
         """Records a check that ran elsewhere (e.g. in a Node.js script)."""
@@ -374,6 +397,11 @@ class Tap:
         print("ok %d - %s # SKIP %s" % (self.n, name, reason), flush=True)
 
     def done(self):
+        if self.n == 0 and (self.only or self.nth):
+            print("1..0 # SKIP no check here is %s" % (
+                "named " + ",".join(sorted(self.only)) + " (TAP_ONLY)" if self.only and not self.pos
+                else "number %d of %d (TAP_CHECK)" % (self.nth, self.pos)), flush=True)
+            sys.exit(0)
         print("1..%d" % self.n, flush=True)
         sys.exit(1 if self.failed else 0)
 

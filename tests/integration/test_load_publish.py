@@ -34,9 +34,10 @@ class Subscriber(Proc):
         with self.lock:
             return list(self.msgs)
 
-    def wait(self, pred, what, timeout=15):
-        """The first message (after any seen so far) for which pred holds."""
-        start = len(self.snapshot())
+    def wait(self, pred, what, timeout=15, since=None):
+        """The first message for which pred holds, after any seen so far (or after the first
+        `since` messages: a count taken before the change that the message should show)."""
+        start = len(self.snapshot()) if since is None else since
 
         def find():
             for t, m in self.snapshot()[start:]:
@@ -96,11 +97,14 @@ def test_messages_follow_the_gate():
     assert m["engine_request_limit"] == 2 and m["request_queue_limit"] == 2, m
     assert m["v"] == 1 and m["state"] == "serving" and m["heartbeat_ms"] == 60000, m
     assert m["active_decode_blocks"] > 0, m
+    since = len(sub.snapshot())
     for h in holders:
         h.close()
-    sub.wait(lambda m: m["engine_requests"] == 0 and m["queued_requests"] == 0 and
-             m["active_decode_blocks"] == 0 and m["active_prefill_tokens"] == 0,
-             "a message showing the worker idle again")
+    # A request's booking is released in the same step as its slot or place (admission's
+    # on_finish): the message that shows no request must show nothing booked either.
+    m = sub.wait(lambda m: m["engine_requests"] == 0 and m["queued_requests"] == 0,
+                 "a message showing the worker idle again", since=since)[1]
+    assert m["active_decode_blocks"] == 0 and m["active_prefill_tokens"] == 0, m
     check_seq(sub)
     sub.close()
     ad.stop()
@@ -161,6 +165,9 @@ def test_prefill_tokens_booked_until_first_byte():
             # The first output byte ends prefill: the prompt leaves active_prefill_tokens at
             # once, while the request still runs (and still holds its decode blocks).
             firsts.append(t)
+            # admitd books the first byte before it passes it on: /load says so already.
+            r = json.loads(request(ad.maddr, "GET", "/load")[2])["ranks"][0]
+            assert r["active_prefill_tokens"] == 0 and r["active_decode_blocks"] > 0, r
             sub.wait(lambda m: m["active_prefill_tokens"] == 0 and m["engine_requests"] == 1
                      and m["active_decode_blocks"] > 0, "prefill ended by the first byte")
 

@@ -72,6 +72,26 @@ def dispatched(rt, klass):
     return metric(rt, "admit_router_queue_dispatched_total", policy_class=klass)
 
 
+def wait_queued(rt, klass, n, gone, what):
+    """Waits until klass has n requests pending; a request dispatched instead (the class's
+    dispatched count above `gone`) fails at once rather than after the timeout."""
+    seen = wait_for(lambda: (lambda p, d: (p, d) if p == n or d > gone else None)(
+        pending(rt, klass), dispatched(rt, klass) or 0), 10, what)
+    assert seen[0] == n, "%s: dispatched instead (pending, dispatched: %r)" % (what, seen)
+
+
+def cancelled(rt):
+    return rt.metrics().get('admitd_requests_total{outcome="cancelled"}', 0)
+
+
+def wait_left(rt, klass, before, what):
+    """Waits until the router has finished one more request as cancelled than `before` (a
+    client that hung up), then its class queue must hold none: the request leaves the queue
+    in the same step that finishes it (rq_finish), so a place kept fails at once."""
+    wait_for(lambda: cancelled(rt) > before, 5, what + " (counted as cancelled)")
+    assert pending(rt, klass) == 0, "%s: still pending after it was cancelled" % what
+
+
 class Fleet:
     """One admitd worker in front of a mock whose first token comes after first_ms, and a
     router with the given classes file and extra flags."""
@@ -96,8 +116,9 @@ def test_interactive_waits_batch_flows():
     t0 = time.monotonic()
     first = send(rt.addr, 100, "interactive")
     assert first.read_head()[0] == 200  # an idle rank takes any one request
+    gone = dispatched(rt, "interactive") or 0
     waiting = send(rt.addr, 100, "interactive")  # 100 + 100 > 150: it waits
-    wait_for(lambda: pending(rt, "interactive") == 1, 10, "the second interactive request queued")
+    wait_queued(rt, "interactive", 1, gone, "the second interactive request queued")
     # Batch has no thresholds of its own: its requests flow while interactive waits.
     batch = [send(rt.addr, 100, "batch") for _ in range(3)]
     heads = [c.read_head()[0] for c in batch]
@@ -164,13 +185,15 @@ def test_hangup_while_queued_frees_the_place():
             c.s.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
         elif how == "fin-later":
             time.sleep(0.3)  # it hangs up after waiting a while, not at once
+        before = cancelled(rt)
         c.close()
-        wait_for(lambda: pending(rt, "interactive") == 0, 5, "the %s client left the queue" % how)
+        wait_left(rt, "interactive", before, "the %s client left the queue" % how)
         # Its place is free: the next one queues instead of getting 529.
         nxt = send(rt.addr, 100, "interactive")
         wait_for(lambda: pending(rt, "interactive") == 1, 10, "the next one queued")
+        before = cancelled(rt)
         nxt.close()
-        wait_for(lambda: pending(rt, "interactive") == 0, 5, "the next one left")
+        wait_left(rt, "interactive", before, "the next one left")
     assert rejected(rt, "interactive", "queue_full") == 0
     assert mock_count(f.mock) == 1, "no queued request reached the engine"
     held.close()

@@ -214,23 +214,55 @@ def test_dns_discovery():
     assert not any(ADDRS[1] in k for k in m if k.startswith("admit_router_booked")), m
     assert sum(w["ranks"][0]["booked"]["requests"] for w in rt.workers()) == 0, rt.workers()
     rt.wait_routable(2)
+    # The second address back in the answer: a new worker there.
+    dns.records[NAME] = ADDRS[:3]
+    rt.wait_routable(3)
+    m = rt.metrics()
+    assert m['admit_router_worker_changes_total{change="added"}'] == 4, m
+    rt.stop()
+    for mock, ad in fleet:
+        ad.stop()
+        mock.stop()
+    dns.stop()
+
+
+def test_dns_bad_lookups():
+    """Lookups that come back empty (NXDOMAIN, no record) or fail (a silent server) keep the
+    workers of the last answer; a good answer after them is followed again."""
+    http_port, pub_port = free_ports(ADDRS[:3])
+    dns = DnsServer()
+    dns.records[NAME] = ADDRS[:2]
+    fleet = [dns_worker(a, http_port, pub_port, "--speedup-ratio", "0") for a in ADDRS[:2]]
+    rt = Router("--worker-dns", "%s:%d:%d" % (NAME, http_port, pub_port),
+                "--dns-nameserver", "127.0.0.1:%d" % dns.port, "--dns-interval-ms", "300")
+    rt.wait_routable(2)
+    kept = ["%s:%d" % (a, http_port) for a in ADDRS[:2]]
+
+    def still_kept(what):
+        ws = rt.workers()
+        assert sorted(w["url"] for w in ws) == kept and all(
+            w["state"] == "active" for w in ws), (what, ws)
+
+    # NXDOMAIN, and an answer with no record: "empty", the workers stay (the counter and
+    # what is kept change in the same step: no wait for the workers).
+    for mode in ("nxdomain", "empty"):
+        empty = lookups(rt, "empty")
+        dns.mode = mode
+        wait_for(lambda: lookups(rt, "empty") > empty, 20, "an empty answer counted (%s)" % mode)
+        still_kept(mode)
+        why = r"no such name \(NXDOMAIN\)" if mode == "nxdomain" else "no A record"
+        rt.proc.wait_line(r"dns %s: %s; keeping the 2 workers" % (NAME, why), 10)
+    rt.wait_routable(2)
+    short_request(rt)
     # The server goes silent: lookups time out, the workers stay.
     failed = lookups(rt, "failed")
     dns.mode = "silent"
     wait_for(lambda: lookups(rt, "failed") > failed, 20, "a failed lookup counted")
     rt.proc.wait_line(r"dns %s: lookup failed" % NAME, 10)
-    assert sorted(by_url(rt)) == ["%s:%d" % (a, http_port) for a in (ADDRS[0], ADDRS[2])]
+    still_kept("silent")
     short_request(rt)
-    # NXDOMAIN, and an answer with no record: "empty", the workers stay.
-    for mode in ("nxdomain", "empty"):
-        empty = lookups(rt, "empty")
-        dns.mode = mode
-        wait_for(lambda: lookups(rt, "empty") > empty, 20, "an empty answer counted (%s)" % mode)
-        assert len(by_url(rt)) == 2, rt.workers()
-        why = r"no such name \(NXDOMAIN\)" if mode == "nxdomain" else "no A record"
-        rt.proc.wait_line(r"dns %s: %s; keeping the 2 workers" % (NAME, why), 10)
-    rt.wait_routable(2)
-    # It answers again, with the second address back: followed again, a new worker there.
+    # It answers again, with a third address: followed again, a new worker there.
+    fleet.append(dns_worker(ADDRS[2], http_port, pub_port, "--speedup-ratio", "0"))
     ok = lookups(rt, "ok")
     dns.records[NAME] = ADDRS[:3]
     dns.mode = "answer"
@@ -238,7 +270,8 @@ def test_dns_discovery():
     rt.wait_routable(3)
     rt.proc.wait_line(r"dns %s: resolves again" % NAME, 10)
     m = rt.metrics()
-    assert m['admit_router_worker_changes_total{change="added"}'] == 4, m
+    assert m['admit_router_worker_changes_total{change="added"}'] == 3, m
+    assert m.get('admit_router_worker_changes_total{change="retired"}', 0) == 0, m
     rt.stop()
     for mock, ad in fleet:
         ad.stop()
@@ -359,8 +392,9 @@ def test_check_config():
 
 if __name__ == "__main__":
     tap = Tap()
-    tap.run("DNS: workers follow the answer; one leaves mid-stream; bad lookups keep them",
-            test_dns_discovery)
+    tap.run("DNS: workers follow the answer; one leaves mid-stream", test_dns_discovery)
+    tap.run("DNS: empty answers and failed lookups keep the workers; a good one is followed",
+            test_dns_bad_lookups)
     tap.run("DNS: a retired worker named again is revived with its booking", test_dns_revive)
     tap.run("workers file: edited and SIGHUP, a bad line, the YAML form", test_workers_file)
     tap.run("workers file and DNS names in --check-config", test_check_config)

@@ -1,12 +1,22 @@
 #!/usr/bin/env python3
 """The mutation check: the test suite must catch each deliberate bug in tests/mutants/mutants.txt.
 
-It copies the tree into a scratch folder, builds it (plainly, and with ASan+UBSan when a
-mutant asks for it), runs every named test once on the unmutated copy (a test that fails
-there cannot judge a mutant), then for each mutant: applies its patch, rebuilds, runs the
-tests it names, and restores the file. A mutant is killed when one of its tests fails. A
-mutant that survives, does not apply (its text is gone or not unique), does not build, or
-is not reached within the time budget, is a failure.
+It copies the tree into a scratch folder and builds what the named tests run (plainly, and
+with ASan+UBSan when a mutant asks for it). Then for each mutant (the build with fewer
+mutants first, each build's by file): it applies the patch, and for each test the mutant
+names (the unit tests first, then the others, each group in the order named) rebuilds only
+what that test runs (its ninja targets, from meson introspect) and runs it, as `meson test`
+would, until one fails; then it restores the file. Integration tests stop at their first
+failed check (TAP_FAIL_FAST, see tests/integration/harness.py), and an optional
+`checks: TEST:FUNCTION[,FUNCTION]` line runs only those checks of TEST (TAP_ONLY).
+
+A mutant is killed when one of its tests fails there and that test passes on the unmutated
+tree: at the end, with every file back, each test that killed runs once more (with the same
+checks; only the check that failed, TAP_CHECK), two at a time. A test that fails there, too,
+judged nothing: its mutants fail, and the exit status is 2. A mutant that survives, does not
+apply (its text is gone or not unique), does not build, or is not reached within the time
+budget, is a failure. Each mutant's line shows its build and test seconds, and which test
+killed it at which check; the slowest are listed at the end.
 
 Results go to a meson-style testlog.json (one "mutant/NAME" entry each), which CI's summary
 line counts: a surviving mutant is a failed check.
@@ -14,17 +24,20 @@ line counts: a surviving mutant is a failed check.
   tests/mutants/run.py [--only NAME,...] [--dir build-mutants] [--budget-s 900] [--list]
 """
 import argparse
+import concurrent.futures
 import json
 import os
+import random
 import re
 import shutil
+import signal
 import subprocess
 import sys
 import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(os.path.dirname(HERE))
-FIELDS = ("why", "file", "tests", "build")
+FIELDS = ("why", "file", "tests", "build", "checks")
 BUILDS = {"plain": ["-Db_sanitize=none"], "asan": ["-Db_sanitize=address,undefined"]}
 
 
@@ -34,6 +47,7 @@ class Mutant:
         self.why = self.file = ""
         self.tests = []
         self.build = "plain"
+        self.checks = {}  # test name -> the names of the check functions to run in it
         self.old, self.new = [], []
 
 
@@ -74,6 +88,12 @@ def parse(path):
             value = value.strip()
             if key == "tests":
                 cur.tests = value.split()
+            elif key == "checks":
+                for tok in value.split():
+                    test, sep, fns = tok.rpartition(":")
+                    if not sep or not test or not re.match(r"^[A-Za-z_][A-Za-z0-9_,]*$", fns):
+                        raise ValueError("%s: checks are TEST:FUNCTION[,FUNCTION...]" % where)
+                    cur.checks.setdefault(test, set()).update(f for f in fns.split(",") if f)
             elif key == "build":
                 if value not in BUILDS:
                     raise ValueError("%s: build is one of %s" % (where, ", ".join(BUILDS)))
@@ -84,11 +104,18 @@ def parse(path):
         where = "%s:%d: mutant %s" % (path, mu.line, mu.name)
         if not mu.why or not mu.file or not mu.tests or not mu.old:
             raise ValueError("%s needs why, file, tests and '-' lines" % where)
+        for test in mu.checks:
+            if test not in mu.tests:
+                raise ValueError("%s: checks names %s, which is not in its tests" % (where, test))
     return mutants
 
 
 def copy_tree(dst):
-    """The working tree's files (tracked or not, as git sees them; no build folders)."""
+    """Makes dst a copy of the working tree's files (tracked or not, as git sees them; no
+    build folders). A file already there with the same bytes is left alone, mtime and all;
+    any other is written anew, so its mtime is now: ninja then rebuilds from it whatever was
+    built from an older text (a mutant left behind by an interrupted run, say), and reuses
+    the rest of a previous run's build."""
     try:
         names = subprocess.run(["git", "ls-files", "-z", "--cached", "--others",
                                 "--exclude-standard"], cwd=ROOT, check=True,
@@ -98,43 +125,204 @@ def copy_tree(dst):
         for d, dirs, files in os.walk(ROOT):
             dirs[:] = [x for x in dirs if not x.startswith(("build", ".git"))]
             names += [os.path.relpath(os.path.join(d, x), ROOT) for x in files]
-    if os.path.exists(dst):
-        shutil.rmtree(dst)
+    keep = set()
     for n in names:
-        if not n or not os.path.isfile(os.path.join(ROOT, n)):
+        s = os.path.join(ROOT, n)
+        if not n or not os.path.isfile(s):
             continue
-        os.makedirs(os.path.join(dst, os.path.dirname(n)), exist_ok=True)
-        shutil.copy2(os.path.join(ROOT, n), os.path.join(dst, n))
+        keep.add(os.path.normpath(n))
+        d = os.path.join(dst, n)
+        with open(s, "rb") as f:
+            data = f.read()
+        try:
+            with open(d, "rb") as f:
+                if f.read() == data:
+                    shutil.copymode(s, d)
+                    continue
+        except OSError:
+            pass
+        os.makedirs(os.path.dirname(d), exist_ok=True)
+        if os.path.islink(d) or os.path.isdir(d):
+            shutil.rmtree(d) if os.path.isdir(d) else os.remove(d)
+        with open(d, "wb") as f:
+            f.write(data)
+        shutil.copymode(s, d)
+    for d, dirs, files in os.walk(dst):
+        for x in files:
+            if os.path.normpath(os.path.relpath(os.path.join(d, x), dst)) not in keep:
+                os.remove(os.path.join(d, x))
 
 
-def run(cmd, cwd, timeout=None):
-    p = subprocess.run(cmd, cwd=cwd, capture_output=True, timeout=timeout)
+def run(cmd, cwd, timeout=None, env=None):
+    p = subprocess.run(cmd, cwd=cwd, capture_output=True, timeout=timeout, env=env)
     return p.returncode, (p.stdout + p.stderr).decode(errors="replace")
 
 
-def meson_test(build, tests, timeout, first_failure=False):
-    """0 when every test passed; else non-zero and the output. With first_failure the tests
-    run one by one in the order given and stop at the first that fails (a mutant names its
-    quick unit tests first, so most are judged in a second)."""
-    groups = [[t] for t in tests] if first_failure else [tests]
-    deadline = time.time() + timeout
-    out = ""
-    for g in groups:
-        try:
-            rc, text = run(["meson", "test", "-C", build, "--no-rebuild", "--print-errorlogs",
-                            "--num-processes", "2", "--timeout-multiplier", "0.3"] + g,
-                           cwd=build, timeout=max(1, deadline - time.time()))
-        except subprocess.TimeoutExpired:
-            return 1, "timed out after %d s" % timeout
-        out += text
+TIMEOUT_MULTIPLIER = 0.3  # of each test's meson timeout: a hung mutant is killed sooner
+
+
+class Build:
+    """One build folder and what meson knows of its tests (meson introspect): the files each
+    needs built (its executable and its depends, as ninja targets), and how to run it."""
+
+    def __init__(self, kind, path):
+        self.kind, self.path = kind, path
+
+    def introspect(self):
+        rc, out = run(["meson", "introspect", "--tests", "--targets", self.path], cwd=self.path)
         if rc != 0:
-            return rc, out
-    return 0, out
+            raise RuntimeError("meson introspect failed:\n" + out[-2000:])
+        info = json.loads(out)
+        outputs = {t["id"]: t["filename"] for t in info["targets"]}
+        self.targets, self.tests = {}, {}
+        for t in info["tests"]:
+            files = [f for dep in t.get("depends", []) for f in outputs.get(dep, [])]
+            if t["cmd"] and t["cmd"][0].startswith(self.path + os.sep):
+                files.append(t["cmd"][0])
+            self.targets.setdefault(t["name"], set()).update(
+                os.path.relpath(f, self.path) for f in files)
+            self.tests.setdefault(t["name"], []).append(t)
+
+    def scripts(self, test):
+        """The Python scripts an integration test runs (none for a unit test)."""
+        return [a for t in self.tests[test] for a in t["cmd"] if a.endswith(".py")]
+
+    def ninja(self, tests):
+        targets = sorted({f for t in tests for f in self.targets[t]})
+        if not targets:
+            return 0, ""  # a bare `ninja` would build everything
+        return run(["ninja", "-C", self.path] + targets, cwd=self.path)
+
+    def run_test(self, test, timeout, only=None, nth=None):
+        """Runs a test as `meson test` would (its command, environment and folder, all from
+        meson introspect; they are all TAP), without meson's own start-up each time. It
+        fails when it exits non-zero, prints "not ok" (not a TODO) or "Bail out!", or runs
+        past its meson timeout times TIMEOUT_MULTIPLIER, or past `timeout` seconds.
+        Integration tests stop at their first failed check, run only the checks named in
+        `only`, and only the nth of those if nth (tests/integration/harness.py's Tap).
+        Returns (failed, skipped: no check ran, the output)."""
+        out, failed, skipped = "", False, False
+        deadline = time.time() + timeout
+        for t in self.tests[test]:
+            env = dict(os.environ)
+            for k in ("TAP_ONLY", "TAP_CHECK"):
+                env.pop(k, None)
+            env.setdefault("MALLOC_PERTURB_", str(random.randint(1, 255)))  # as meson does
+            for k, v in t["env"].items():
+                env[k] = v + os.pathsep + env[k] if k.endswith("PATH") and env.get(k) else v
+            env["TAP_FAIL_FAST"] = "1"
+            if only:
+                env["TAP_ONLY"] = only
+            if nth:
+                env["TAP_CHECK"] = str(nth)
+            limit = min(deadline - time.time(), (t["timeout"] or 3600) * TIMEOUT_MULTIPLIER)
+            p = subprocess.Popen(t["cmd"], cwd=t["workdir"] or self.path, env=env,
+                                 stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                                 stderr=subprocess.PIPE, start_new_session=True)
+            try:
+                so, se = p.communicate(timeout=max(1, limit))
+                timed_out = False
+            except subprocess.TimeoutExpired:
+                os.killpg(p.pid, signal.SIGKILL)
+                so, se = p.communicate()
+                timed_out = True
+            so, se = so.decode(errors="replace"), se.decode(errors="replace")
+            out += so + se
+            if timed_out:
+                out += "\ntimed out after %.0f s\n" % limit
+            failed = failed or timed_out or p.returncode != 0 or bool(
+                re.search(r"^not ok\b(?![^\n#]*#\s*TODO)", so, re.M) or
+                re.search(r"^Bail out!", so, re.M))
+            skipped = bool(re.search(r"^1\.\.0\s*#\s*SKIP", so, re.M))
+        return failed, skipped, out
+
+
+def failed_check(test_out):
+    """(number, what) of the first check that failed in an integration test's TAP output:
+    its name and the last line of its traceback; (None, "") if none did."""
+    m = re.search(r"^not ok (\d+) - (.*)\n((?:#.*\n)*)", test_out, re.M)
+    if not m:
+        return None, ""
+    tb = [ln[2:] for ln in m.group(3).splitlines() if not ln.startswith("# check ")]
+    return int(m.group(1)), "%s: %s" % (m.group(2), tb[-1][:300] if tb else "?")
 
 
 def entry(name, ok, seconds, text):
     return {"name": "mutant/" + name, "result": "OK" if ok else "FAIL",
             "duration": round(seconds, 2), "stdout": text, "returncode": 0 if ok else 1}
+
+
+def only_of(mu, t):
+    return ",".join(sorted(mu.checks[t])) if t in mu.checks else None
+
+
+def judge(mu, b, deadline):
+    """Runs mu's tests on b (mu applied), the unit tests first, each after building what it
+    needs; stops at the first that fails. Returns (killed, verdict, the test that killed,
+    the number of its check that failed, build seconds, test seconds)."""
+    order = sorted(mu.tests, key=lambda t: bool(b.scripts(t)))  # stable: as named within
+    spent_build = spent_test = 0.0
+    ran = []
+    for t in order:
+        t0 = time.time()
+        rc, out = b.ninja([t])
+        spent_build += time.time() - t0
+        if rc != 0:
+            return (False, "does not build (for %s):\n%s" % (t, out[-1500:]), None, None,
+                    spent_build, spent_test)
+        t0 = time.time()
+        failed, skipped, out = b.run_test(t, deadline - time.time(), only_of(mu, t))
+        took = time.time() - t0
+        spent_test += took
+        label = "%s%s (%.1f s)" % (t, "[%s]" % only_of(mu, t) if t in mu.checks else "", took)
+        if failed:
+            k, what = failed_check(out) if b.scripts(t) else (None, "")
+            if k:
+                label += " at check %d" % k
+            return (True, "killed by %s%s%s" % (label, ", after " + ", ".join(ran) if ran else "",
+                                                "\n  " + what if what else ""),
+                    t, k, spent_build, spent_test)
+        if skipped:
+            label += " SKIPPED: no check ran"
+        ran.append(label)
+    return False, "SURVIVED " + ", ".join(ran), None, None, spent_build, spent_test
+
+
+def verify_all(builds, pending):
+    """Runs, on the unmutated tree (every file back), each test that killed a mutant: with the
+    same checks, and only the check that failed (all, for a unit test, or when it is not
+    known), two at a time. pending: {(kind, test, TAP_ONLY, check or None): [result indices]}.
+    Returns {key: what went wrong} for those that do not pass: their failure on a mutant said
+    nothing of the mutant."""
+    bad, keys = {}, sorted(pending, key=lambda k: (k[0], k[1], k[2] or "", k[3] or 0))
+    for kind, b in builds.items():
+        tests = sorted({k[1] for k in keys if k[0] == kind})
+        if tests:
+            rc, out = b.ninja(tests)
+            if rc != 0:
+                for k in keys:
+                    if k[0] == kind:
+                        bad[k] = "the unmutated %s build fails:\n%s" % (kind, out[-3000:])
+    # A check that runs whole covers each of its checks one by one.
+    todo = [k for k in keys if k not in bad and not (k[3] and k[:3] + (None,) in pending)]
+
+    def one(key):
+        kind, t, only, nth = key
+        failed, skipped, out = builds[kind].run_test(t, 600, only, nth)
+        if failed or skipped:
+            return "%s%s%s %s on the unmutated tree (%s build): it cannot judge a mutant\n%s" % (
+                t, "[%s]" % only if only else "", " check %d" % nth if nth else "",
+                "fails" if failed else "runs no check", kind, out[-4000:])
+        return None
+
+    with concurrent.futures.ThreadPoolExecutor(max_workers=2) as pool:
+        for key, what in zip(todo, pool.map(one, todo)):
+            if what:
+                bad[key] = what
+    for k in keys:
+        if k[3] and k[:3] + (None,) in bad:
+            bad[k] = bad[k[:3] + (None,)]
+    return bad
 
 
 def main():
@@ -155,7 +343,9 @@ def main():
         mutants = [m for m in mutants if m.name in want]
     if a.list:
         for mu in mutants:
-            print("%-28s %-6s %-34s %s" % (mu.name, mu.build, mu.file, " ".join(mu.tests)))
+            print("%-28s %-6s %-34s %s%s" % (mu.name, mu.build, mu.file, " ".join(mu.tests),
+                                             "".join(" [%s:%s]" % (t, ",".join(sorted(f)))
+                                                     for t, f in sorted(mu.checks.items()))))
         return 0
     start = time.time()
     a.dir = os.path.abspath(a.dir)
@@ -163,89 +353,119 @@ def main():
     copy_tree(src)
     builds, results = {}, []
     for kind in sorted({mu.build for mu in mutants}):
-        b = os.path.join(a.dir, kind)
-        if not os.path.exists(os.path.join(b, "build.ninja")):
-            rc, out = run(["meson", "setup", b, src, "--buildtype=debugoptimized"] + BUILDS[kind],
-                          cwd=src)
+        b = Build(kind, os.path.join(a.dir, kind))
+        if not os.path.exists(os.path.join(b.path, "build.ninja")):
+            rc, out = run(["meson", "setup", b.path, src, "--buildtype=debugoptimized"] +
+                          BUILDS[kind], cwd=src)
             if rc != 0:
                 print(out[-3000:], file=sys.stderr)
                 return 2
-        rc, out = run(["ninja", "-C", b], cwd=src)
-        if rc != 0:
-            print("mutants: the unmutated %s build fails:\n%s" % (kind, out[-3000:]), file=sys.stderr)
+        else:
+            # A meson.build changed since the last run: have ninja reconfigure first.
+            run(["ninja", "-C", b.path, "build.ninja"], cwd=src)
+        try:
+            b.introspect()
+        except (RuntimeError, ValueError) as e:
+            print("mutants: %s" % e, file=sys.stderr)
             return 2
-        rc, listing = run(["meson", "test", "-C", b, "--list"], cwd=b)
-        known = {ln.split(" / ")[-1].strip() for ln in listing.splitlines() if " / " in ln}
-        named = sorted({t for mu in mutants if mu.build == kind for t in mu.tests})
-        missing = [t for t in named if t not in known]
+        mine = [mu for mu in mutants if mu.build == kind]
+        named = sorted({t for mu in mine for t in mu.tests})
+        missing = [t for t in named if t not in b.targets]
         if missing:
             print("mutants: no such tests in the %s build: %s" % (kind, " ".join(missing)),
                   file=sys.stderr)
             return 2
-        rc, out = meson_test(b, named, 900)
+        for mu in mine:
+            for t, fns in mu.checks.items():
+                text = ""
+                for script in b.scripts(t):
+                    with open(script, encoding="utf-8") as f:
+                        text += f.read()
+                gone = [fn for fn in sorted(fns) if not re.search(r"^def %s\(" % fn, text, re.M)]
+                if gone:
+                    print("mutants: %s: checks: %s has no check %s" % (mu.name, t, ", ".join(gone)),
+                          file=sys.stderr)
+                    return 2
+        t0 = time.time()
+        rc, out = b.ninja(named)
         if rc != 0:
-            print("mutants: the tests fail on the unmutated tree; nothing can be judged:\n%s" %
-                  out[-4000:], file=sys.stderr)
+            print("mutants: the unmutated %s build fails:\n%s" % (kind, out[-3000:]), file=sys.stderr)
             return 2
         builds[kind] = b
-        print("# %s build ready, baseline passed (%s) after %.0f s" % (kind, " ".join(named),
-                                                                     time.time() - start))
+        print("# %s build ready (%.0f s) after %.0f s" % (kind, time.time() - t0,
+                                                          time.time() - start))
         sys.stdout.flush()
-    survivors = 0
+    # The build with fewer mutants first, so that the files its mutants touched are not
+    # rebuilt in the other one; and each build's mutants by file, so that a file put back is
+    # compiled again once, not once for each mutant of another file in between.
+    per_build = {k: sum(mu.build == k for mu in mutants) for k in builds}
+    mutants.sort(key=lambda mu: (per_build[mu.build], mu.build, mu.file))
+    times, pending = [], {}
     for mu in mutants:
         t0 = time.time()
         path = os.path.join(src, mu.file)
+        spent, ok = (0.0, 0.0), False
         if time.time() - start > a.budget_s:
-            results.append(entry(mu.name, False, 0, "not run: the %.0f s budget was spent" %
-                                 a.budget_s))
-            survivors += 1
-            continue
-        try:
-            with open(path, encoding="utf-8") as f:
-                original = f.read()
-        except OSError as e:
-            results.append(entry(mu.name, False, 0, "does not apply: %s" % e))
-            survivors += 1
-            continue
-        old = "\n".join(mu.old) + "\n"
-        new = "\n".join(mu.new) + ("\n" if mu.new else "")
-        if original.count(old) != 1:
-            verdict, ok = "does not apply: its text occurs %d times in %s" % (
-                original.count(old), mu.file), False
+            verdict = "not run: the %.0f s budget was spent" % a.budget_s
         else:
-            with open(path, "w", encoding="utf-8") as f:
-                f.write(original.replace(old, new))
             try:
-                rc, out = run(["ninja", "-C", builds[mu.build]], cwd=src)
-                if rc != 0:
-                    verdict, ok = "does not build:\n" + out[-1500:], False
-                else:
-                    rc, out = meson_test(builds[mu.build], mu.tests, 600, first_failure=True)
-                    ok = rc != 0
-                    failed = [t for t in mu.tests if re.search(
-                        r"/ %s\s+(FAIL|ERROR|TIMEOUT)" % re.escape(t), out)]
-                    verdict = ("killed by " + " ".join(failed or mu.tests) if ok else
-                               "SURVIVED " + " ".join(mu.tests))
-            finally:
+                with open(path, encoding="utf-8") as f:
+                    original = f.read()
+            except OSError as e:
+                original, verdict = None, "does not apply: %s" % e
+            old = "\n".join(mu.old) + "\n"
+            new = "\n".join(mu.new) + ("\n" if mu.new else "")
+            if original is None:
+                pass
+            elif original.count(old) != 1:
+                verdict = "does not apply: its text occurs %d times in %s" % (
+                    original.count(old), mu.file)
+            else:
                 with open(path, "w", encoding="utf-8") as f:
-                    f.write(original)
-        survivors += not ok
-        results.append(entry(mu.name, ok, time.time() - t0, "%s - %s\n%s" % (
-            "ok 1" if ok else "not ok 1", mu.why, verdict)))
-        print("%s %s (%.0f s): %s" % ("ok" if ok else "NOT OK", mu.name, time.time() - t0,
-                                      verdict.splitlines()[0]))
+                    f.write(original.replace(old, new))
+                try:
+                    ok, verdict, killer, k, tb, tt = judge(mu, builds[mu.build], t0 + 600)
+                    spent = (tb, tt)
+                finally:
+                    # Written anew (a new mtime): whatever was built from the mutant is rebuilt.
+                    with open(path, "w", encoding="utf-8") as f:
+                        f.write(original)
+                if ok:
+                    key = (mu.build, killer, only_of(mu, killer), k)
+                    pending.setdefault(key, []).append(len(results))
+        took = time.time() - t0
+        times.append((took, mu.name, spent))
+        results.append(entry(mu.name, ok, took, "%s - %s\n%s\n(build %.1f s, tests %.1f s)" % (
+            "ok 1" if ok else "not ok 1", mu.why, verdict, spent[0], spent[1])))
+        lines = verdict.splitlines()
+        print("%s %s (%.1f s: build %.1f, tests %.1f): %s" % (
+            "ok" if ok else "NOT OK", mu.name, took, spent[0], spent[1], lines[0] + (
+                "\n" + lines[1] if len(lines) > 1 and lines[1].startswith("  ") else "")))
         sys.stdout.flush()
-    # Put every file back as built, so a later run starts from the unmutated tree.
-    for kind, b in builds.items():
-        run(["ninja", "-C", b], cwd=src)
+    # Every killing test, on the unmutated tree: a kill counts only if it passes there.
+    t0 = time.time()
+    bad = verify_all(builds, pending)
+    print("# %d of the killing tests passed on the unmutated tree (%.0f s)" % (
+        len(pending) - len(bad), time.time() - t0))
+    for key, what in sorted(bad.items()):
+        print("mutants: %s" % what, file=sys.stderr)
+        for i in pending[key]:
+            r = results[i]
+            r.update(result="FAIL", returncode=1, stdout=r["stdout"].replace(
+                "ok 1 - ", "not ok 1 - ", 1) + "\nnot judged: " + what)
+            print("NOT OK %s: not judged: %s" % (r["name"][len("mutant/"):], what.splitlines()[0]))
+    survivors = sum(r["result"] != "OK" for r in results)
     logdir = os.path.join(a.dir, "meson-logs")
     os.makedirs(logdir, exist_ok=True)
     with open(os.path.join(logdir, "testlog.json"), "w") as f:
         for r in results:
             f.write(json.dumps(r) + "\n")
+    if times:
+        print("# the slowest: " + ", ".join("%s %.1f s (build %.1f)" % (n, t, s[0])
+                                           for t, n, s in sorted(times, reverse=True)[:10]))
     print("# %d mutants, %d killed, %d not (%.0f s)" % (len(results), len(results) - survivors,
                                                        survivors, time.time() - start))
-    return 1 if survivors else 0
+    return 2 if bad else 1 if survivors else 0
 
 
 if __name__ == "__main__":
