@@ -27,6 +27,7 @@
  * FILE has one publisher a line, a bare URL or fleetpub's `http://H:P=PUB_URL` (the part
  * after the last '='). tests/bench/fleet.py runs both modes against tests/bench/fleetpub. */
 #include "admit/load.h"
+#include "benchproc.h"
 
 #include <arpa/inet.h>
 #include <dirent.h>
@@ -231,50 +232,6 @@ static void subscribe(nng_socket s, const char *url)
 
     if (rv != 0)
         die("cannot subscribe for", url, rv);
-}
-
-static double cpu_s(void)
-{
-    struct rusage ru;
-
-    getrusage(RUSAGE_SELF, &ru);
-    return (double) ru.ru_utime.tv_sec + ru.ru_utime.tv_usec / 1e6 + (double) ru.ru_stime.tv_sec +
-           ru.ru_stime.tv_usec / 1e6;
-}
-
-static double mono_s(void)
-{
-    struct timespec ts;
-
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double) ts.tv_sec + ts.tv_nsec / 1e9;
-}
-
-/* Runs the loop for s seconds. */
-static void run_for(struct event_base *base, double s)
-{
-    struct timeval tv;
-
-    tv.tv_sec = (time_t) s;
-    tv.tv_usec = (suseconds_t) ((s - (double) tv.tv_sec) * 1e6);
-    event_base_loopexit(base, &tv);
-    event_base_dispatch(base);
-}
-
-static long status_field(const char *key)
-{
-    FILE *f = fopen("/proc/self/status", "r");
-    char line[256];
-    long v = -1;
-    size_t kl = strlen(key);
-
-    if (f == NULL)
-        return -1;
-    while (fgets(line, sizeof line, f) != NULL)
-        if (strncmp(line, key, kl) == 0 && line[kl] == ':')
-            v = strtol(line + kl + 1, NULL, 10);
-    fclose(f);
-    return v;
 }
 
 static long count_fds(void)
