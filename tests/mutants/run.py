@@ -291,10 +291,11 @@ def judge(mu, b, deadline):
 def verify_all(builds, pending):
     """Runs, on the unmutated tree (every file back), each test that killed a mutant: with the
     same checks, and only the check that failed (all, for a unit test, or when it is not
-    known), two at a time. pending: {(kind, test, TAP_ONLY, check or None): [result indices]}.
-    Returns {key: what went wrong} for those that do not pass: their failure on a mutant said
-    nothing of the mutant."""
+    known), two at a time (alone, if meson runs it alone).
+    pending: {(kind, test, TAP_ONLY, check or None): [result indices]}. Returns {key: what
+    went wrong} for those that do not pass: their failure on a mutant said nothing of it."""
     bad, keys = {}, sorted(pending, key=lambda k: (k[0], k[1], k[2] or "", k[3] or 0))
+    took = {}
     for kind, b in builds.items():
         tests = sorted({k[1] for k in keys if k[0] == kind})
         if tests:
@@ -308,20 +309,34 @@ def verify_all(builds, pending):
 
     def one(key):
         kind, t, only, nth = key
+        t0 = time.time()
         failed, skipped, out = builds[kind].run_test(t, 600, only, nth)
+        took[key] = time.time() - t0
         if failed or skipped:
             return "%s%s%s %s on the unmutated tree (%s build): it cannot judge a mutant\n%s" % (
                 t, "[%s]" % only if only else "", " check %d" % nth if nth else "",
                 "fails" if failed else "runs no check", kind, out[-4000:])
         return None
 
+    # Two at a time, as meson runs them; a test meson runs alone (is_parallel false) alone.
+    alone = [k for k in todo if not all(t["is_parallel"] for t in builds[k[0]].tests[k[1]])]
     with concurrent.futures.ThreadPoolExecutor(max_workers=2) as pool:
-        for key, what in zip(todo, pool.map(one, todo)):
+        together = [k for k in todo if k not in alone]
+        for key, what in zip(together, pool.map(one, together)):
             if what:
                 bad[key] = what
+    for key in alone:
+        what = one(key)
+        if what:
+            bad[key] = what
     for k in keys:
         if k[3] and k[:3] + (None,) in bad:
             bad[k] = bad[k[:3] + (None,)]
+    if took:
+        print("# the slowest again on the unmutated tree: " + ", ".join(
+            "%s%s%s (%s) %.1f s" % (k[1], "[%s]" % k[2] if k[2] else "",
+                                    " check %d" % k[3] if k[3] else "", k[0], s)
+            for k, s in sorted(took.items(), key=lambda kv: -kv[1])[:5]))
     return bad
 
 
