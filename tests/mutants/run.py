@@ -305,7 +305,7 @@ def verify_all(builds, pending):
                     if k[0] == kind:
                         bad[k] = "the unmutated %s build fails:\n%s" % (kind, out[-3000:])
     # A check that runs whole covers each of its checks one by one.
-    todo = [k for k in keys if k not in bad and not (k[3] and k[:3] + (None,) in pending)]
+    to_rerun = [k for k in keys if k not in bad and not (k[3] and k[:3] + (None,) in pending)]
 
     def one(key):
         kind, t, only, nth = key
@@ -319,9 +319,9 @@ def verify_all(builds, pending):
         return None
 
     # Two at a time, as meson runs them; a test meson runs alone (is_parallel false) alone.
-    alone = [k for k in todo if not all(t["is_parallel"] for t in builds[k[0]].tests[k[1]])]
+    alone = [k for k in to_rerun if not all(t["is_parallel"] for t in builds[k[0]].tests[k[1]])]
     with concurrent.futures.ThreadPoolExecutor(max_workers=2) as pool:
-        together = [k for k in todo if k not in alone]
+        together = [k for k in to_rerun if k not in alone]
         for key, what in zip(together, pool.map(one, together)):
             if what:
                 bad[key] = what
