@@ -1,14 +1,16 @@
-/* netsock: socket helpers of the HTTP engine: TCP_NODELAY, the bound address, listeners. */
+/* netsock: socket helpers of the HTTP engine: TCP_NODELAY, the bound address, listening and
+ * connecting sockets. */
 #include "http/netsock.h"
 
 #include <arpa/inet.h>
 #include <errno.h>
-#include <event2/http.h>
+#include <netdb.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <stdio.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <unistd.h>
 
 int net_set_nodelay(int fd)
 {
@@ -40,21 +42,60 @@ int net_local_name(int fd, char *out, size_t outlen)
     return 0;
 }
 
-int net_evhttp_bind(struct evhttp *http, const struct hostport *hp, char *bound, size_t boundlen,
-                    char *err, size_t errlen)
+int net_listen(const struct hostport *hp, char *err, size_t errlen)
 {
-    struct evhttp_bound_socket *bs;
+    struct addrinfo hints = {0}, *res = NULL, *ai;
+    char port[16];
+    int fd = -1, rv, saved = 0;
 
-    bs = evhttp_bind_socket_with_handle(http, hp->host, (unsigned short) hp->port);
-    if (bs == NULL) {
-        snprintf(err, errlen, "cannot listen on %s:%d: %s", hp->host, hp->port, strerror(errno));
+    hints.ai_family = AF_UNSPEC;
+    hints.ai_socktype = SOCK_STREAM;
+    hints.ai_flags = AI_PASSIVE;
+    snprintf(port, sizeof port, "%d", hp->port);
+    rv = getaddrinfo(hp->host[0] ? hp->host : NULL, port, &hints, &res);
+    if (rv != 0) {
+        snprintf(err, errlen, "cannot listen on %s:%d: %s", hp->host, hp->port, gai_strerror(rv));
         return -1;
     }
-    /* libevent listens with a backlog of 128: a burst of connects beyond it is dropped and
-     * retried by the clients a second later. Calling listen() again raises it (the kernel
-     * caps it at net.core.somaxconn). */
-    listen(evhttp_bound_socket_get_fd(bs), NET_LISTEN_BACKLOG);
-    if (net_local_name(evhttp_bound_socket_get_fd(bs), bound, boundlen) != 0)
-        snprintf(bound, boundlen, "%s:%d", hp->host, hp->port);
-    return 0;
+    for (ai = res; ai != NULL; ai = ai->ai_next) {
+        int one = 1;
+
+        fd = socket(ai->ai_family, ai->ai_socktype | SOCK_NONBLOCK | SOCK_CLOEXEC, ai->ai_protocol);
+        if (fd < 0) {
+            saved = errno;
+            continue;
+        }
+        setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+        if (bind(fd, ai->ai_addr, ai->ai_addrlen) == 0 && listen(fd, NET_LISTEN_BACKLOG) == 0)
+            break;
+        saved = errno;
+        close(fd);
+        fd = -1;
+    }
+    freeaddrinfo(res);
+    if (fd < 0)
+        snprintf(err, errlen, "cannot listen on %s:%d: %s", hp->host, hp->port, strerror(saved));
+    return fd;
+}
+
+int net_connect(const struct sockaddr *addr, socklen_t len, int *in_progress)
+{
+    int fd = socket(addr->sa_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+
+    *in_progress = 0;
+    if (fd < 0)
+        return -1;
+    net_set_nodelay(fd);
+    if (connect(fd, addr, len) == 0)
+        return fd;
+    if (errno == EINPROGRESS) {
+        *in_progress = 1;
+        return fd;
+    }
+    {
+        int saved = errno;
+        close(fd);
+        errno = saved;
+    }
+    return -1;
 }

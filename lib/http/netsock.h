@@ -8,8 +8,8 @@
 #include "core/netaddr.h"
 
 #include <stddef.h>
+#include <sys/socket.h>
 
-struct evhttp;
 
 /* The listen backlog of our HTTP listeners (libevent's own is 128). */
 #define NET_LISTEN_BACKLOG 4096
@@ -18,8 +18,11 @@ struct evhttp;
 int net_set_nodelay(int fd);
 /** writes the local "host:port" of a bound socket into out; returns 0 or -1 */
 int net_local_name(int fd, char *out, size_t outlen);
-/** binds an evhttp server to hp; writes the bound "host:port" (real port if 0 was asked) */
-int net_evhttp_bind(struct evhttp *http, const struct hostport *hp, char *bound, size_t boundlen,
-                    char *err, size_t errlen);
+/** a non-blocking listening TCP socket on hp (SO_REUSEADDR, backlog NET_LISTEN_BACKLOG); the
+ *  fd, or -1 with err */
+int net_listen(const struct hostport *hp, char *err, size_t errlen);
+/** a non-blocking socket connecting to addr (TCP_NODELAY set); the fd, or -1 with errno;
+ *  *in_progress is 1 when the connect has not finished yet */
+int net_connect(const struct sockaddr *addr, socklen_t len, int *in_progress);
 
 #endif

@@ -1,36 +1,50 @@
 /* proxy: arrival, the end of an exchange, client hang-ups and the proxy's own answers.
- * The engine side (forwarding, streaming, engine failures) is in proxy_forward.c; the life of
- * an exchange is drawn in proxy_impl.h. */
+ * The engine side is in proxy_forward.c (the request) and proxy_relay.c (the reply); the
+ * life of an exchange is drawn in proxy_impl.h. */
 #include "http/proxy.h"
 #include "core/httputil.h"
 #include "core/log.h"
 #include "core/ratewin.h"
 #include "core/xmalloc.h"
-#include "http/cwatch.h"
-#include "http/evreq.h"
-#include "http/netsock.h"
+#include "http/hconn.h"
 #include "http/proxy_impl.h"
 #include "http/upstream.h"
 
-#include <event2/buffer.h>
-#include <event2/bufferevent.h>
 #include <event2/event.h>
-#include <event2/http.h>
-#include <event2/keyvalq_struct.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <strings.h>
 
 /* Idle engine connections older than this are closed (uvicorn closes them at 5 s). */
 #define UPSTREAM_IDLE_MS 4000
 
 /* ---- lifetime ------------------------------------------------------------------------ */
 
+/* Exchanges are recycled, not freed: in steady state a request allocates nothing. */
+static struct pxreq *px_alloc(struct proxy *px)
+{
+    struct pxreq *x = px->spare;
+    struct h1_header *rh;
+
+    if (x != NULL) {
+        px->spare = x->next_spare;
+        rh = x->rh;
+    } else {
+        x = xmalloc(offsetof(struct pxreq, adm_state) + px->adm.size);
+        rh = xmalloc(PX_RESP_HEADERS * sizeof *rh);
+    }
+    memset(x, 0, offsetof(struct pxreq, adm_state) + px->adm.size);
+    x->rh = rh;
+    x->px = px;
+    return x;
+}
+
 void px_unhold(struct pxreq *x)
 {
-    if (--x->refs == 0 && x->finished)
-        free(x);
+    if (--x->refs == 0 && x->finished) {
+        x->next_spare = x->px->spare;
+        x->px->spare = x;
+    }
 }
 
 static double ms_between(const struct timespec *a, const struct timespec *b)
@@ -58,26 +72,32 @@ static void access_log(struct pxreq *x, enum outcome o)
 void px_finish(struct pxreq *x, enum outcome o)
 {
     struct proxy *px = x->px;
+    struct hconn *c = x->c;
 
     if (x->finished)
         return;
     x->finished = 1;
     px->m->outcomes[o]++;
-    if (px->o->access_log && x->creq != NULL)
+    if (px->o->access_log)
         access_log(x, o);
-    cwatch_free(x->watch);
-    x->watch = NULL;
-    if (x->deadline != NULL) {
-        event_free(x->deadline);
-        x->deadline = NULL;
+    if (x->deadline_on) {
+        event_del(&x->deadline);
+        x->deadline_on = 0;
     }
-    if (x->cevcon != NULL)
-        evhttp_connection_set_closecb(x->cevcon, NULL, NULL);
     TAILQ_REMOVE(&px->live, x, link);
     px->nlive--;
     x->refs++;
     if (px->adm.finish != NULL)
         px->adm.finish(px->adm.arg, x, o); /* may start the next waiter right here */
+    /* Last: the request's strings live in the connection's buffer, which the connection may
+     * reuse or free once it has been given back. */
+    x->c = NULL;
+    if (c != NULL) {
+        if (x->end == PX_END_ABORT)
+            hc_abort(c);
+        else
+            hc_end(c, x->end == PX_END_KEEP);
+    }
     px_unhold(x);
 }
 
@@ -99,56 +119,60 @@ void pxreq_set_queue_wait(struct pxreq *x, double seconds)
 
 /* ---- answers made by admitd itself ---------------------------------------------------- */
 
-/* The Date header of our own answers. evhttp would format one per reply (gmtime and printf,
- * about 7% of the rejection path); rendering it once a second is enough. */
-const char *px_date(struct proxy *px)
-{
-    time_t now = time(NULL);
-
-    if (now != px->date_at) {
-        px->date_at = now;
-        httpu_date(now, px->date);
-    }
-    return px->date;
-}
-
 int px_retry_after(struct proxy *px)
 {
     return px->adm.retry_after != NULL ? px->adm.retry_after(px->adm.arg) : RETRY_AFTER_MIN;
 }
 
-static void send_json(struct pxreq *x, int status, const char *body, size_t len, int retry_after,
-                      const char *reason)
+/* Sends a whole answer; close: the connection closes after it. */
+static void send_answer(struct pxreq *x, int status, const char *content_type, const char *body,
+                        size_t len, int retry_after, const char *reason, int close)
 {
-    struct evkeyvalq *h = evhttp_request_get_output_headers(x->creq);
-    char ra[16];
+    char extra[160];
+    int n = 0;
 
-    if (retry_after > 0) {
-        snprintf(ra, sizeof ra, "%d", retry_after);
-        evhttp_add_header(h, "Retry-After", ra);
-    }
-    if (reason != NULL)
-        evhttp_add_header(h, "X-Admitd-Reason", reason);
     x->status = status;
-    evreq_reply(x->creq, status, "application/json", body, len, px_date(x->px));
+    if (x->c == NULL)
+        return;
+    extra[0] = '\0';
+    if (retry_after > 0)
+        n += snprintf(extra + n, sizeof extra - (size_t) n, "Retry-After: %d\r\n", retry_after);
+    if (reason != NULL)
+        snprintf(extra + n, sizeof extra - (size_t) n, "X-Admitd-Reason: %s\r\n", reason);
+    if (hc_reply(x->c, status, content_type, body, len, extra, close) != 0)
+        x->end = PX_END_ABORT;
+    else
+        x->end = close ? PX_END_CLOSE : PX_END_KEEP;
+}
+
+static void answer(struct pxreq *x, int status, const char *json, size_t len, int retry_after,
+                   const char *reason, enum outcome o, int close)
+{
+    send_answer(x, status, "application/json", json, len, retry_after, reason, close);
+    px_finish(x, o);
 }
 
 void proxy_answer(struct pxreq *x, int status, const char *json, size_t len, int retry_after,
                   const char *reason, enum outcome o)
 {
-    send_json(x, status, json, len, retry_after, reason);
-    px_finish(x, o);
+    answer(x, status, json, len, retry_after, reason, o, 0);
+}
+
+static void answer_error(struct pxreq *x, int status, const char *type, const char *msg,
+                         int retry_after, const char *reason, enum outcome o, int close)
+{
+    struct buf *b = &x->px->scratch;
+
+    /* The body is written (or copied) before px_finish can start another answer. */
+    buf_reset(b);
+    httpu_error_json(b, status, type, msg);
+    answer(x, status, b->data, b->len, retry_after, reason, o, close);
 }
 
 void proxy_answer_error(struct pxreq *x, int status, const char *type, const char *msg,
                         int retry_after, const char *reason, enum outcome o)
 {
-    struct buf b;
-
-    buf_init(&b);
-    httpu_error_json(&b, status, type, msg);
-    proxy_answer(x, status, b.data, b.len, retry_after, reason, o);
-    buf_free(&b);
+    answer_error(x, status, type, msg, retry_after, reason, o, 0);
 }
 
 /* ---- held requests ---------------------------------------------------------------------- */
@@ -159,6 +183,7 @@ static void on_deadline(evutil_socket_t fd, short what, void *arg)
 
     (void) fd;
     (void) what;
+    x->deadline_on = 0;
     x->refs++;
     x->px->adm.expired(x->px->adm.arg, x);
     px_unhold(x);
@@ -168,97 +193,69 @@ void proxy_wait_deadline(struct pxreq *x, unsigned ms)
 {
     struct timeval tv = {ms / 1000, (ms % 1000) * 1000};
 
-    if (x->deadline == NULL) {
-        x->deadline = evtimer_new(x->px->base, on_deadline, x);
-        if (x->deadline == NULL)
-            fatal("evtimer_new failed");
-    }
-    evtimer_add(x->deadline, &tv);
+    if (!x->deadline_on)
+        evtimer_assign(&x->deadline, x->px->base, on_deadline, x);
+    evtimer_add(&x->deadline, &tv);
+    x->deadline_on = 1;
 }
 
 void proxy_forward(struct pxreq *x)
 {
-    if (x->deadline != NULL) {
-        event_free(x->deadline);
-        x->deadline = NULL;
+    if (x->deadline_on) {
+        event_del(&x->deadline);
+        x->deadline_on = 0;
     }
     px_start_upstream(x);
 }
 
 /* ---- client side ---------------------------------------------------------------------- */
 
-int px_client_fd(struct evhttp_connection *c)
+/* The client left (FIN, reset, timeout, a failed write) before its reply was complete. */
+static void on_client_gone(void *arg, struct hconn *c, void *owner)
 {
-    return bufferevent_getfd(evhttp_connection_get_bufferevent(c));
-}
+    struct pxreq *x = owner;
 
-/* The cwatch saw the client leave while nothing of the reply had been sent. */
-void px_on_client_gone(void *arg)
-{
-    struct pxreq *x = arg;
-    struct evhttp_connection *c = x->cevcon;
-
-    x->px->m->cancelled[x->state == X_HELD ? STAGE_QUEUED : STAGE_WAITING]++;
-    log_debug("client left while %s", x->state == X_HELD ? "queued" : "waiting for the engine");
+    (void) arg;
+    (void) c;
+    if (x == NULL)
+        return;
+    x->c = NULL; /* the connection closes when this returns */
+    x->px->m->cancelled[x->state == X_HELD       ? STAGE_QUEUED
+                        : x->state == X_UPSTREAM ? STAGE_WAITING
+                                                 : STAGE_STREAMING]++;
+    log_debug("client left while %s", x->state == X_HELD       ? "queued"
+                                      : x->state == X_UPSTREAM ? "waiting for the engine"
+                                                               : "streaming");
+    x->refs++;
     px_cancel_upstream(x);
     px_finish(x, OUT_CANCELLED);
-    evhttp_connection_free(c); /* frees the request with it */
+    px_unhold(x);
 }
 
-/* libevent is freeing the client connection: the client left mid-reply, timed out, or the
- * server is shutting down. A request that was detached first is ours to free. */
-static void on_client_close(struct evhttp_connection *c, void *arg)
+static void on_client_drained(void *arg, struct hconn *c, void *owner)
 {
-    struct pxreq *x = arg;
-    struct evhttp_request *creq = x->creq;
-    int detached = evhttp_request_get_connection(creq) == NULL;
-    enum outcome o = OUT_CANCELLED;
-
+    (void) arg;
     (void) c;
-    if (x->state == X_BROKEN)
-        o = x->broken_outcome;
-    else
-        x->px->m->cancelled[x->state == X_HELD       ? STAGE_QUEUED
-                            : x->state == X_UPSTREAM ? STAGE_WAITING
-                                                     : STAGE_STREAMING]++;
-    px_cancel_upstream(x);
-    x->cevcon = NULL;
-    px_finish(x, o);
-    if (detached)
-        evhttp_request_free(creq);
+    if (owner != NULL)
+        px_client_drained(owner);
+}
+
+/* The parser refused a request (the connection answered it and closes). */
+static void on_refused(void *arg, int status)
+{
+    struct proxy *px = arg;
+
+    (void) status;
+    px->m->outcomes[OUT_BAD_REQUEST]++;
 }
 
 void px_close_client(struct pxreq *x, enum outcome o)
 {
-    struct evhttp_connection *c = x->cevcon;
-
+    x->end = PX_END_ABORT;
     px_finish(x, o);
-    if (c != NULL)
-        evhttp_connection_free(c);
 }
 
 /* ---- arrival -------------------------------------------------------------------------- */
-
-/* Refuses requests whose framing a server behind us might read differently. */
-static const char *framing_problem(struct evhttp_request *creq)
-{
-    const char *cl[8], *te[8];
-    size_t ncl = 0, nte = 0;
-    struct evkeyval *kv;
-
-    TAILQ_FOREACH(kv, evhttp_request_get_input_headers(creq), next)
-    {
-        size_t kl = strlen(kv->key);
-
-        if (!httpu_is_token(kv->key))
-            return "a header name is not a token (whitespace before the colon?)";
-        if (kl == 14 && strcasecmp(kv->key, "Content-Length") == 0)
-            cl[ncl < 8 ? ncl++ : 7] = kv->value;
-        else if (kl == 17 && strcasecmp(kv->key, "Transfer-Encoding") == 0)
-            te[nte < 8 ? nte++ : 7] = kv->value;
-    }
-    return httpu_framing_problem(cl, ncl, te, nte);
-}
 
 /* The router answers some requests itself (/busy_threshold). */
 static int answer_locally(struct pxreq *x)
@@ -270,59 +267,44 @@ static int answer_locally(struct pxreq *x)
         buf_free(&rep.body);
         return 0;
     }
-    x->status = rep.status;
-    evreq_reply(x->creq, rep.status, rep.content_type, rep.body.data, rep.body.len, px_date(px));
+    send_answer(x, rep.status, rep.content_type, rep.body.data ? rep.body.data : "", rep.body.len,
+                0, NULL, 0);
     buf_free(&rep.body);
     px_finish(x, OUT_OK);
     return 1;
 }
 
-/* The proxy's own checks, before admission sees the request; 1 if they answered it. */
+/* The proxy's own checks, before admission sees the request; 1 if they answered it. The
+ * framing was checked by the parser already. */
 static int refused_here(struct pxreq *x)
 {
     struct proxy *px = x->px;
-    struct evkeyvalq *oh = evhttp_request_get_output_headers(x->creq);
-    const char *bad_framing;
 
     if (px->draining) {
-        evhttp_add_header(oh, "Connection", "close");
-        proxy_answer_error(x, 503, "unavailable_error", px->drain_msg, px_retry_after(px),
-                           "draining", OUT_DRAINING);
-        return 1;
-    }
-    bad_framing = framing_problem(x->creq);
-    if (bad_framing != NULL) {
-        char msg[160];
-
-        snprintf(msg, sizeof msg, "Bad request: %s", bad_framing);
-        /* The connection's framing is in doubt: answer and close it. */
-        evhttp_add_header(oh, "Connection", "close");
-        proxy_answer_error(x, 400, "invalid_request_error", msg, 0, NULL, OUT_BAD_REQUEST);
+        answer_error(x, 503, "unavailable_error", px->drain_msg, px_retry_after(px), "draining",
+                     OUT_DRAINING, 1);
         return 1;
     }
     if (x->req.target[0] != '/') {
-        proxy_answer_error(x, 400, "invalid_request_error",
-                           "Bad request: the request target must be a path starting with /", 0,
-                           NULL, OUT_BAD_REQUEST);
+        answer_error(x, 400, "invalid_request_error",
+                     "Bad request: the request target must be a path starting with /", 0, NULL,
+                     OUT_BAD_REQUEST, 0);
         return 1;
     }
     return 0;
 }
 
-static void on_request(struct evhttp_request *creq, void *arg)
+static void on_request(void *arg, struct hconn *c, const struct http_req *r)
 {
     struct proxy *px = arg;
-    struct pxreq *x = xcalloc(1, offsetof(struct pxreq, adm_state) + px->adm.size);
+    struct pxreq *x = px_alloc(px);
 
-    x->px = px;
-    x->creq = creq;
-    x->cevcon = evhttp_request_get_connection(creq);
-    evreq_view(creq, &x->req);
+    x->c = c;
+    x->req = *r;
+    hc_set_owner(c, x);
     clock_gettime(CLOCK_MONOTONIC, &x->t_arrive);
     TAILQ_INSERT_TAIL(&px->live, x, link);
     px->nlive++;
-    net_set_nodelay(px_client_fd(x->cevcon));
-    evhttp_connection_set_closecb(x->cevcon, on_client_close, x);
 
     x->refs++; /* the hooks below may end the exchange */
     if (px->adm.begin != NULL)
@@ -336,8 +318,7 @@ static void on_request(struct evhttp_request *creq, void *arg)
         px_start_upstream(x);
         break;
     case PX_WAIT:
-        x->state = X_HELD;
-        x->watch = cwatch_new(px->base, px_client_fd(x->cevcon), px_on_client_gone, x);
+        x->state = X_HELD; /* the connection goes on reading: it sees a hang-up */
         break;
     case PX_ANSWERED:
         break;
@@ -351,30 +332,30 @@ struct proxy *proxy_new(struct event_base *base, const struct proxy_opts *o,
                         const struct http_url *upstream, struct metrics *m)
 {
     struct proxy *px = xcalloc(1, sizeof *px);
+    /* TRACE, CONNECT and unknown methods: 501, from the connection itself. */
+    struct hc_limits lim = {(1u << HTTP_GET) | (1u << HTTP_HEAD) | (1u << HTTP_POST) |
+                                (1u << HTTP_PUT) | (1u << HTTP_DELETE) | (1u << HTTP_OPTIONS) |
+                                (1u << HTTP_PATCH),
+                            o->max_header_bytes, o->max_body_bytes, o->client_timeout_ms};
+    struct hc_ops ops = {on_request, on_client_gone, on_client_drained, on_refused};
 
     px->base = base;
     px->o = o;
     px->m = m;
     TAILQ_INIT(&px->live);
-    px->client_tv.tv_sec = o->client_timeout_ms / 1000;
-    px->client_tv.tv_usec = (o->client_timeout_ms % 1000) * 1000;
+    buf_init(&px->head);
+    buf_init(&px->scratch);
     if (upstream != NULL)
         px->up = upstream_new(base, upstream, o->upstream_timeout_ms, o->upstream_keepalive,
                               UPSTREAM_IDLE_MS);
-
-    /* TRACE, CONNECT and unknown methods: evhttp's 501. */
-    px->http = evreq_server(base, EVREQ_ALL_METHODS, o->max_header_bytes, o->max_body_bytes,
-                            &px->client_tv, on_request, px);
-    /* Read the rest of an oversized body before answering 413, so the client sees the
-     * answer instead of a reset. */
-    evhttp_set_flags(px->http, EVHTTP_SERVER_LINGERING_CLOSE);
+    px->l = hl_new(base, &lim, &ops, px);
     return px;
 }
 
 int proxy_bind(struct proxy *px, const struct hostport *hp, char *bound, size_t boundlen, char *err,
                size_t errlen)
 {
-    return net_evhttp_bind(px->http, hp, bound, boundlen, err, errlen);
+    return hl_bind(px->l, hp, bound, boundlen, err, errlen);
 }
 
 void proxy_set_admission(struct proxy *px, const struct proxy_admission *a)
@@ -412,16 +393,10 @@ unsigned proxy_cancel_all(struct proxy *px)
 
     px->closing = 1; /* nothing is let through while the queue is emptied */
     while ((x = TAILQ_FIRST(&px->live)) != NULL) {
-        struct evhttp_request *creq = x->creq;
-        struct evhttp_connection *c = x->cevcon;
-        int detached = c == NULL || evhttp_request_get_connection(creq) == NULL;
-
+        x->refs++;
         px_cancel_upstream(x);
-        px_finish(x, OUT_CANCELLED);
-        if (detached)
-            evhttp_request_free(creq);
-        else
-            evhttp_connection_free(c);
+        px_close_client(x, OUT_CANCELLED);
+        px_unhold(x);
         n++;
     }
     px->closing = 0;
@@ -434,7 +409,16 @@ void proxy_free(struct proxy *px)
         return;
     proxy_cancel_all(px);
     px->closing = 1;
-    evhttp_free(px->http);
+    hl_free(px->l);
     upstream_free(px->up);
+    while (px->spare != NULL) {
+        struct pxreq *x = px->spare;
+
+        px->spare = x->next_spare;
+        free(x->rh);
+        free(x);
+    }
+    buf_free(&px->head);
+    buf_free(&px->scratch);
     free(px);
 }

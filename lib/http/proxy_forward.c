@@ -1,94 +1,44 @@
-/* proxy_forward: the engine side of an exchange. Sends the request to the engine, streams its
- * reply to the client with backpressure, and turns engine failures into answers the client
- * cannot mistake for success. The client side and the end of an exchange are in proxy.c. */
+/* proxy_forward: the request's way to the engine. Chooses the engine (router mode), writes
+ * the request head and body in one system call, and turns engine failures into answers the
+ * client cannot mistake for success. The reply is relayed by proxy_relay.c. */
 #include "core/httputil.h"
 #include "core/log.h"
 #include "core/xmalloc.h"
-#include "http/cwatch.h"
+#include "http/hconn.h"
 #include "http/proxy_impl.h"
 #include "http/upstream.h"
 
-#include <event2/buffer.h>
-#include <event2/bufferevent.h>
-#include <event2/event.h>
-#include <event2/http.h>
-#include <event2/http_struct.h>
-#include <event2/keyvalq_struct.h>
+#include <errno.h>
 #include <stdio.h>
 #include <string.h>
-#include <strings.h>
 
-/* Bytes a client may send while its reply streams before admitd stops reading them. */
-#define CLIENT_READ_HIGH_WATER (64 * 1024)
-
-static int on_up_headers(struct evhttp_request *ureq, void *arg);
 
 static void release_upstream(struct pxreq *x)
 {
     if (x->uc != NULL) {
-        upstream_put(x->up, x->uc);
+        uconn_drop(x->uc);
         x->uc = NULL;
     }
 }
 
 void px_cancel_upstream(struct pxreq *x)
 {
-    struct evhttp_request *ureq = x->ureq;
-
-    if (ureq != NULL) {
-        x->ureq = NULL; /* the error callback (REQUEST_CANCEL) must find nothing to do */
-        evhttp_cancel_request(ureq);
-    }
+    /* Closed, never pooled: the engine sees the close and stops generating. */
     release_upstream(x);
-}
-
-/* ---- the client's side of a streaming reply ------------------------------------------- */
-
-/* The whole reply has been written to the client: only now is the exchange over (and its
- * slot released). */
-static void on_client_complete(struct evhttp_request *creq, void *arg)
-{
-    struct pxreq *x = arg;
-    struct bufferevent *bev = evhttp_connection_get_bufferevent(x->cevcon);
-
-    (void) creq;
-    /* Undo the streaming settings before the connection reads its next request. */
-    evhttp_connection_set_timeout_tv(x->cevcon, &x->px->client_tv);
-    bufferevent_setwatermark(bev, EV_READ, 0, 0);
-    px_finish(x, OUT_OK);
-}
-
-/* The client's output buffer drained: read from the engine again. */
-static void on_client_flushed(struct evhttp_connection *c, void *arg)
-{
-    struct pxreq *x = arg;
-
-    (void) c;
-    if (x->paused && x->uc != NULL) {
-        x->paused = 0;
-        bufferevent_enable(evhttp_connection_get_bufferevent(uconn_evcon(x->uc)), EV_READ);
-    }
-}
-
-static void on_broken_flushed(struct evhttp_connection *c, void *arg)
-{
-    struct pxreq *x = arg;
-
-    (void) c;
-    px_close_client(x, x->broken_outcome);
 }
 
 /* ---- engine failures ------------------------------------------------------------------ */
 
-static void upstream_failed(struct pxreq *x, enum upstream_error e)
+void px_upstream_failed(struct pxreq *x, enum upstream_error e)
 {
     struct proxy *px = x->px;
     char msg[256 + NETADDR_HOST_MAX];
 
     px->m->upstream_errors[e]++;
     release_upstream(x);
-    if (x->state == X_UPSTREAM) {
+    if (x->state == X_UPSTREAM || x->retry_pending) {
         /* Nothing sent yet: a clean error answer, and the connection stays usable. */
+        x->retry_pending = 0;
         switch (e) {
         case UERR_CONNECT:
         case UERR_BROKEN:
@@ -115,191 +65,58 @@ static void upstream_failed(struct pxreq *x, enum upstream_error e)
     }
     /* Mid-reply: the client must see an error, never a clean end. The connection is
      * closed without the final chunk; an SSE client also gets an error event first. */
-    x->broken_outcome = e == UERR_TIMEOUT ? OUT_TIMEOUT : OUT_UPSTREAM_ERROR;
-    if (x->sse && x->state == X_STREAMING) {
-        struct buf b;
-        struct evbuffer *eb = evbuffer_new();
+    if (x->sse && x->state == X_STREAMING && x->c != NULL) {
+        struct buf *b = &px->scratch;
+        struct buf *ev = &px->head;
+        struct iovec v[3];
+        char size[24];
+        int n = 0;
 
-        if (eb == NULL)
-            fatal("evbuffer_new failed");
-        buf_init(&b);
-        httpu_error_json(&b, 502, "upstream_error",
+        buf_reset(b);
+        httpu_error_json(b, 502, "upstream_error",
                          e == UERR_TIMEOUT ? "Gateway timeout: engine stream stalled"
                                            : "Bad gateway: engine stream broke");
-        evbuffer_add_printf(eb, "event: error\ndata: %s\n\n", b.data);
-        buf_free(&b);
-        x->state = X_BROKEN;
-        evhttp_send_reply_chunk_with_cb(x->creq, eb, on_broken_flushed, x);
-        evbuffer_free(eb);
+        buf_reset(ev);
+        buf_printf(ev, "event: error\ndata: %s\n\n", b->data);
+        if (x->out_chunked) {
+            v[n].iov_base = size;
+            v[n++].iov_len = (size_t) snprintf(size, sizeof size, "%zx\r\n", ev->len);
+        }
+        v[n].iov_base = ev->data;
+        v[n++].iov_len = ev->len;
+        if (x->out_chunked) {
+            v[n].iov_base = (void *) "\r\n";
+            v[n++].iov_len = 2;
+        }
+        x->end = hc_write(x->c, v, n) == 0 ? PX_END_CLOSE : PX_END_ABORT;
+        px_finish(x, e == UERR_TIMEOUT ? OUT_TIMEOUT : OUT_UPSTREAM_ERROR);
         return;
     }
-    px_close_client(x, x->broken_outcome);
+    px_close_client(x, e == UERR_TIMEOUT ? OUT_TIMEOUT : OUT_UPSTREAM_ERROR);
 }
 
-static void on_up_error(enum evhttp_request_error err, void *arg)
+static void on_engine(void *arg, enum uc_event ev)
 {
     struct pxreq *x = arg;
 
-    if (err == EVREQ_HTTP_REQUEST_CANCEL)
-        return;     /* our own cancel: the caller is already tearing the exchange down */
-    x->ureq = NULL; /* libevent freed it; the done callback follows with NULL */
-    x->has_uerr = 1;
-    switch (err) {
-    case EVREQ_HTTP_TIMEOUT:
-        x->uerr = UERR_TIMEOUT;
+    x->refs++;
+    switch (ev) {
+    case UC_READABLE:
+        px_relay(x);
         break;
-    case EVREQ_HTTP_INVALID_HEADER:
-    case EVREQ_HTTP_DATA_TOO_LONG:
-        x->uerr = UERR_INVALID;
+    case UC_DRAINED:
         break;
-    default:
-        x->uerr = UERR_BROKEN;
+    case UC_CONNECT_FAILED:
+        px_upstream_failed(x, UERR_CONNECT);
+        break;
+    case UC_WRITE_FAILED:
+        px_upstream_failed(x, UERR_BROKEN);
+        break;
+    case UC_TIMEOUT:
+        px_upstream_failed(x, UERR_TIMEOUT);
         break;
     }
-}
-
-/* ---- the reply ------------------------------------------------------------------------ */
-
-static void copy_headers(struct evkeyvalq *from, struct evkeyvalq *to, int request)
-{
-    const char *conn = evhttp_find_header(from, "Connection");
-    struct evkeyval *kv;
-
-    TAILQ_FOREACH(kv, from, next)
-    {
-        if (httpu_is_hop_by_hop(kv->key) || (conn && httpu_connection_lists(conn, kv->key)))
-            continue;
-        /* Host and Content-Length are set by us; Expect was already answered by evhttp. */
-        if (request &&
-            (strcasecmp(kv->key, "Host") == 0 || strcasecmp(kv->key, "Content-Length") == 0 ||
-             strcasecmp(kv->key, "Expect") == 0))
-            continue;
-        evhttp_add_header(to, kv->key, kv->value);
-    }
-}
-
-/* The engine's status line and headers arrived: start the client's reply. */
-static int on_up_headers(struct evhttp_request *ureq, void *arg)
-{
-    struct pxreq *x = arg;
-    struct proxy *px = x->px;
-    struct evkeyvalq *uh = evhttp_request_get_input_headers(ureq);
-    const char *ct = evhttp_find_header(uh, "Content-Type");
-    struct bufferevent *bev = evhttp_connection_get_bufferevent(x->cevcon);
-    struct timeval write_tv = px->client_tv;
-    struct evkeyvalq *oh = evhttp_request_get_output_headers(x->creq);
-    const char *why = evhttp_find_header(uh, "X-Admitd-Reason");
-    int code = evhttp_request_get_response_code(ureq);
-
-    /* Router: a worker that refuses with its overload answer gets one more chance elsewhere,
-     * as long as nothing has reached the client. */
-    if (px->route.pick != NULL && !x->retried &&
-        (code == 529 ||
-         (why && (strcmp(why, "queue-full") == 0 || strcmp(why, "queue-timeout") == 0)))) {
-        x->retry_pending = 1;
-        return 0;
-    }
-    if (px->route.refused != NULL && x->retried &&
-        (code == 529 || (why && strncmp(why, "queue-", 6) == 0))) {
-        /* The second refusal goes to the client; that worker is skipped too, as the first. */
-        if (px->route.overloaded != NULL)
-            px->route.overloaded(px->route.arg, x->up);
-        px->route.refused(px->route.arg, &x->req);
-    }
-    copy_headers(uh, oh, 0);
-    if (x->has_wait) {
-        /* Tells clients and load balancers how long admission held the request. */
-        char ms[32];
-        snprintf(ms, sizeof ms, "%.1f", x->queue_wait_s * 1000.0);
-        evhttp_add_header(oh, "X-Admitd-Queue-Wait-Ms", ms);
-    }
-    x->sse = ct != NULL && strncasecmp(ct, "text/event-stream", 17) == 0;
-    /* An HTTP/1.0 client cannot take chunks: without a length the body ends at close. */
-    if (x->req.http_minor == 0 && evhttp_find_header(uh, "Content-Length") == NULL)
-        evhttp_remove_header(evhttp_request_get_input_headers(x->creq), "Connection");
-    cwatch_free(x->watch); /* from here evhttp reads the client and reports a close */
-    x->watch = NULL;
-    x->state = X_STREAMING;
-    evhttp_request_set_on_complete_cb(x->creq, on_client_complete, x);
-    x->status = code;
-    evhttp_send_reply_start(x->creq, code, evhttp_request_get_response_code_line(ureq));
-    /* evhttp now reads the client only to see a close: bound what it may buffer, and drop
-     * the read timeout, which would otherwise cut any stream longer than it. */
-    bufferevent_setwatermark(bev, EV_READ, 0, CLIENT_READ_HIGH_WATER);
-    bufferevent_set_timeouts(bev, NULL, &write_tv);
-    return 0;
-}
-
-/* The SSE events completed by this chunk: each one a token, as vLLM and SGLang send them. */
-static unsigned chunk_tokens(struct pxreq *x, struct evbuffer *in)
-{
-    struct evbuffer_iovec vec[8];
-    unsigned tokens = 0;
-    int n;
-
-    if (!x->sse)
-        return 0;
-    n = evbuffer_peek(in, -1, NULL, vec, 8);
-    if (n > 8) {
-        /* Rare: a chunk spread over many buffers. Make it one, then count. */
-        vec[0].iov_base = evbuffer_pullup(in, -1);
-        vec[0].iov_len = evbuffer_get_length(in);
-        n = 1;
-    }
-    for (int i = 0; i < n; i++)
-        tokens += sse_feed(&x->sse_count, vec[i].iov_base, vec[i].iov_len);
-    return tokens;
-}
-
-static void on_up_chunk(struct evhttp_request *ureq, void *arg)
-{
-    struct pxreq *x = arg;
-    struct proxy *px = x->px;
-    struct evbuffer *in = evhttp_request_get_input_buffer(ureq);
-    struct bufferevent *cbev = evhttp_connection_get_bufferevent(x->cevcon);
-    int first = !x->got_body;
-
-    if (x->retry_pending)
-        return; /* the refusal's body is dropped; libevent drains it */
-    if (first) {
-        x->got_body = 1;
-        clock_gettime(CLOCK_MONOTONIC, &x->t_first);
-    }
-    x->bytes += evbuffer_get_length(in);
-    if (x->count_tokens)
-        px->adm.output(px->adm.arg, x, first, chunk_tokens(x, in));
-    evhttp_send_reply_chunk_with_cb(x->creq, in, on_client_flushed, x);
-    /* Backpressure: a slow client must not make admitd buffer the whole reply. */
-    if (!x->paused &&
-        evbuffer_get_length(bufferevent_get_output(cbev)) > px->o->stream_buffer_bytes) {
-        x->paused = 1;
-        bufferevent_disable(evhttp_connection_get_bufferevent(uconn_evcon(x->uc)), EV_READ);
-    }
-}
-
-static void on_up_done(struct evhttp_request *ureq, void *arg)
-{
-    struct pxreq *x = arg;
-
-    x->ureq = NULL; /* libevent frees it after this callback */
-    if (ureq == NULL || evhttp_request_get_response_code(ureq) == 0) {
-        /* Connection refused arrives here with code 0 and no error callback. */
-        upstream_failed(x, x->has_uerr ? x->uerr : UERR_CONNECT);
-        return;
-    }
-    release_upstream(x);
-    if (x->retry_pending) {
-        x->retry_pending = 0;
-        x->retried = 1;
-        if (x->px->route.overloaded != NULL)
-            x->px->route.overloaded(x->px->route.arg, x->up);
-        px_start_upstream(x);
-        return;
-    }
-    if (x->state == X_UPSTREAM)
-        on_up_headers(ureq, x);
-    x->state = X_FLUSHING;
-    evhttp_send_reply_end(x->creq); /* on_client_complete finishes once it is written */
+    px_unhold(x);
 }
 
 /* ---- the request ---------------------------------------------------------------------- */
@@ -326,19 +143,92 @@ static struct upstream *choose(struct pxreq *x)
     return up;
 }
 
+/* True when a Connection field of p lists name: that field is hop-by-hop too. */
+static int connection_lists(const struct h1_parser *p, struct h1_str name)
+{
+    for (size_t i = 0; i < p->nhdr; i++) {
+        const char *at, *end;
+        struct h1_str e;
+
+        if (p->hdr[i].id != H1_H_CONNECTION)
+            continue;
+        at = p->hdr[i].value.p;
+        end = at + p->hdr[i].value.len;
+        while (h1_list_next(&at, end, &e))
+            if (e.len == name.len && strncasecmp(e.p, name.p, name.len) == 0)
+                return 1;
+    }
+    return 0;
+}
+
+int px_hop_by_hop(const struct h1_parser *p, const struct h1_header *h)
+{
+    switch (h->id) {
+    case H1_H_CONNECTION:
+    case H1_H_KEEP_ALIVE:
+    case H1_H_TE:
+    case H1_H_TRAILER:
+    case H1_H_TRANSFER_ENCODING:
+    case H1_H_UPGRADE:
+    case H1_H_PROXY_CONNECTION:
+        return 1;
+    case H1_H_OTHER:
+        if ((h->name.len == 18 && h1_ieq(h->name, "proxy-authenticate")) ||
+            (h->name.len == 19 && h1_ieq(h->name, "proxy-authorization")))
+            return 1;
+        return (p->flags & H1_F_CONN_OTHER) && connection_lists(p, h->name);
+    default:
+        return 0;
+    }
+}
+
+/* The head sent to the engine: the client's fields minus the hop-by-hop ones, Host set to
+ * the engine's, Content-Length recomputed (a chunked body goes with its decoded length),
+ * and Expect dropped (the connection answered it). */
+static void build_head(struct pxreq *x, struct buf *h)
+{
+    const struct h1_parser *p = hc_head(x->c);
+    enum http_method m = x->req.method;
+    char len[24];
+
+    buf_reset(h);
+    buf_puts(h, http_method_name(m));
+    buf_append(h, " ", 1);
+    buf_puts(h, x->req.target);
+    buf_append(h, " HTTP/1.1\r\n", 11);
+    for (size_t i = 0; i < p->nhdr; i++) {
+        const struct h1_header *f = &p->hdr[i];
+
+        if (f->id == H1_H_HOST || f->id == H1_H_CONTENT_LENGTH || f->id == H1_H_EXPECT ||
+            px_hop_by_hop(p, f))
+            continue;
+        buf_append(h, f->name.p, f->name.len);
+        buf_append(h, ": ", 2);
+        buf_append(h, f->value.p, f->value.len);
+        buf_append(h, "\r\n", 2);
+    }
+    buf_append(h, "Host: ", 6);
+    buf_puts(h, upstream_hostport(x->up));
+    buf_append(h, "\r\n", 2);
+    if (x->req.body_len > 0 || m == HTTP_POST || m == HTTP_PUT || m == HTTP_PATCH) {
+        int n = snprintf(len, sizeof len, "Content-Length: %zu\r\n", x->req.body_len);
+        buf_append(h, len, (size_t) n);
+    }
+    buf_append(h, "\r\n", 2);
+}
+
 void px_start_upstream(struct pxreq *x)
 {
     struct proxy *px = x->px;
     struct upstream *up;
-    struct evhttp_request *ureq;
-    struct evbuffer *body = evhttp_request_get_input_buffer(x->creq);
-    struct evkeyvalq *oh;
-    enum evhttp_cmd_type cmd = evhttp_request_get_command(x->creq);
-    char len[24];
+    struct iovec v[2];
+    int reused, attempt;
 
     x->state = X_UPSTREAM;
-    if (x->watch == NULL)
-        x->watch = cwatch_new(px->base, px_client_fd(x->cevcon), px_on_client_gone, x);
+    if (x->c == NULL) {
+        px_finish(x, OUT_CANCELLED);
+        return;
+    }
     /* choose() may answer the request, and a retry holds no reference: x may be gone. */
     if ((up = choose(x)) == NULL)
         return;
@@ -350,32 +240,29 @@ void px_start_upstream(struct pxreq *x)
             sse_init(&x->sse_count);
         }
     }
-    ureq = evhttp_request_new(on_up_done, x);
-    if (ureq == NULL)
-        fatal("evhttp_request_new failed");
-    evhttp_request_set_header_cb(ureq, on_up_headers);
-    evhttp_request_set_chunked_cb(ureq, on_up_chunk);
-    evhttp_request_set_error_cb(ureq, on_up_error);
-    oh = evhttp_request_get_output_headers(ureq);
-    copy_headers(evhttp_request_get_input_headers(x->creq), oh, 1);
-    evhttp_add_header(oh, "Host", upstream_hostport(x->up));
-    if (x->req.body_len > 0 || cmd == EVHTTP_REQ_POST || cmd == EVHTTP_REQ_PUT ||
-        cmd == EVHTTP_REQ_PATCH) {
-        snprintf(len, sizeof len, "%zu", x->req.body_len);
-        evhttp_add_header(oh, "Content-Length", len);
+    build_head(x, &px->head);
+    v[0].iov_base = px->head.data;
+    v[0].iov_len = px->head.len;
+    v[1].iov_base = (void *) (size_t) x->req.body;
+    v[1].iov_len = x->req.body_len;
+    x->rp_base = NULL; /* the reply's parse starts with its first bytes */
+    x->body_left = 0;
+    x->reusable = 1;
+    for (attempt = 0;; attempt++) {
+        x->uc = upstream_get(up, on_engine, x, &reused);
+        if (x->uc == NULL) {
+            px_upstream_failed(x, UERR_CONNECT);
+            return;
+        }
+        if (uconn_write(x->uc, v, 2) == 0)
+            return;
+        /* A pooled connection the engine closed before we wrote a byte: nothing of this
+         * request reached it, so a fresh connection may carry it. Once written, never. */
+        uconn_drop(x->uc);
+        x->uc = NULL;
+        if (!reused || attempt > 0) {
+            px_upstream_failed(x, UERR_BROKEN);
+            return;
+        }
     }
-    /* By reference, not moved: the body stays readable in the client's request for the
-     * whole exchange (struct http_req promises it), and a router may send it again. */
-    if (evbuffer_add_buffer_reference(evhttp_request_get_output_buffer(ureq), body) != 0)
-        evbuffer_add(evhttp_request_get_output_buffer(ureq), x->req.body, x->req.body_len);
-
-    x->uc = upstream_get(x->up);
-    x->ureq = ureq;
-    x->refs++; /* a refused connect may call on_up_done before uconn_request returns */
-    if (uconn_request(x->uc, ureq, cmd, x->req.target) != 0) {
-        x->ureq = NULL;
-        evhttp_request_free(ureq);
-        upstream_failed(x, UERR_CONNECT);
-    }
-    px_unhold(x);
 }

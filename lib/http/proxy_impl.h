@@ -1,80 +1,96 @@
 /* proxy_impl: one exchange (struct pxreq) and the proxy itself, private to the proxy module,
- * which is two files: proxy.c owns arrival, the client side and the end of an exchange;
- * proxy_forward.c owns the engine side.
+ * which is three files: proxy.c owns arrival, the client side and the end of an exchange;
+ * proxy_forward.c sends the request to the engine and handles engine failures;
+ * proxy_relay.c reads the engine's reply and relays it to the client.
  *
  * Life of an exchange:
  *
- *   arrive --admission--> HELD --forward--> UPSTREAM --headers--> STREAMING --engine done-->
- *   FLUSHING --last byte written--> finished
+ *   arrive --admission--> HELD --forward--> UPSTREAM --reply head--> STREAMING --engine
+ *   done--> finished (the client connection writes the rest and goes on)
  *
  * and from any state a failure or a client hang-up finishes it early. px_finish() is the one
- * end: it counts the outcome once, stops the hang-up watch and the deadline, detaches from
- * the client connection and calls the admission's finish hook (which releases the gate
- * ticket and the booking). An exchange is freed when it is finished and no call that might
- * re-enter it is still on the stack (refs).
+ * end: it counts the outcome once, stops the deadline, gives the client connection back (or
+ * closes it) and calls the admission's finish hook (which releases the gate ticket and the
+ * booking). An exchange is recycled when it is finished and no call that might re-enter it
+ * is still on the stack (refs).
  *
- * Who notices a client hang-up: while HELD or UPSTREAM evhttp reads nothing from the client,
- * so a cwatch does; once the reply has started, evhttp itself does and fires the connection's
- * close callback. */
+ * The client connection (hconn) reads the client all along, so a hang-up is seen at every
+ * stage, queued included, and a pipelined request waits in its buffer for its turn. */
 #ifndef ADMIT_PROXY_IMPL_H
 #define ADMIT_PROXY_IMPL_H
 
+#include "core/buf.h"
+#include "core/h1chunk.h"
+#include "core/h1parse.h"
 #include "core/sse.h"
 #include "http/proxy.h"
 
+#include <event2/event_struct.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <sys/queue.h>
-#include <sys/time.h>
 #include <time.h>
 
-struct evhttp;
-struct evhttp_connection;
-struct evhttp_request;
-struct event;
-struct event_base;
-struct cwatch;
+struct hconn;
+struct hlisten;
 struct uconn;
+
+/* Field lines an engine's reply head may have. */
+#define PX_RESP_HEADERS 48
+/* The largest reply head an engine may send (they send a few hundred bytes). */
+#define PX_RESP_HEAD_MAX (32 * 1024)
 
 enum xstate {
     X_HELD,      /* admission holds it */
-    X_UPSTREAM,  /* engine request sent, no reply headers yet */
+    X_UPSTREAM,  /* engine request sent, no reply head yet */
     X_STREAMING, /* reply started, body flowing */
-    X_FLUSHING,  /* engine finished; last bytes on their way to the client */
-    X_BROKEN     /* engine broke mid-stream; an error event is flushing, then we close */
+    X_FLUSHING,  /* the engine is done; the client has not taken the last bytes yet */
+};
+
+/* What px_finish does with the client connection (if it is still there). */
+enum px_client_end {
+    PX_END_ABORT = 0, /* close it now: its reply cannot be completed */
+    PX_END_CLOSE,     /* the reply is complete: close after it is written */
+    PX_END_KEEP,      /* the reply is complete: read the next request after it */
 };
 
 struct pxreq {
     struct proxy *px;
-    struct evhttp_request *creq;
-    struct evhttp_connection *cevcon; /* NULL once libevent is freeing it */
-    struct http_req req;              /* the seam's view of creq */
-    struct cwatch *watch;
-    struct event *deadline; /* while held, if admission set one */
-    struct upstream *up;    /* the engine chosen for this request */
-    struct uconn *uc;
-    struct evhttp_request *ureq; /* owned by libevent; NULL once it is gone */
+    struct hconn *c;         /* the client's connection; NULL once it is given back */
+    struct http_req req;     /* the request, in the client connection's buffer */
+    struct event deadline;   /* while held, if admission set one */
+    int deadline_on;
+    struct upstream *up;     /* the engine chosen for this request */
+    struct uconn *uc;        /* its connection while the exchange uses it */
     enum xstate state;
-    enum upstream_error uerr;
-    enum outcome broken_outcome;
-    int has_uerr;
-    double queue_wait_s; /* how long admission held it */
-    int has_wait;        /* ... and admission said so: the reply shows it */
+    double queue_wait_s;     /* how long admission held it */
+    int has_wait;            /* ... and admission said so: the reply shows it */
     struct sse_counter sse_count;
     int count_tokens;        /* admission wants output(): SSE events are counted */
     int forwarded;           /* the forwarding hook ran (once per exchange) */
     int got_body;            /* the engine sent a first body byte */
-    int retry_pending;       /* router: the engine said overloaded; nothing sent yet */
+    int retry_pending;       /* router: the engine said overloaded; its reply is dropped */
     int retried;             /* router: already moved to a second engine */
     int status;              /* status sent to the client (0 until one is) */
-    uint64_t bytes;          /* body bytes passed to the client */
-    struct timespec t_first; /* first body byte from the engine */
-    int paused;              /* engine reads stopped: the client is behind */
     int sse;
+    int paused;              /* engine reads stopped: the client is behind */
     int refs;
     int finished;
+    uint64_t bytes;          /* body bytes passed to the client */
+    struct timespec t_first; /* first body byte from the engine */
     struct timespec t_arrive;
+    /* the engine's reply */
+    struct h1_parser rp;
+    struct h1_header *rh; /* PX_RESP_HEADERS slots, allocated once per struct */
+    struct h1_chunked rck;
+    const char *rp_base;  /* where rp's bytes were when it last parsed */
+    uint64_t body_left;   /* H1_BODY_LENGTH: bytes still to come */
+    int out_chunked;      /* the client gets the body in chunks */
+    int keep_client;      /* the client connection may be kept after this reply */
+    int reusable;         /* the engine connection can carry another request */
+    enum px_client_end end; /* what px_finish does with the client connection */
     TAILQ_ENTRY(pxreq) link;
+    struct pxreq *next_spare;
     max_align_t adm_state[]; /* the admission's proxy_admission.size bytes */
 };
 
@@ -82,37 +98,41 @@ struct proxy {
     struct event_base *base;
     const struct proxy_opts *o;
     struct metrics *m;
-    struct evhttp *http;
+    struct hlisten *l;
     struct upstream *up; /* NULL in router mode */
     TAILQ_HEAD(pxreq_list, pxreq) live;
     unsigned nlive;
+    struct pxreq *spare; /* finished exchanges kept for reuse */
     int closing;
-    struct timeval client_tv;
-    time_t date_at; /* the second date[] was rendered for */
-    char date[32];
     struct proxy_admission adm;
     struct proxy_route route; /* router mode when route.pick is set */
     int draining;             /* new requests get 503; the rest finish */
     const char *drain_msg;    /* what those 503s say (static storage) */
+    struct buf head;          /* request and reply heads, built one at a time */
+    struct buf scratch;       /* error bodies */
 };
 
-/** the Date header of the proxy's own answers, rendered once a second */
-const char *px_date(struct proxy *px);
 /** the Retry-After of the proxy's own 503s (the admission's, or 1) */
 int px_retry_after(struct proxy *px);
-/** ends the exchange with outcome o (idempotent); see above */
+/** ends the exchange with outcome o (idempotent), then gives the client connection back as
+ *  x->end says; see above */
 void px_finish(struct pxreq *x, enum outcome o);
-/** drops a reference taken around a call that may end x; frees it when finished */
+/** drops a reference taken around a call that may end x; recycles it when finished */
 void px_unhold(struct pxreq *x);
 /** ends the exchange and closes the client connection (its reply cannot be completed) */
 void px_close_client(struct pxreq *x, enum outcome o);
-/** the hang-up watch's callback: the client left before the reply started */
-void px_on_client_gone(void *arg);
-/** the client's socket */
-int px_client_fd(struct evhttp_connection *c);
 /** sends the request to the engine (or the one route.pick chooses) */
 void px_start_upstream(struct pxreq *x);
-/** cancels the engine request, if any: the engine sees its connection close and stops */
+/** closes the engine connection, if any: the engine sees it close and stops */
 void px_cancel_upstream(struct pxreq *x);
+/** the engine connection has something to read: the reply's head, then its body */
+void px_relay(struct pxreq *x);
+/** an engine failure: a clean answer if nothing was sent, else a visibly broken reply */
+void px_upstream_failed(struct pxreq *x, enum upstream_error e);
+/** true for a field a proxy does not pass on: hop-by-hop (RFC 9110 7.6.1) or named in the
+ *  message's Connection field */
+int px_hop_by_hop(const struct h1_parser *p, const struct h1_header *h);
+/** the client drained what it had not taken: read the engine again */
+void px_client_drained(struct pxreq *x);
 
 #endif

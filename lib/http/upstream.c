@@ -1,35 +1,77 @@
-/* upstream: a LIFO pool of idle keep-alive connections to one engine.
+/* upstream: non-blocking connects, a LIFO pool of idle connections, silence timers.
  *
- * LIFO keeps the hottest connections in use and lets the cold tail expire. Connections are
- * freed from a zero-delay timer, never inside a libevent callback of the same connection:
- * evhttp touches the connection after the user's done callback returns. */
+ * LIFO keeps the hottest connections in use and lets the cold tail expire. An idle
+ * connection keeps its read event armed: the engine closing it, or sending anything
+ * unasked, drops it before a request can be written to it. */
 #include "http/upstream.h"
-#include "http/netsock.h"
 #include "core/xmalloc.h"
+#include "http/netsock.h"
 
-#include <event2/bufferevent.h>
+#include <errno.h>
 #include <event2/event.h>
-#include <event2/http.h>
+#include <netdb.h>
+#include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
 #include <sys/time.h>
 
 struct uconn {
-    struct evhttp_connection *evcon;
-    struct uconn *next;     /* in the idle list or the graveyard */
+    struct ioconn io;
+    struct upstream *u;
+    struct event tmo; /* silence (and connect) timeout */
+    int connecting;
+    int idle;     /* in the pool */
+    int conn_err; /* errno of a failed connect */
+    uconn_cb cb;
+    void *arg;
     struct timeval idle_at; /* when it went idle */
+    struct uconn *next;     /* in the idle list or the spare list */
 };
 
 struct upstream {
     struct event_base *base;
     struct http_url url;
-    struct timeval timeout;
+    const struct timeval *timeout; /* a common timeout: O(1) to re-arm on every read */
     unsigned max_idle;
     struct timeval idle_max;
+    struct sockaddr_storage addr;
+    socklen_t addrlen; /* 0 until the address is known */
     struct uconn *idle; /* most recently used first */
     unsigned nidle;
-    struct uconn *graveyard; /* to be freed from the reaper */
-    struct event *reaper;    /* frees the graveyard and expires idle connections */
+    struct uconn *spare;  /* closed connection structs, for the next connect */
+    struct event *reaper; /* expires idle connections */
 };
+
+/* Looks the engine's address up: at start, and again after a failure. IPv4 is preferred, as
+ * "localhost" engines listen on 127.0.0.1 more often than on ::1. */
+static int resolve(struct upstream *u)
+{
+    struct addrinfo hints = {0}, *res = NULL, *ai, *pick = NULL;
+    char port[16];
+
+    hints.ai_family = AF_UNSPEC;
+    hints.ai_socktype = SOCK_STREAM;
+    snprintf(port, sizeof port, "%d", u->url.port);
+    if (getaddrinfo(u->url.host, port, &hints, &res) != 0 || res == NULL)
+        return -1;
+    for (ai = res; ai != NULL; ai = ai->ai_next)
+        if (pick == NULL || (ai->ai_family == AF_INET && pick->ai_family != AF_INET))
+            pick = ai;
+    memcpy(&u->addr, pick->ai_addr, pick->ai_addrlen);
+    u->addrlen = pick->ai_addrlen;
+    freeaddrinfo(res);
+    return 0;
+}
+
+static void free_conn(struct uconn *c)
+{
+    ioc_close(&c->io);
+    if (event_initialized(&c->tmo))
+        event_del(&c->tmo);
+    c->next = c->u->spare;
+    c->u->spare = c;
+}
 
 static void reap(evutil_socket_t fd, short what, void *arg)
 {
@@ -39,12 +81,6 @@ static void reap(evutil_socket_t fd, short what, void *arg)
 
     (void) fd;
     (void) what;
-    while (u->graveyard != NULL) {
-        struct uconn *c = u->graveyard;
-        u->graveyard = c->next;
-        evhttp_connection_free(c->evcon);
-        free(c);
-    }
     /* The idle list is ordered newest first, so everything after the first expired entry
      * has expired too. */
     event_base_gettimeofday_cached(u->base, &now);
@@ -55,8 +91,7 @@ static void reap(evutil_socket_t fd, short what, void *arg)
         struct uconn *c = *pp;
         *pp = c->next;
         u->nidle--;
-        evhttp_connection_free(c->evcon);
-        free(c);
+        free_conn(c);
     }
     if (u->nidle > 0) {
         struct timeval tick = {0, 500000};
@@ -64,21 +99,79 @@ static void reap(evutil_socket_t fd, short what, void *arg)
     }
 }
 
+static void unlink_idle(struct uconn *c)
+{
+    struct uconn **pp;
+
+    for (pp = &c->u->idle; *pp != NULL; pp = &(*pp)->next)
+        if (*pp == c) {
+            *pp = c->next;
+            c->u->nidle--;
+            return;
+        }
+}
+
+static void on_io(struct ioconn *io, short what)
+{
+    struct uconn *c = (struct uconn *) (void *) ((char *) io - offsetof(struct uconn, io));
+
+    if (c->idle) {
+        /* Idle: an EOF, a reset or unasked bytes. Either way it cannot carry a request. */
+        c->idle = 0;
+        unlink_idle(c);
+        free_conn(c);
+        return;
+    }
+    if (c->connecting) {
+        int err = io->err != 0 ? io->err : ioc_connect_error(io);
+
+        if (err == 0 && (what & EV_READ)) {
+            /* Connected, and the engine already sent something: there is no request yet
+             * on a new connection, so this is read with the answer below. */
+            c->connecting = 0;
+        } else if (err != 0) {
+            c->conn_err = err;
+            c->cb(c->arg, UC_CONNECT_FAILED);
+            return;
+        } else {
+            c->connecting = 0;
+            if (ioc_pending(io) == 0)
+                return; /* connected; the request was sent with the connect */
+        }
+    }
+    if (what & EV_WRITE) {
+        c->cb(c->arg, io->err != 0 ? UC_WRITE_FAILED : UC_DRAINED);
+        return;
+    }
+    c->cb(c->arg, UC_READABLE);
+}
+
+static void on_timeout(evutil_socket_t fd, short what, void *arg)
+{
+    struct uconn *c = arg;
+
+    (void) fd;
+    (void) what;
+    c->cb(c->arg, UC_TIMEOUT);
+}
+
 struct upstream *upstream_new(struct event_base *base, const struct http_url *url,
                               unsigned timeout_ms, unsigned max_idle, unsigned idle_ms)
 {
     struct upstream *u = xcalloc(1, sizeof *u);
+    struct timeval tv = {timeout_ms / 1000, (timeout_ms % 1000) * 1000};
 
     u->base = base;
     u->url = *url;
-    u->timeout.tv_sec = timeout_ms / 1000;
-    u->timeout.tv_usec = (timeout_ms % 1000) * 1000;
+    u->timeout = event_base_init_common_timeout(base, &tv);
     u->max_idle = max_idle;
     u->idle_max.tv_sec = idle_ms / 1000;
     u->idle_max.tv_usec = (idle_ms % 1000) * 1000;
     u->reaper = evtimer_new(base, reap, u);
     if (u->reaper == NULL)
         fatal("evtimer_new failed");
+    if (resolve(u) != 0)
+        u->addrlen = 0; /* tried again at the first connect */
     return u;
 }
 
@@ -86,69 +179,104 @@ void upstream_free(struct upstream *u)
 {
     if (u == NULL)
         return;
-    u->idle_max.tv_sec = 0;
-    u->idle_max.tv_usec = 0;
-    /* Expire everything: with idle_max zero every idle connection is past its time. */
     while (u->idle != NULL) {
         struct uconn *c = u->idle;
         u->idle = c->next;
-        c->next = u->graveyard;
-        u->graveyard = c;
+        free_conn(c);
     }
-    u->nidle = 0;
-    reap(-1, 0, u);
+    while (u->spare != NULL) {
+        struct uconn *c = u->spare;
+        u->spare = c->next;
+        ioc_release(&c->io);
+        free(c);
+    }
     event_free(u->reaper);
     free(u);
 }
 
-struct uconn *upstream_get(struct upstream *u)
+struct uconn *upstream_get(struct upstream *u, uconn_cb cb, void *arg, int *reused)
 {
     struct uconn *c = u->idle;
+    int fd, in_progress = 0;
 
     if (c != NULL) {
         u->idle = c->next;
         u->nidle--;
+        c->idle = 0;
         c->next = NULL;
-        return c;
+        *reused = 1;
+    } else {
+        *reused = 0;
+        if (u->addrlen == 0 && resolve(u) != 0) {
+            errno = EHOSTUNREACH;
+            return NULL;
+        }
+        fd = net_connect((struct sockaddr *) &u->addr, u->addrlen, &in_progress);
+        if (fd < 0)
+            return NULL;
+        if ((c = u->spare) != NULL)
+            u->spare = c->next;
+        else
+            c = xcalloc(1, sizeof *c);
+        c->u = u;
+        c->next = NULL;
+        c->idle = 0;
+        c->conn_err = 0;
+        ioc_init(&c->io, u->base, fd, on_io);
+        iob_reserve(&c->io.in, 16 * 1024); /* replies are read in large pieces */
+        event_assign(&c->tmo, u->base, -1, 0, on_timeout, c);
+        c->connecting = in_progress;
+        ioc_read(&c->io, 1);
+        if (in_progress)
+            ioc_await_connect(&c->io);
     }
-    c = xcalloc(1, sizeof *c);
-    c->evcon = evhttp_connection_base_new(u->base, NULL, u->url.host, (unsigned short) u->url.port);
-    if (c->evcon == NULL)
-        fatal("evhttp_connection_base_new failed");
-    /* libevent's 50 s default would cut a long time-to-first-token; ours is explicit. */
-    evhttp_connection_set_timeout_tv(c->evcon, &u->timeout);
-    evhttp_connection_set_retries(c->evcon, 0);
+    c->cb = cb;
+    c->arg = arg;
+    event_add(&c->tmo, u->timeout);
     return c;
 }
 
-struct evhttp_connection *uconn_evcon(struct uconn *c)
+int uconn_write(struct uconn *c, const struct iovec *iov, int n)
 {
-    return c->evcon;
+    return ioc_writev(&c->io, iov, n);
 }
 
-int uconn_request(struct uconn *c, struct evhttp_request *req, enum evhttp_cmd_type cmd,
-                  const char *uri)
+ssize_t uconn_fill(struct uconn *c, size_t max)
 {
-    int fd;
+    return ioc_fill(&c->io, max, 1);
+}
 
-    if (evhttp_make_request(c->evcon, req, cmd, uri) != 0)
-        return -1;
-    /* The socket exists only once the request is made (a reconnect makes a new one), and
-     * libevent never sets TCP_NODELAY itself. */
-    fd = bufferevent_getfd(evhttp_connection_get_bufferevent(c->evcon));
-    if (fd >= 0)
-        net_set_nodelay(fd);
-    return 0;
+struct iobuf *uconn_in(struct uconn *c)
+{
+    return &c->io.in;
+}
+
+void uconn_pause(struct uconn *c, int paused)
+{
+    ioc_read(&c->io, !paused);
+}
+
+void uconn_touch(struct uconn *c)
+{
+    event_add(&c->tmo, c->u->timeout);
+}
+
+int uconn_error(const struct uconn *c)
+{
+    return c->conn_err;
 }
 
 void upstream_put(struct upstream *u, struct uconn *c)
 {
-    if (u->nidle >= u->max_idle) {
-        c->next = u->graveyard;
-        u->graveyard = c;
-        event_active(u->reaper, EV_TIMEOUT, 0);
+    event_del(&c->tmo);
+    if (u->nidle >= u->max_idle || c->io.in.len > c->io.in.off || ioc_pending(&c->io) > 0 ||
+        c->connecting) {
+        free_conn(c);
         return;
     }
+    c->io.in.off = c->io.in.len = 0;
+    ioc_read(&c->io, 1);
+    c->idle = 1;
     event_base_gettimeofday_cached(u->base, &c->idle_at);
     c->next = u->idle;
     u->idle = c;
@@ -156,6 +284,11 @@ void upstream_put(struct upstream *u, struct uconn *c)
         struct timeval tick = {0, 500000};
         event_add(u->reaper, &tick);
     }
+}
+
+void uconn_drop(struct uconn *c)
+{
+    free_conn(c);
 }
 
 const char *upstream_hostport(const struct upstream *u)

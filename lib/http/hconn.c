@@ -1,0 +1,613 @@
+/* hconn: one client connection: reading and parsing requests, answering them in order,
+ * timeouts, and the graceful close. The listener and the pool are hlisten.c's; the life of
+ * a connection is drawn in hconn_impl.h. */
+#include "core/buf.h"
+#include "core/httputil.h"
+#include "core/xmalloc.h"
+#include "http/cwatch.h"
+#include "http/hconn_impl.h"
+
+#include <errno.h>
+#include <event2/event.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+
+/* A connection closing gracefully reads what the client still sends for at most this long. */
+#define HC_LINGER_MS 2000
+
+static const char continue_line[] = "HTTP/1.1 100 Continue\r\n\r\n";
+
+static void process(struct hconn *c);
+static void hc_io(struct ioconn *io, short what);
+static void hc_timeout(evutil_socket_t fd, short what, void *arg);
+
+static struct hconn *of_io(struct ioconn *io)
+{
+    return (struct hconn *) (void *) ((char *) io - offsetof(struct hconn, io));
+}
+
+/* ---- timers ---------------------------------------------------------------------------- */
+
+static void tmo_set(struct hconn *c, const struct timeval *tv)
+{
+    event_add(&c->tmo, tv);
+    c->tmo_on = 1;
+}
+
+static void tmo_clear(struct hconn *c)
+{
+    if (c->tmo_on) {
+        event_del(&c->tmo);
+        c->tmo_on = 0;
+    }
+}
+
+static void mark_read(struct hconn *c)
+{
+    event_base_gettimeofday_cached(c->l->base, &c->last);
+}
+
+/* ---- closing ---------------------------------------------------------------------------- */
+
+void hc_close(struct hconn *c)
+{
+    if (c->state == HC_CLOSED)
+        return;
+    cwatch_free(c->watch);
+    c->watch = NULL;
+    tmo_clear(c);
+    ioc_close(&c->io);
+    c->state = HC_CLOSED;
+    c->owner = NULL;
+    if (c->depth == 0)
+        hc_recycle(c);
+}
+
+void hc_destroy(struct hconn *c)
+{
+    ioc_release(&c->io);
+    free(c);
+}
+
+static void unref(struct hconn *c)
+{
+    if (--c->depth == 0 && c->state == HC_CLOSED)
+        hc_recycle(c);
+}
+
+/* The client left, or can no longer be written to: the owner of a request in progress ends
+ * it, then the connection closes. */
+static void lost(struct hconn *c)
+{
+    if (c->state == HC_BUSY && c->l->ops.gone != NULL) {
+        void *owner = c->owner;
+
+        c->owner = NULL;
+        c->l->ops.gone(c->l->arg, c, owner);
+    }
+    hc_close(c);
+}
+
+static void linger(struct hconn *c)
+{
+    static const struct timeval tv = {HC_LINGER_MS / 1000, (HC_LINGER_MS % 1000) * 1000};
+
+    cwatch_free(c->watch);
+    c->watch = NULL;
+    c->state = HC_LINGER;
+    shutdown(c->io.fd, SHUT_WR);
+    c->io.in.off = c->io.in.len = 0;
+    ioc_read(&c->io, 1);
+    tmo_clear(c);
+    tmo_set(c, &tv);
+}
+
+/* ---- a request at a time ---------------------------------------------------------------- */
+
+static void reset_request(struct hconn *c)
+{
+    h1_req_init(&c->hp, c->hdr, HC_MAX_HEADERS, c->l->lim.max_header_bytes);
+    c->hp_base = NULL;
+    c->body_at = c->body_len = c->raw_at = c->req_len = 0;
+    c->sent_continue = 0;
+    c->keep = 0;
+    c->owner = NULL;
+}
+
+static void wait_request(struct hconn *c)
+{
+    c->state = HC_HEAD;
+    mark_read(c);
+    tmo_clear(c);
+    tmo_set(c, c->l->idle_tv);
+}
+
+void hc_begin(struct hconn *c)
+{
+    c->depth = 0;
+    c->watch = NULL;
+    c->tmo_on = 0;
+    c->kick = c->in_process = 0;
+    c->io.cb = hc_io;
+    event_assign(&c->tmo, c->l->base, -1, 0, hc_timeout, c);
+    reset_request(c);
+    ioc_read(&c->io, 1);
+    wait_request(c);
+}
+
+/* The answer is written: the next request, or the graceful close. */
+static void after_answer(struct hconn *c)
+{
+    cwatch_free(c->watch);
+    c->watch = NULL;
+    if (!c->keep) {
+        linger(c);
+        return;
+    }
+    c->io.in.off += c->req_len;
+    if (c->io.in.off >= c->io.in.len)
+        c->io.in.off = c->io.in.len = 0;
+    reset_request(c);
+    ioc_read(&c->io, 1);
+    wait_request(c);
+    /* Bytes of the next request already read: the parsing loop goes on with them if it is
+     * the caller; otherwise they are parsed from the event loop, not from inside the call
+     * that ended this answer (which may be another connection's callback). */
+    if (c->io.in.len > c->io.in.off && !c->in_process && !c->kick) {
+        c->kick = 1;
+        event_active(&c->io.rev, EV_READ, 0);
+    }
+}
+
+static enum http_method seam_method(enum h1_method m)
+{
+    switch (m) {
+    case H1_M_GET:
+        return HTTP_GET;
+    case H1_M_HEAD:
+        return HTTP_HEAD;
+    case H1_M_POST:
+        return HTTP_POST;
+    case H1_M_PUT:
+        return HTTP_PUT;
+    case H1_M_DELETE:
+        return HTTP_DELETE;
+    case H1_M_OPTIONS:
+        return HTTP_OPTIONS;
+    case H1_M_PATCH:
+        return HTTP_PATCH;
+    default:
+        return HTTP_OTHER;
+    }
+}
+
+static const char *header_of(const struct http_req *r, const char *name)
+{
+    const struct hconn *c = r->_impl;
+    const struct h1_header *h = h1_find(&c->hp, name);
+
+    return h != NULL ? h->value.p : NULL;
+}
+
+static void refuse(struct hconn *c, int status, const char *reason)
+{
+    char msg[200];
+    struct buf b;
+
+    if (c->l->ops.refused != NULL)
+        c->l->ops.refused(c->l->arg, status);
+    switch (status) {
+    case 413:
+        snprintf(msg, sizeof msg, "Request body too large: over %u bytes",
+                 c->l->lim.max_body_bytes);
+        break;
+    case 414:
+    case 431:
+        snprintf(msg, sizeof msg, "Request %s too large: over %u bytes",
+                 status == 414 ? "line" : "header section", c->l->lim.max_header_bytes);
+        break;
+    default:
+        /* 400, 405, 417, 501, 505: the reason phrase, then the parser's why. */
+        snprintf(msg, sizeof msg, "%s: %s", status == 400 ? "Bad request" : httpu_reason(status),
+                 reason);
+        break;
+    }
+    buf_init(&b);
+    httpu_error_json(&b, status, "invalid_request_error", msg);
+    c->state = HC_BUSY;
+    if (hc_reply(c, status, "application/json", b.data, b.len, NULL, 1) != 0)
+        hc_close(c);
+    else
+        hc_end(c, 0);
+    buf_free(&b);
+}
+
+/* The head is parsed: what the request may be, and how its body is delimited. 0 if it was
+ * refused. */
+static int check_head(struct hconn *c)
+{
+    struct h1_parser *p = &c->hp;
+    enum http_method m = seam_method(p->method);
+
+    if (m == HTTP_OTHER || !(c->l->lim.methods & (1u << m))) {
+        refuse(c, m == HTTP_OTHER ? 501 : 405,
+               m == HTTP_OTHER ? "this method is not supported" : "this method is not allowed");
+        return 0;
+    }
+    if (p->flags & H1_F_EXPECT_OTHER) {
+        refuse(c, 417, "the only expectation supported is 100-continue");
+        return 0;
+    }
+    c->body_at = p->head_len;
+    c->req_len = p->head_len;
+    if (p->framing == H1_BODY_LENGTH) {
+        if (p->content_length > c->l->lim.max_body_bytes) {
+            refuse(c, 413, "body too large");
+            return 0;
+        }
+        c->body_len = (size_t) p->content_length;
+        c->req_len += c->body_len;
+    } else if (p->framing == H1_BODY_CHUNKED) {
+        h1c_init(&c->ck, c->l->lim.max_body_bytes);
+        c->raw_at = p->head_len;
+    }
+    c->state = HC_BODY;
+    return 1;
+}
+
+/* 1 when the body is whole, 0 for more bytes, -1 when it was refused. */
+static int read_body(struct hconn *c, char *base, size_t have)
+{
+    if (c->hp.framing == H1_BODY_CHUNKED) {
+        for (;;) {
+            struct h1_str data;
+            size_t used = 0;
+            int rv = h1c_feed(&c->ck, base + c->raw_at, have - c->raw_at, &used, &data);
+
+            if (rv == H1_ERROR) {
+                refuse(c, c->ck.err_status, c->ck.err_reason);
+                return -1;
+            }
+            c->raw_at += used;
+            if (rv == H1_DATA) {
+                /* Decoded in place: the data moves down over the chunk lines before it. */
+                memmove(base + c->body_at + c->body_len, data.p, data.len);
+                c->body_len += data.len;
+                continue;
+            }
+            if (rv == H1_DONE) {
+                c->req_len = c->raw_at;
+                return 1;
+            }
+            return 0;
+        }
+    }
+    return have >= c->req_len ? 1 : 0;
+}
+
+/* Hands the whole request to the owner. */
+static void deliver(struct hconn *c, char *base)
+{
+    struct h1_parser *p = &c->hp;
+    struct http_req *r = &c->req;
+
+    if (base != c->hp_base) {
+        /* The buffer moved while the body came: the slices are re-made (one rescan). */
+        h1_req_init(p, c->hdr, HC_MAX_HEADERS, c->l->lim.max_header_bytes);
+        if (h1_parse(p, base, c->body_at) != H1_DONE)
+            fatal("a head parsed once did not parse again");
+        c->hp_base = base;
+    }
+    /* The strings the seam promises NUL-terminated, terminated in place: the byte after the
+     * target is its SP, after a value its CR or trailing whitespace. */
+    ((char *) p->target.p)[p->target.len] = '\0';
+    for (size_t i = 0; i < p->nhdr; i++)
+        ((char *) p->hdr[i].value.p)[p->hdr[i].value.len] = '\0';
+    memset(r, 0, sizeof *r);
+    r->method = seam_method(p->method);
+    r->target = p->target.p;
+    r->body = c->body_len > 0 ? base + c->body_at : "";
+    r->body_len = c->body_len;
+    r->peer = c->peer;
+    r->http_minor = p->minor;
+    r->_header = header_of;
+    r->_impl = c;
+    c->state = HC_BUSY;
+    tmo_clear(c);
+    c->l->ops.request(c->l->arg, c, r);
+}
+
+/* Parses what has been read, and goes on with pipelined requests answered at once. */
+static void process(struct hconn *c)
+{
+    c->in_process = 1;
+    while (c->state == HC_HEAD || c->state == HC_BODY) {
+        char *base = c->io.in.p + c->io.in.off;
+        size_t have = c->io.in.len - c->io.in.off;
+        int rv;
+
+        if (c->state == HC_HEAD) {
+            if (have == 0)
+                break;
+            if (c->hp_base != NULL && c->hp_base != base)
+                h1_req_init(&c->hp, c->hdr, HC_MAX_HEADERS, c->l->lim.max_header_bytes);
+            rv = h1_parse(&c->hp, base, have);
+            c->hp_base = base;
+            if (rv == H1_AGAIN)
+                break;
+            if (rv == H1_ERROR) {
+                refuse(c, c->hp.err_status, c->hp.err_reason);
+                break;
+            }
+            if (!check_head(c))
+                break;
+        }
+        rv = read_body(c, base, have);
+        if (rv < 0)
+            break;
+        if (rv == 0) {
+            if ((c->hp.flags & H1_F_EXPECT_CONTINUE) && !c->sent_continue) {
+                struct iovec v = {(void *) continue_line, sizeof continue_line - 1};
+
+                c->sent_continue = 1;
+                if (ioc_writev(&c->io, &v, 1) != 0) {
+                    hc_close(c);
+                    break;
+                }
+            }
+            if (c->hp.framing == H1_BODY_LENGTH)
+                iob_reserve(&c->io.in, c->req_len - have);
+            break;
+        }
+        /* Room for pipelined bytes while this one is answered (the buffer cannot move then,
+         * so it moves now if it must; deliver re-makes the slices). */
+        iob_reserve(&c->io.in, 1024);
+        deliver(c, c->io.in.p + c->io.in.off);
+    }
+    c->in_process = 0;
+}
+
+/* ---- events ----------------------------------------------------------------------------- */
+
+static void on_watch_gone(void *arg)
+{
+    struct hconn *c = arg;
+
+    c->watch = NULL; /* the watch disarmed itself; it is freed below with the connection */
+    c->depth++;
+    lost(c);
+    unref(c);
+}
+
+static void on_readable(struct hconn *c)
+{
+    ssize_t n;
+
+    switch (c->state) {
+    case HC_HEAD:
+    case HC_BODY:
+        if (c->kick) {
+            c->kick = 0;
+            process(c);
+            return;
+        }
+        n = ioc_fill(&c->io,
+                     c->state == HC_HEAD ? (size_t) c->l->lim.max_header_bytes + 1
+                                         : c->req_len + c->l->lim.max_body_bytes + 4096,
+                     1);
+        if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))
+            return;
+        if (n < 0 && errno == ENOBUFS) {
+            refuse(c, c->state == HC_HEAD ? 431 : 413, "too large");
+            return;
+        }
+        if (n <= 0) {
+            hc_close(c); /* a client that left mid-request gets nothing; nothing was sent */
+            return;
+        }
+        mark_read(c);
+        process(c);
+        return;
+    case HC_BUSY:
+    case HC_FLUSH:
+        /* Only to see a hang-up: the bytes (a pipelined request) wait their turn. */
+        n = ioc_fill(&c->io, c->req_len + HC_BUSY_READ_MAX, 0);
+        if (n > 0 || (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)))
+            return;
+        if (n < 0 && errno == ENOBUFS) {
+            /* Full: stop reading (level-triggered, it would fire for ever) and let a watch
+             * see the FIN or reset behind the bytes. */
+            ioc_read(&c->io, 0);
+            c->watch = cwatch_new(c->l->base, c->io.fd, on_watch_gone, c);
+            return;
+        }
+        if (n == 0 && c->state == HC_FLUSH) {
+            /* A half-close after the answer was complete: it is still written, then the
+             * connection closes. Reading stops (an EOF stays readable for ever). */
+            ioc_read(&c->io, 0);
+            c->keep = 0;
+            return;
+        }
+        lost(c);
+        return;
+    case HC_LINGER:
+        n = ioc_fill(&c->io, SIZE_MAX, 1);
+        c->io.in.off = c->io.in.len = 0;
+        if (n == 0 || (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK))
+            hc_close(c);
+        return;
+    case HC_CLOSED:
+        return;
+    }
+}
+
+static void on_writable(struct hconn *c)
+{
+    if (c->io.err != 0) {
+        lost(c);
+        return;
+    }
+    if (c->state == HC_BUSY || c->state == HC_FLUSH)
+        tmo_clear(c);
+    if (c->state == HC_FLUSH) {
+        after_answer(c);
+    } else if (c->state == HC_BUSY && c->l->ops.drained != NULL) {
+        c->l->ops.drained(c->l->arg, c, c->owner);
+    }
+}
+
+static void hc_io(struct ioconn *io, short what)
+{
+    struct hconn *c = of_io(io);
+
+    c->depth++;
+    if (what & EV_WRITE)
+        on_writable(c);
+    else
+        on_readable(c);
+    unref(c);
+}
+
+static void hc_timeout(evutil_socket_t fd, short what, void *arg)
+{
+    struct hconn *c = arg;
+    struct timeval now, idle;
+    long idle_ms;
+
+    (void) fd;
+    (void) what;
+    c->tmo_on = 0;
+    c->depth++;
+    switch (c->state) {
+    case HC_HEAD:
+    case HC_BODY:
+        /* Lazy: reads do not re-arm the timer, they only stamp the time. */
+        event_base_gettimeofday_cached(c->l->base, &now);
+        timersub(&now, &c->last, &idle);
+        idle_ms = (long) idle.tv_sec * 1000 + idle.tv_usec / 1000;
+        if (idle_ms >= 0 && idle_ms + 1 < (long) c->l->lim.timeout_ms) {
+            long left = (long) c->l->lim.timeout_ms - idle_ms;
+            struct timeval tv = {left / 1000, (left % 1000) * 1000};
+
+            tmo_set(c, &tv);
+            break;
+        }
+        hc_close(c);
+        break;
+    case HC_BUSY:
+    case HC_FLUSH:
+        if (c->io.progress != c->progress_at) {
+            /* The client is reading, only slowly: it has another timeout's time. */
+            c->progress_at = c->io.progress;
+            tmo_set(c, c->l->idle_tv);
+            break;
+        }
+        lost(c); /* the client stopped reading its answer */
+        break;
+    case HC_LINGER:
+    case HC_CLOSED:
+        hc_close(c);
+        break;
+    }
+    unref(c);
+}
+
+/* ---- the owner's side ------------------------------------------------------------------- */
+
+void hc_set_owner(struct hconn *c, void *owner)
+{
+    c->owner = owner;
+}
+
+const struct h1_parser *hc_head(const struct hconn *c)
+{
+    return &c->hp;
+}
+
+int hc_fd(const struct hconn *c)
+{
+    return c->io.fd;
+}
+
+size_t hc_pending(const struct hconn *c)
+{
+    return ioc_pending(&c->io);
+}
+
+int hc_write(struct hconn *c, const struct iovec *iov, int n)
+{
+    if (ioc_writev(&c->io, iov, n) != 0)
+        return -1;
+    if (ioc_pending(&c->io) > 0 && !c->tmo_on) {
+        /* The client is not taking the answer as fast as it comes: the write timeout. */
+        c->progress_at = c->io.progress;
+        tmo_set(c, c->l->idle_tv);
+    }
+    return 0;
+}
+
+void hc_end(struct hconn *c, int keep)
+{
+    if (c->state != HC_BUSY)
+        return;
+    c->keep = keep && c->hp.keep_alive;
+    c->owner = NULL;
+    if (ioc_pending(&c->io) > 0) {
+        c->state = HC_FLUSH;
+        return;
+    }
+    tmo_clear(c);
+    after_answer(c);
+}
+
+void hc_abort(struct hconn *c)
+{
+    hc_close(c);
+}
+
+/* Appends the decimal digits of v. */
+static void put_uint(struct buf *b, unsigned long long v)
+{
+    char d[24];
+    int n = 0;
+
+    do
+        d[sizeof d - 1 - n++] = (char) ('0' + v % 10);
+    while ((v /= 10) != 0);
+    buf_append(b, d + sizeof d - n, (size_t) n);
+}
+
+int hc_reply(struct hconn *c, int status, const char *content_type, const char *body,
+             size_t len, const char *extra, int close)
+{
+    struct buf *h = &c->l->head;
+    struct iovec v[2];
+    int head_only = c->hp.method == H1_M_HEAD;
+
+    buf_reset(h);
+    buf_append(h, "HTTP/1.1 ", 9);
+    put_uint(h, (unsigned) status);
+    buf_append(h, " ", 1);
+    buf_puts(h, httpu_reason(status));
+    buf_append(h, "\r\nDate: ", 8);
+    buf_append(h, hl_date(c->l), HTTPU_DATE_LEN - 1);
+    buf_append(h, "\r\nContent-Type: ", 16);
+    buf_puts(h, content_type);
+    buf_append(h, "\r\nContent-Length: ", 18);
+    put_uint(h, len);
+    buf_append(h, "\r\n", 2);
+    if (extra != NULL)
+        buf_puts(h, extra);
+    if (close || !c->hp.keep_alive)
+        buf_append(h, "Connection: close\r\n", 19);
+    else if (c->hp.minor == 0)
+        buf_append(h, "Connection: keep-alive\r\n", 24);
+    buf_append(h, "\r\n", 2);
+    v[0].iov_base = h->data;
+    v[0].iov_len = h->len;
+    v[1].iov_base = (void *) (size_t) body;
+    v[1].iov_len = head_only ? 0 : len;
+    return hc_write(c, v, 2);
+}

@@ -1,0 +1,94 @@
+/* hconn_impl: the listener and its connections, private to the hconn module, which is two
+ * files: hlisten.c (accepting, the pool of connection structs, the Date, closing) and
+ * hconn.c (reading, parsing and answering requests on one connection).
+ *
+ * Life of a connection:
+ *
+ *   HEAD --head parsed--> BODY --body read--> BUSY (the owner has the request) --hc_end-->
+ *   FLUSH (the answer is being written) --written--> HEAD (keep-alive) or LINGER --> closed
+ *
+ * A connection is freed only from hl_release(), never while a call that uses it is on the
+ * stack: depth counts those calls, and a close asked for inside them is done as the last
+ * one returns. */
+#ifndef ADMIT_HCONN_IMPL_H
+#define ADMIT_HCONN_IMPL_H
+
+#include "core/h1chunk.h"
+#include "core/buf.h"
+#include "core/h1parse.h"
+#include "http/hconn.h"
+#include "http/ioconn.h"
+
+#include <arpa/inet.h>
+#include <event2/event_struct.h>
+#include <stdint.h>
+#include <sys/queue.h>
+#include <time.h>
+
+/* Field lines a request may have (HAProxy's default is 101). */
+#define HC_MAX_HEADERS 64
+
+enum hc_state {
+    HC_HEAD,   /* reading a head (or idle between requests) */
+    HC_BODY,   /* reading the body */
+    HC_BUSY,   /* the owner has the request */
+    HC_FLUSH,  /* the answer is complete and being written */
+    HC_LINGER, /* closing gracefully: sending side shut, reading what still comes */
+    HC_CLOSED  /* to be freed */
+};
+
+struct hconn {
+    struct ioconn io;
+    struct hlisten *l;
+    struct event tmo; /* idle, write and linger timeouts */
+    enum hc_state state;
+    int depth;     /* calls using the connection on the stack */
+    int keep;      /* after this answer: read the next request */
+    int tmo_on;    /* tmo armed */
+    int kick;      /* bytes of a next request wait: parse them before reading more */
+    int in_process; /* the parsing loop is on the stack and goes on by itself */
+    unsigned progress_at; /* io.progress when the write timeout was armed */
+    void *owner;   /* the owner's state for the request in BUSY */
+    struct cwatch *watch; /* BUSY with a full buffer: a watch for the hang-up */
+    struct timeval last;  /* last bytes read (idle timeout) */
+    struct h1_parser hp;
+    struct h1_chunked ck;
+    const char *hp_base; /* the buffer address the head was parsed at */
+    size_t body_at;      /* offset (from in.off) of the body's first byte */
+    size_t body_len;     /* decoded body bytes at body_at */
+    size_t raw_at;       /* chunked: offset of the next undecoded byte */
+    size_t req_len;      /* bytes of the whole request from in.off (head and raw body) */
+    int sent_continue;
+    struct http_req req;
+    char peer[INET6_ADDRSTRLEN];
+    LIST_ENTRY(hconn) link; /* live connections, or the free list */
+    struct h1_header hdr[HC_MAX_HEADERS];
+};
+
+struct hlisten {
+    struct event_base *base;
+    struct hc_limits lim;
+    struct hc_ops ops;
+    void *arg;
+    struct evconnlistener *lev;
+    const struct timeval *idle_tv; /* a common timeout: O(1) to arm */
+    LIST_HEAD(, hconn) live;
+    LIST_HEAD(, hconn) spare; /* closed connections kept for the next accept */
+    unsigned nspare;
+    time_t date_at;
+    char date[32];
+    struct buf head; /* the heads hc_reply builds, one at a time */
+};
+
+/** sets up a new connection on fd from the pool and starts it (hc_begin) */
+void hc_start(struct hlisten *l, int fd, const struct sockaddr *sa);
+/** starts reading the first request of a connection just set up */
+void hc_begin(struct hconn *c);
+/** closes c now and returns it to the pool, unless a call on the stack still uses it */
+void hc_close(struct hconn *c);
+/** puts a closed connection back in the pool (or frees it) */
+void hc_recycle(struct hconn *c);
+/** frees c's storage (hl_free) */
+void hc_destroy(struct hconn *c);
+
+#endif

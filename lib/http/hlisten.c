@@ -1,0 +1,145 @@
+/* hlisten: the listening socket, the pool of connection structs, and the Date of answers.
+ * Reading and answering requests on a connection is hconn.c's. */
+#include "core/httputil.h"
+#include "core/xmalloc.h"
+#include "http/hconn_impl.h"
+#include "http/netsock.h"
+
+#include <errno.h>
+#include <event2/event.h>
+#include <event2/listener.h>
+#include <netdb.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+/* Closed connections kept for reuse: enough for a burst of reconnects, bounded for memory. */
+#define HL_MAX_SPARE 1024
+
+static void on_accept(struct evconnlistener *lev, evutil_socket_t fd, struct sockaddr *sa,
+                      int salen, void *arg)
+{
+    struct hlisten *l = arg;
+
+    (void) lev;
+    (void) salen;
+    net_set_nodelay(fd);
+    hc_start(l, fd, sa);
+}
+
+static void on_accept_error(struct evconnlistener *lev, void *arg)
+{
+    (void) lev;
+    (void) arg;
+    /* EMFILE and the like: the connection stays in the backlog and is retried when a
+     * descriptor frees up; libevent keeps the listener armed. */
+}
+
+struct hlisten *hl_new(struct event_base *base, const struct hc_limits *lim,
+                       const struct hc_ops *ops, void *arg)
+{
+    struct hlisten *l = xcalloc(1, sizeof *l);
+    struct timeval tv = {lim->timeout_ms / 1000, (lim->timeout_ms % 1000) * 1000};
+
+    l->base = base;
+    l->lim = *lim;
+    l->ops = *ops;
+    l->arg = arg;
+    l->idle_tv = event_base_init_common_timeout(base, &tv);
+    LIST_INIT(&l->live);
+    LIST_INIT(&l->spare);
+    return l;
+}
+
+int hl_bind(struct hlisten *l, const struct hostport *hp, char *bound, size_t boundlen, char *err,
+            size_t errlen)
+{
+    int fd = net_listen(hp, err, errlen);
+
+    if (fd < 0)
+        return -1;
+    l->lev = evconnlistener_new(l->base, on_accept, l, LEV_OPT_CLOSE_ON_FREE | LEV_OPT_CLOSE_ON_EXEC,
+                                NET_LISTEN_BACKLOG, fd);
+    if (l->lev == NULL) {
+        snprintf(err, errlen, "cannot listen on %s:%d: %s", hp->host, hp->port, strerror(errno));
+        close(fd);
+        return -1;
+    }
+    evconnlistener_set_error_cb(l->lev, on_accept_error);
+    if (net_local_name(fd, bound, boundlen) != 0)
+        snprintf(bound, boundlen, "%s:%d", hp->host, hp->port);
+    return 0;
+}
+
+void hc_start(struct hlisten *l, int fd, const struct sockaddr *sa)
+{
+    struct hconn *c = LIST_FIRST(&l->spare);
+
+    if (c != NULL) {
+        LIST_REMOVE(c, link);
+        l->nspare--;
+    } else {
+        /* Not zeroed as a whole: the header slots are written before they are read. */
+        c = xmalloc(sizeof *c);
+        memset(c, 0, offsetof(struct hconn, hdr));
+    }
+    c->l = l;
+    ioc_init(&c->io, l->base, fd, NULL);
+    LIST_INSERT_HEAD(&l->live, c, link);
+    c->peer[0] = '\0';
+    if (sa->sa_family == AF_INET)
+        inet_ntop(AF_INET, &((const struct sockaddr_in *) (const void *) sa)->sin_addr, c->peer,
+                  sizeof c->peer);
+    else if (sa->sa_family == AF_INET6)
+        inet_ntop(AF_INET6, &((const struct sockaddr_in6 *) (const void *) sa)->sin6_addr,
+                  c->peer, sizeof c->peer);
+    hc_begin(c);
+}
+
+/* Back to the pool (the connection is closed). Large buffers are given back to the system:
+ * one huge request must not pin its memory for ever. */
+void hc_recycle(struct hconn *c)
+{
+    struct hlisten *l = c->l;
+
+    LIST_REMOVE(c, link);
+    if (l->nspare >= HL_MAX_SPARE) {
+        hc_destroy(c);
+        return;
+    }
+    if (c->io.in.cap > 64 * 1024 || c->io.out.cap > 64 * 1024)
+        ioc_release(&c->io);
+    LIST_INSERT_HEAD(&l->spare, c, link);
+    l->nspare++;
+}
+
+void hl_free(struct hlisten *l)
+{
+    struct hconn *c;
+
+    if (l == NULL)
+        return;
+    if (l->lev != NULL)
+        evconnlistener_free(l->lev);
+    while ((c = LIST_FIRST(&l->live)) != NULL)
+        hc_close(c); /* recycles it: off the live list */
+    while ((c = LIST_FIRST(&l->spare)) != NULL) {
+        LIST_REMOVE(c, link);
+        hc_destroy(c);
+    }
+    buf_free(&l->head);
+    free(l);
+}
+
+const char *hl_date(struct hlisten *l)
+{
+    time_t now = time(NULL);
+
+    if (now != l->date_at) {
+        l->date_at = now;
+        httpu_date(now, l->date);
+    }
+    return l->date;
+}

@@ -1,0 +1,224 @@
+/* ioconn: eager writes, one read per readiness, events embedded in the connection. */
+#include "http/ioconn.h"
+#include "core/xmalloc.h"
+
+#include <errno.h>
+#include <event2/event.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+/* A read is worth a system call only with this much room; below it the buffer grows or its
+ * bytes move to the front. */
+#define IOC_MIN_READ 1024
+/* The first allocation of a buffer: a typical LLM request head and body fit. */
+#define IOC_FIRST_CAP 2048
+
+void iob_compact(struct iobuf *b)
+{
+    if (b->off == 0)
+        return;
+    memmove(b->p, b->p + b->off, b->len - b->off);
+    b->len -= b->off;
+    b->off = 0;
+}
+
+void iob_reserve(struct iobuf *b, size_t n)
+{
+    size_t cap = b->cap ? b->cap : IOC_FIRST_CAP;
+
+    if (b->cap - b->len >= n)
+        return;
+    while (cap - b->len < n)
+        cap *= 2;
+    b->p = xrealloc(b->p, cap);
+    b->cap = cap;
+}
+
+static void on_event(evutil_socket_t fd, short what, void *arg)
+{
+    struct ioconn *io = arg;
+
+    (void) fd;
+    if (what & EV_WRITE) {
+        if (io->out.len > io->out.off) {
+            ssize_t n = send(io->fd, io->out.p + io->out.off, io->out.len - io->out.off,
+                             MSG_NOSIGNAL);
+            if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR))
+                return;
+            if (n < 0) {
+                /* The peer is gone (or the connect failed): drop what it will never read. */
+                io->err = errno;
+                io->out.off = io->out.len = 0;
+            } else {
+                io->progress++;
+                io->out.off += (size_t) n;
+                if (io->out.off < io->out.len)
+                    return;
+                io->out.off = io->out.len = 0;
+            }
+        }
+        event_del(&io->wev);
+        io->writing = 0;
+        io->cb(io, EV_WRITE);
+        return;
+    }
+    io->cb(io, EV_READ);
+}
+
+void ioc_init(struct ioconn *io, struct event_base *base, int fd, ioc_cb cb)
+{
+    io->fd = fd;
+    io->cb = cb;
+    io->reading = io->writing = 0;
+    io->err = 0;
+    io->in.off = io->in.len = 0;
+    io->out.off = io->out.len = 0;
+    event_assign(&io->rev, base, fd, EV_READ | EV_PERSIST, on_event, io);
+    event_assign(&io->wev, base, fd, EV_WRITE | EV_PERSIST, on_event, io);
+}
+
+void ioc_read(struct ioconn *io, int on)
+{
+    if (on && !io->reading)
+        event_add(&io->rev, NULL);
+    else if (!on && io->reading)
+        event_del(&io->rev);
+    io->reading = (unsigned char) (on != 0);
+}
+
+void ioc_await_connect(struct ioconn *io)
+{
+    if (!io->writing) {
+        event_add(&io->wev, NULL);
+        io->writing = 1;
+    }
+}
+
+int ioc_connect_error(struct ioconn *io)
+{
+    int err = 0;
+    socklen_t len = sizeof err;
+
+    if (getsockopt(io->fd, SOL_SOCKET, SO_ERROR, &err, &len) != 0)
+        return errno;
+    return err;
+}
+
+ssize_t ioc_fill(struct ioconn *io, size_t max, int may_move)
+{
+    struct iobuf *b = &io->in;
+    size_t held = b->len - b->off, room;
+    ssize_t n;
+
+    if (held >= max) {
+        errno = ENOBUFS;
+        return -1;
+    }
+    if (may_move && b->cap - b->len < IOC_MIN_READ) {
+        iob_compact(b);
+        if (b->cap - b->len < IOC_MIN_READ)
+            iob_reserve(b, b->cap ? b->cap : IOC_FIRST_CAP);
+    }
+    room = b->cap - b->len;
+    if (room > max - held)
+        room = max - held;
+    if (room == 0) {
+        errno = ENOBUFS;
+        return -1;
+    }
+    do
+        n = recv(io->fd, b->p + b->len, room, 0);
+    while (n < 0 && errno == EINTR);
+    if (n > 0)
+        b->len += (size_t) n;
+    return n;
+}
+
+static void spill(struct ioconn *io, const struct iovec *iov, int n, size_t skip)
+{
+    for (int i = 0; i < n; i++) {
+        const char *p = iov[i].iov_base;
+        size_t len = iov[i].iov_len;
+
+        if (skip >= len) {
+            skip -= len;
+            continue;
+        }
+        p += skip;
+        len -= skip;
+        skip = 0;
+        iob_reserve(&io->out, len);
+        memcpy(io->out.p + io->out.len, p, len);
+        io->out.len += len;
+    }
+    if (!io->writing) {
+        event_add(&io->wev, NULL);
+        io->writing = 1;
+    }
+}
+
+int ioc_writev(struct ioconn *io, const struct iovec *iov, int n)
+{
+    size_t total = 0;
+    ssize_t w;
+
+    if (io->fd < 0 || io->err != 0) {
+        errno = io->fd < 0 ? EPIPE : io->err;
+        return -1;
+    }
+    if (io->writing) {
+        /* Bytes wait already (or a connect is in progress): these go behind them. */
+        spill(io, iov, n, 0);
+        return 0;
+    }
+    for (int i = 0; i < n; i++)
+        total += iov[i].iov_len;
+    if (total == 0)
+        return 0;
+    {
+        struct msghdr mh = {.msg_iov = (struct iovec *) (size_t) iov, .msg_iovlen = (size_t) n};
+        do
+            w = sendmsg(io->fd, &mh, MSG_NOSIGNAL);
+        while (w < 0 && errno == EINTR);
+    }
+    if (w < 0) {
+        if (errno != EAGAIN && errno != EWOULDBLOCK) {
+            io->err = errno;
+            return -1;
+        }
+        w = 0;
+    }
+    if ((size_t) w < total)
+        spill(io, iov, n, (size_t) w);
+    return 0;
+}
+
+size_t ioc_pending(const struct ioconn *io)
+{
+    return io->out.len - io->out.off;
+}
+
+void ioc_close(struct ioconn *io)
+{
+    if (io->fd < 0)
+        return;
+    if (io->reading)
+        event_del(&io->rev);
+    if (io->writing)
+        event_del(&io->wev);
+    io->reading = io->writing = 0;
+    close(io->fd);
+    io->fd = -1;
+    io->in.off = io->in.len = 0;
+    io->out.off = io->out.len = 0;
+}
+
+void ioc_release(struct ioconn *io)
+{
+    free(io->in.p);
+    free(io->out.p);
+    memset(&io->in, 0, sizeof io->in);
+    memset(&io->out, 0, sizeof io->out);
+}

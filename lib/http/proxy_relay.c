@@ -1,0 +1,320 @@
+/* proxy_relay: the engine's reply on its way to the client. Parses the reply head, starts
+ * the client's reply (or, in router mode, drops an overload refusal to try another engine),
+ * and passes the body on as it arrives: every read from the engine is written to the client
+ * at once, in one system call, so SSE events are never held back. */
+#include "core/httputil.h"
+#include "core/log.h"
+#include "http/hconn.h"
+#include "http/proxy_impl.h"
+#include "http/upstream.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <string.h>
+#include <strings.h>
+
+/* One read from the engine takes at most this much. */
+#define PX_READ_MAX (256 * 1024)
+
+static int slice_is(struct h1_str s, const char *lit)
+{
+    size_t n = strlen(lit);
+
+    return s.len == n && memcmp(s.p, lit, n) == 0;
+}
+
+/* The router's second chance: a worker that refuses with its overload answer before
+ * anything reached the client. */
+static int is_refusal(const struct pxreq *x, const struct h1_header *why, int strict)
+{
+    if (x->rp.status == 529)
+        return 1;
+    if (why == NULL)
+        return 0;
+    if (strict)
+        return slice_is(why->value, "queue-full") || slice_is(why->value, "queue-timeout");
+    return why->value.len >= 6 && memcmp(why->value.p, "queue-", 6) == 0;
+}
+
+/* The client's reply head, from the engine's: its status line and fields minus the
+ * hop-by-hop ones, with admitd's framing and connection fields. */
+static void build_reply_head(struct pxreq *x, struct buf *h)
+{
+    const struct h1_parser *rp = &x->rp;
+    const struct h1_parser *cp = hc_head(x->c);
+    char num[64];
+    int n;
+
+    buf_reset(h);
+    n = snprintf(num, sizeof num, "HTTP/1.1 %d ", rp->status);
+    buf_append(h, num, (size_t) n);
+    buf_append(h, rp->reason.p, rp->reason.len);
+    buf_append(h, "\r\n", 2);
+    for (size_t i = 0; i < rp->nhdr; i++) {
+        const struct h1_header *f = &rp->hdr[i];
+
+        if (px_hop_by_hop(rp, f))
+            continue;
+        buf_append(h, f->name.p, f->line_len); /* the line as it came, its CRLF included */
+    }
+    if (x->has_wait) {
+        /* Tells clients and load balancers how long admission held the request. */
+        n = snprintf(num, sizeof num, "X-Admitd-Queue-Wait-Ms: %.1f\r\n", x->queue_wait_s * 1000.0);
+        buf_append(h, num, (size_t) n);
+    }
+    x->keep_client = cp->keep_alive && !x->px->draining;
+    x->out_chunked = 0;
+    if (rp->framing == H1_BODY_CHUNKED || rp->framing == H1_BODY_UNTIL_CLOSE) {
+        if (cp->minor >= 1) {
+            buf_append(h, "Transfer-Encoding: chunked\r\n", 28);
+            x->out_chunked = 1;
+        } else {
+            x->keep_client = 0; /* an HTTP/1.0 client: the body ends at the close */
+        }
+    }
+    if (!x->keep_client)
+        buf_append(h, "Connection: close\r\n", 19);
+    else if (cp->minor == 0)
+        buf_append(h, "Connection: keep-alive\r\n", 24);
+    buf_append(h, "\r\n", 2);
+}
+
+/* The reply head is parsed: 0 to go on with the body, -1 if x ended. */
+static int on_head(struct pxreq *x)
+{
+    struct proxy *px = x->px;
+    const struct h1_header *why = h1_find(&x->rp, "X-Admitd-Reason");
+    const struct h1_header *ct = h1_get(&x->rp, H1_H_CONTENT_TYPE);
+
+    if (px->route.pick != NULL && !x->retried && is_refusal(x, why, 1)) {
+        x->retry_pending = 1; /* its body is read and dropped, then another worker */
+        return 0;
+    }
+    if (px->route.refused != NULL && x->retried && is_refusal(x, why, 0)) {
+        /* The second refusal goes to the client; that worker is skipped too, as the first. */
+        if (px->route.overloaded != NULL)
+            px->route.overloaded(px->route.arg, x->up);
+        px->route.refused(px->route.arg, &x->req);
+    }
+    x->sse = ct != NULL && ct->value.len >= 17 && strncasecmp(ct->value.p, "text/event-stream", 17) == 0;
+    x->state = X_STREAMING;
+    x->status = x->rp.status;
+    build_reply_head(x, &px->head);
+    return 0;
+}
+
+/* Body bytes of this read, decoded in place at in->p + in->off: their length, and *done
+ * when the reply's body is complete; -1 for a broken chunked coding. */
+static long take_body(struct pxreq *x, struct iobuf *in, int eof, int *done)
+{
+    char *p = in->p + in->off;
+    size_t avail = in->len - in->off, dlen = 0, at = 0;
+
+    *done = 0;
+    switch (x->rp.framing) {
+    case H1_BODY_NONE:
+        *done = 1;
+        return 0;
+    case H1_BODY_LENGTH:
+        dlen = avail < x->body_left ? avail : (size_t) x->body_left;
+        x->body_left -= dlen;
+        in->off += dlen;
+        *done = x->body_left == 0;
+        return (long) dlen;
+    case H1_BODY_UNTIL_CLOSE:
+        in->off += avail;
+        *done = eof;
+        x->reusable = 0;
+        return (long) avail;
+    case H1_BODY_CHUNKED:
+        while (at < avail) {
+            struct h1_str data;
+            size_t used = 0;
+            int rv = h1c_feed(&x->rck, p + at, avail - at, &used, &data);
+
+            if (rv == H1_ERROR)
+                return -1;
+            at += used;
+            if (rv == H1_DATA) {
+                memmove(p + dlen, data.p, data.len);
+                dlen += data.len;
+            } else if (rv == H1_DONE) {
+                *done = 1;
+                break;
+            }
+        }
+        in->off += at;
+        return (long) dlen;
+    }
+    return 0;
+}
+
+/* Writes the head (if not sent yet) and this read's body bytes to the client in one call. */
+static int emit(struct pxreq *x, const char *data, size_t len, int done, int with_head)
+{
+    struct proxy *px = x->px;
+    struct iovec v[5];
+    char size[24];
+    int n = 0, body = x->req.method != HTTP_HEAD;
+
+    if (with_head) {
+        v[n].iov_base = px->head.data;
+        v[n++].iov_len = px->head.len;
+    }
+    if (body && len > 0) {
+        if (x->out_chunked) {
+            v[n].iov_base = size;
+            v[n++].iov_len = (size_t) snprintf(size, sizeof size, "%zx\r\n", len);
+        }
+        v[n].iov_base = (void *) (size_t) data;
+        v[n++].iov_len = len;
+        if (x->out_chunked) {
+            v[n].iov_base = (void *) "\r\n";
+            v[n++].iov_len = 2;
+        }
+    }
+    if (body && done && x->out_chunked) {
+        v[n].iov_base = (void *) "0\r\n\r\n";
+        v[n++].iov_len = 5;
+    }
+    return n == 0 ? 0 : hc_write(x->c, v, n);
+}
+
+/* The reply is whole: the engine connection goes back (or another worker is tried), and the
+ * exchange ends once the client has taken the last bytes. */
+static void reply_done(struct pxreq *x)
+{
+    struct uconn *uc = x->uc;
+    struct iobuf *in = uconn_in(uc);
+
+    x->uc = NULL;
+    if (x->reusable && in->off == in->len)
+        upstream_put(x->up, uc);
+    else
+        uconn_drop(uc); /* bytes past the reply's end, or a body that ends at the close */
+    if (x->retry_pending) {
+        x->retry_pending = 0;
+        x->retried = 1;
+        if (x->px->route.overloaded != NULL)
+            x->px->route.overloaded(x->px->route.arg, x->up);
+        px_start_upstream(x);
+        return;
+    }
+    x->end = x->keep_client ? PX_END_KEEP : PX_END_CLOSE;
+    if (x->c != NULL && hc_pending(x->c) > 0) {
+        x->state = X_FLUSHING; /* the slot is held until the client has it all */
+        return;
+    }
+    px_finish(x, OUT_OK);
+}
+
+void px_relay(struct pxreq *x)
+{
+    struct proxy *px = x->px;
+    struct iobuf *in = uconn_in(x->uc);
+    int eof = 0, done = 0, with_head = 0;
+    ssize_t n;
+    long dlen;
+    const char *data;
+
+    n = uconn_fill(x->uc, x->state == X_UPSTREAM ? (size_t) PX_READ_MAX + 32 * 1024 : PX_READ_MAX);
+    if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))
+        return;
+    if (n <= 0) {
+        /* The engine closed (or reset): the end of a body delimited by the close, or a
+         * failure. */
+        if (!((x->state == X_STREAMING || x->retry_pending) &&
+              x->rp.framing == H1_BODY_UNTIL_CLOSE && n == 0)) {
+            px_upstream_failed(x, UERR_BROKEN);
+            return;
+        }
+        eof = 1;
+    }
+    uconn_touch(x->uc);
+    if (x->state == X_UPSTREAM && !x->retry_pending) {
+        for (;;) {
+            int rv;
+
+            if (in->p + in->off != x->rp_base) {
+                /* The bytes moved since the last call (or an interim answer was taken): the
+                 * parse starts over on them. */
+                h1_resp_init(&x->rp, x->rh, PX_RESP_HEADERS, PX_RESP_HEAD_MAX,
+                             x->req.method == HTTP_HEAD ? H1_M_HEAD : H1_M_GET);
+                x->rp_base = in->p + in->off;
+            }
+            rv = h1_parse(&x->rp, in->p + in->off, in->len - in->off);
+
+            if (rv == H1_AGAIN)
+                return;
+            if (rv == H1_ERROR) {
+                log_debug("engine reply refused: %s", x->rp.err_reason);
+                px_upstream_failed(x, UERR_INVALID);
+                return;
+            }
+            in->off += x->rp.head_len;
+            if (x->rp.status >= 200)
+                break;
+            if (x->rp.status == 101) {
+                px_upstream_failed(x, UERR_INVALID); /* no upgrade was asked for */
+                return;
+            }
+            /* 1xx: an interim answer (100 Continue); the real one follows (the parse
+             * starts over at the new offset). */
+        }
+        if (x->rp.framing == H1_BODY_LENGTH)
+            x->body_left = x->rp.content_length;
+        else if (x->rp.framing == H1_BODY_CHUNKED)
+            h1c_init(&x->rck, UINT64_MAX);
+        if (on_head(x) != 0)
+            return;
+        with_head = !x->retry_pending;
+    }
+    data = in->p + in->off; /* take_body leaves the body bytes here, decoded */
+    dlen = take_body(x, in, eof, &done);
+    if (dlen < 0) {
+        px_upstream_failed(x, UERR_INVALID);
+        return;
+    }
+    if (!x->retry_pending && x->c != NULL) {
+        if (dlen > 0) {
+            int first = !x->got_body;
+
+            if (first) {
+                x->got_body = 1;
+                clock_gettime(CLOCK_MONOTONIC, &x->t_first);
+            }
+            x->bytes += (uint64_t) dlen;
+            if (x->count_tokens)
+                px->adm.output(px->adm.arg, x, first,
+                               x->sse ? sse_feed(&x->sse_count, data, (size_t) dlen) : 0);
+        }
+        if (emit(x, data, (size_t) dlen, done, with_head) != 0) {
+            /* The client is gone: the engine is told by the close. */
+            px->m->cancelled[STAGE_STREAMING]++;
+            px_cancel_upstream(x);
+            px_close_client(x, OUT_CANCELLED);
+            return;
+        }
+        /* Backpressure: a slow client must not make admitd buffer the whole reply. */
+        if (!x->paused && hc_pending(x->c) > px->o->stream_buffer_bytes) {
+            x->paused = 1;
+            uconn_pause(x->uc, 1);
+        }
+    }
+    if (in->off == in->len)
+        in->off = in->len = 0; /* all taken: the next read starts at the front */
+    if (done)
+        reply_done(x);
+}
+
+void px_client_drained(struct pxreq *x)
+{
+    if (x->state == X_FLUSHING) {
+        px_finish(x, OUT_OK);
+        return;
+    }
+    if (x->paused && x->uc != NULL) {
+        x->paused = 0;
+        uconn_pause(x->uc, 0);
+    }
+}
