@@ -45,6 +45,7 @@ class Proc:
         self._out.start()
         _procs.append(self)
         self.match = None
+        self.shared = False  # see keep_across_checks
         if ready is not None:
             self.match = self.wait_line(ready, timeout)
 
@@ -81,6 +82,15 @@ class Proc:
                     raise AssertionError("%s did not print /%s/ in %ss:\n%s" % (
                         self.name, pattern, timeout, "\n".join(self.lines[-30:])))
                 self._cv.wait(min(left, 0.2))
+
+    def keep_across_checks(self):
+        """Lets the process outlive the Tap check that started it, for many short checks
+        against one daemon; it is still killed when the test exits, however it exits."""
+        self.shared = True
+        return self
+
+    def alive(self):
+        return self.p.poll() is None
 
     def stop(self, sig=signal.SIGTERM, timeout=60):
         """Signals the process and returns its exit code (killing it after timeout)."""
@@ -129,6 +139,49 @@ signal.signal(signal.SIGTERM, lambda *a: sys.exit(1))
 def hostport(s):
     host, port = s.rsplit(":", 1)
     return host.strip("[]"), int(port)
+
+
+class LoopbackServer:
+    """A TCP listener on a free loopback port, for fake engines written in a test: a thread
+    accepts connections and runs serve(conn) for each in a thread of its own (conn with
+    conn_timeout). stop() closes the listener and every connection it accepted, whether
+    serve closed it or kept it."""
+
+    def __init__(self, serve, conn_timeout=10):
+        self.srv = socket.socket()
+        self.srv.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        self.srv.bind(("127.0.0.1", 0))
+        self.srv.listen(128)
+        self.srv.settimeout(0.2)
+        self.hostport = "127.0.0.1:%d" % self.srv.getsockname()[1]
+        self.url = "http://" + self.hostport
+        self._serve, self._conn_timeout = serve, conn_timeout
+        self._conns = []
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._t = threading.Thread(target=self._accept, daemon=True)
+        self._t.start()
+
+    def _accept(self):
+        while not self._stop.is_set():
+            try:
+                conn, _ = self.srv.accept()
+            except socket.timeout:
+                continue
+            except OSError:
+                return
+            conn.settimeout(self._conn_timeout)
+            with self._lock:
+                self._conns.append(conn)
+            threading.Thread(target=self._serve, args=(conn,), daemon=True).start()
+
+    def stop(self):
+        self._stop.set()
+        self._t.join(5)
+        self.srv.close()
+        with self._lock:
+            for conn in self._conns:
+                conn.close()
 
 
 class Mock:
@@ -381,7 +434,8 @@ class Tap:
             sys.stderr.flush()
         finally:
             for pr in list(_procs):
-                pr.kill()
+                if not pr.shared:
+                    pr.kill()
             print("# check %d took %.1f s" % (self.n, time.monotonic() - t0), flush=True)
 
     def report(self, ok, name):

@@ -4,10 +4,9 @@ only thing on its connection."""
 
 import math
 import socket
-import threading
 
-from harness import (Admitd, Mock, RawClient, Tap, chat_body, error_message, only_answer,
-                     request, wait_for)
+from harness import (Admitd, LoopbackServer, Mock, RawClient, Tap, chat_body, error_message,
+                     only_answer, request, wait_for)
 
 
 def closed_port():
@@ -35,25 +34,9 @@ class FakeEngine:
 
     def __init__(self, answer):
         self.answer = answer
-        self.srv = socket.socket()
-        self.srv.bind(("127.0.0.1", 0))
-        self.srv.listen(64)
-        self.srv.settimeout(0.2)
-        self.url = "http://127.0.0.1:%d" % self.srv.getsockname()[1]
         self.lines = []
-        self.held = []
-        self._stop = threading.Event()
-        self._t = threading.Thread(target=self._run, daemon=True)
-        self._t.start()
-
-    def _run(self):
-        while not self._stop.is_set():
-            try:
-                conn, _ = self.srv.accept()
-            except socket.timeout:
-                continue
-            conn.settimeout(10)
-            threading.Thread(target=self._serve, args=(conn,), daemon=True).start()
+        self.server = LoopbackServer(self._serve)
+        self.url = self.server.url
 
     def _serve(self, conn):
         data = b""
@@ -68,8 +51,7 @@ class FakeEngine:
         if data:
             self.lines.append(data.split(b"\r\n", 1)[0].decode("latin-1"))
         if self.answer == "silent" and data:
-            self.held.append(conn)
-            return
+            return  # held open: the server closes it at stop()
         if self.answer == "garbage" and data:
             try:
                 conn.sendall(b"this is not HTTP at all\r\n\r\n")
@@ -81,11 +63,7 @@ class FakeEngine:
         return [ln for ln in self.lines if ln.startswith("POST ")]
 
     def stop(self):
-        self._stop.set()
-        self._t.join(5)
-        for conn in self.held:
-            conn.close()
-        self.srv.close()
+        self.server.stop()
 
 
 def one_request(ad, max_tokens=8):
