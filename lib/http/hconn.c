@@ -375,8 +375,7 @@ static void on_watch_gone(void *arg)
 {
     struct hconn *c = arg;
 
-    c->watch = NULL; /* the watch disarmed itself; it is freed below with the connection */
-    c->depth++;
+    c->depth++; /* the watch disarmed itself; it is freed with the connection */
     lost(c);
     unref(c);
 }
@@ -412,8 +411,10 @@ static void on_readable(struct hconn *c)
         return;
     case HC_BUSY:
     case HC_FLUSH:
-        /* Only to see a hang-up: the bytes (a pipelined request) wait their turn. */
-        n = ioc_fill(&c->io, c->req_len + HC_BUSY_READ_MAX, 0);
+        /* Only to see a hang-up: the bytes (a pipelined request) wait their turn, in the
+         * free room of the buffer (which cannot move while the request's strings point
+         * into it); what does not fit stays in the socket. */
+        n = ioc_fill(&c->io, SIZE_MAX, 0);
         if (n > 0 || (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)))
             return;
         if (n < 0 && errno == ENOBUFS) {
@@ -526,11 +527,6 @@ const struct h1_parser *hc_head(const struct hconn *c)
     return &c->hp;
 }
 
-int hc_fd(const struct hconn *c)
-{
-    return c->io.fd;
-}
-
 size_t hc_pending(const struct hconn *c)
 {
     return ioc_pending(&c->io);
@@ -579,8 +575,8 @@ static void put_uint(struct buf *b, unsigned long long v)
     buf_append(b, d + sizeof d - n, (size_t) n);
 }
 
-int hc_reply(struct hconn *c, int status, const char *content_type, const char *body,
-             size_t len, const char *extra, int close)
+int hc_reply(struct hconn *c, int status, const char *content_type, const char *body, size_t len,
+             const char *extra, int close)
 {
     struct buf *h = &c->l->head;
     struct iovec v[2];

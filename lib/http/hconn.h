@@ -80,12 +80,7 @@ void hc_abort(struct hconn *c);
 /** writes a whole reply: the status line, Date, Content-Type and Content-Length, the extra
  *  header lines (each ending in CRLF, or NULL), Connection: close when close (or the client
  *  asked it), the body (none for HEAD); hc_end follows. 0, or -1 as hc_write */
-int hc_reply(struct hconn *c, int status, const char *content_type, const char *body,
-             size_t len, const char *extra, int close);
-/** the socket, for TCP-level checks */
-int hc_fd(const struct hconn *c);
-/** stops reading a request's client while its answer streams past this many buffered bytes
- *  (the rest stay in the socket) */
-#define HC_BUSY_READ_MAX (64 * 1024)
+int hc_reply(struct hconn *c, int status, const char *content_type, const char *body, size_t len,
+             const char *extra, int close);
 
 #endif

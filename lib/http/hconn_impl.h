@@ -42,13 +42,13 @@ struct hconn {
     struct hlisten *l;
     struct event tmo; /* idle, write and linger timeouts */
     enum hc_state state;
-    int depth;     /* calls using the connection on the stack */
-    int keep;      /* after this answer: read the next request */
-    int tmo_on;    /* tmo armed */
-    int kick;      /* bytes of a next request wait: parse them before reading more */
-    int in_process; /* the parsing loop is on the stack and goes on by itself */
+    int depth;            /* calls using the connection on the stack */
+    int keep;             /* after this answer: read the next request */
+    int tmo_on;           /* tmo armed */
+    int kick;             /* bytes of a next request wait: parse them before reading more */
+    int in_process;       /* the parsing loop is on the stack and goes on by itself */
     unsigned progress_at; /* io.progress when the write timeout was armed */
-    void *owner;   /* the owner's state for the request in BUSY */
+    void *owner;          /* the owner's state for the request in BUSY */
     struct cwatch *watch; /* BUSY with a full buffer: a watch for the hang-up */
     struct timeval last;  /* last bytes read (idle timeout) */
     struct h1_parser hp;

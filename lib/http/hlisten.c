@@ -60,8 +60,9 @@ int hl_bind(struct hlisten *l, const struct hostport *hp, char *bound, size_t bo
 
     if (fd < 0)
         return -1;
-    l->lev = evconnlistener_new(l->base, on_accept, l, LEV_OPT_CLOSE_ON_FREE | LEV_OPT_CLOSE_ON_EXEC,
-                                NET_LISTEN_BACKLOG, fd);
+    l->lev =
+        evconnlistener_new(l->base, on_accept, l, LEV_OPT_CLOSE_ON_FREE | LEV_OPT_CLOSE_ON_EXEC,
+                           NET_LISTEN_BACKLOG, fd);
     if (l->lev == NULL) {
         snprintf(err, errlen, "cannot listen on %s:%d: %s", hp->host, hp->port, strerror(errno));
         close(fd);
@@ -93,8 +94,8 @@ void hc_start(struct hlisten *l, int fd, const struct sockaddr *sa)
         inet_ntop(AF_INET, &((const struct sockaddr_in *) (const void *) sa)->sin_addr, c->peer,
                   sizeof c->peer);
     else if (sa->sa_family == AF_INET6)
-        inet_ntop(AF_INET6, &((const struct sockaddr_in6 *) (const void *) sa)->sin6_addr,
-                  c->peer, sizeof c->peer);
+        inet_ntop(AF_INET6, &((const struct sockaddr_in6 *) (const void *) sa)->sin6_addr, c->peer,
+                  sizeof c->peer);
     hc_begin(c);
 }
 

@@ -43,8 +43,8 @@ static void on_event(evutil_socket_t fd, short what, void *arg)
     (void) fd;
     if (what & EV_WRITE) {
         if (io->out.len > io->out.off) {
-            ssize_t n = send(io->fd, io->out.p + io->out.off, io->out.len - io->out.off,
-                             MSG_NOSIGNAL);
+            ssize_t n =
+                send(io->fd, io->out.p + io->out.off, io->out.len - io->out.off, MSG_NOSIGNAL);
             if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR))
                 return;
             if (n < 0) {

@@ -10,7 +10,6 @@
 #include <stddef.h>
 #include <sys/socket.h>
 
-
 /* The listen backlog of our HTTP listeners (libevent's own is 128). */
 #define NET_LISTEN_BACKLOG 4096
 

@@ -12,7 +12,6 @@
 #include <stdio.h>
 #include <string.h>
 
-
 static void release_upstream(struct pxreq *x)
 {
     if (x->uc != NULL) {

@@ -56,24 +56,24 @@ enum px_client_end {
 
 struct pxreq {
     struct proxy *px;
-    struct hconn *c;         /* the client's connection; NULL once it is given back */
-    struct http_req req;     /* the request, in the client connection's buffer */
-    struct event deadline;   /* while held, if admission set one */
+    struct hconn *c;       /* the client's connection; NULL once it is given back */
+    struct http_req req;   /* the request, in the client connection's buffer */
+    struct event deadline; /* while held, if admission set one */
     int deadline_on;
-    struct upstream *up;     /* the engine chosen for this request */
-    struct uconn *uc;        /* its connection while the exchange uses it */
+    struct upstream *up; /* the engine chosen for this request */
+    struct uconn *uc;    /* its connection while the exchange uses it */
     enum xstate state;
-    double queue_wait_s;     /* how long admission held it */
-    int has_wait;            /* ... and admission said so: the reply shows it */
+    double queue_wait_s; /* how long admission held it */
+    int has_wait;        /* ... and admission said so: the reply shows it */
     struct sse_counter sse_count;
-    int count_tokens;        /* admission wants output(): SSE events are counted */
-    int forwarded;           /* the forwarding hook ran (once per exchange) */
-    int got_body;            /* the engine sent a first body byte */
-    int retry_pending;       /* router: the engine said overloaded; its reply is dropped */
-    int retried;             /* router: already moved to a second engine */
-    int status;              /* status sent to the client (0 until one is) */
+    int count_tokens;  /* admission wants output(): SSE events are counted */
+    int forwarded;     /* the forwarding hook ran (once per exchange) */
+    int got_body;      /* the engine sent a first body byte */
+    int retry_pending; /* router: the engine said overloaded; its reply is dropped */
+    int retried;       /* router: already moved to a second engine */
+    int status;        /* status sent to the client (0 until one is) */
     int sse;
-    int paused;              /* engine reads stopped: the client is behind */
+    int paused; /* engine reads stopped: the client is behind */
     int refs;
     int finished;
     uint64_t bytes;          /* body bytes passed to the client */
@@ -83,11 +83,11 @@ struct pxreq {
     struct h1_parser rp;
     struct h1_header *rh; /* PX_RESP_HEADERS slots, allocated once per struct */
     struct h1_chunked rck;
-    const char *rp_base;  /* where rp's bytes were when it last parsed */
-    uint64_t body_left;   /* H1_BODY_LENGTH: bytes still to come */
-    int out_chunked;      /* the client gets the body in chunks */
-    int keep_client;      /* the client connection may be kept after this reply */
-    int reusable;         /* the engine connection can carry another request */
+    const char *rp_base;    /* where rp's bytes were when it last parsed */
+    uint64_t body_left;     /* H1_BODY_LENGTH: bytes still to come */
+    int out_chunked;        /* the client gets the body in chunks */
+    int keep_client;        /* the client connection may be kept after this reply */
+    int reusable;           /* the engine connection can carry another request */
     enum px_client_end end; /* what px_finish does with the client connection */
     TAILQ_ENTRY(pxreq) link;
     struct pxreq *next_spare;

@@ -96,7 +96,8 @@ static int on_head(struct pxreq *x)
             px->route.overloaded(px->route.arg, x->up);
         px->route.refused(px->route.arg, &x->req);
     }
-    x->sse = ct != NULL && ct->value.len >= 17 && strncasecmp(ct->value.p, "text/event-stream", 17) == 0;
+    x->sse =
+        ct != NULL && ct->value.len >= 17 && strncasecmp(ct->value.p, "text/event-stream", 17) == 0;
     x->state = X_STREAMING;
     x->status = x->rp.status;
     build_reply_head(x, &px->head);

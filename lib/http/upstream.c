@@ -36,7 +36,7 @@ struct upstream {
     unsigned max_idle;
     struct timeval idle_max;
     struct sockaddr_storage addr;
-    socklen_t addrlen; /* 0 until the address is known */
+    socklen_t addrlen;  /* 0 until the address is known */
     struct uconn *idle; /* most recently used first */
     unsigned nidle;
     struct uconn *spare;  /* closed connection structs, for the next connect */

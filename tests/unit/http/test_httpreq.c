@@ -7,7 +7,6 @@
 
 #include "http/httpreq.h"
 
-
 static void test_path_matches_whole_segments(void **state)
 {
     struct http_req r = {.target = "/busy_threshold"};
