@@ -7,18 +7,21 @@ prints one Markdown table per scenario with medians over the rounds. It only mea
 prints: it never asserts a timing. Normally started by tests/bench/run.sh.
 
     python3 tests/bench/run.py --build build-bench [--rounds 3] [--duration 5]
-                               [--scenarios passthrough,overload,streaming,scale,publish]
+                               [--scenarios passthrough,costs,overload,streaming,scale,publish]
+    python3 tests/bench/run.py --build build-bench --scenarios default,allocators
 """
 import argparse
 import json
 import os
 import re
 import resource
+import select
 import selectors
 import shutil
 import signal
 import socket
 import statistics
+import struct
 import subprocess
 import sys
 import threading
@@ -28,6 +31,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(os.path.dirname(HERE))
 PROCS = []  # every process we started, stopped in stop_all()
 ARGS = None
+MEASURED = {}  # measure -> {target: value}, filled by the scenarios, read by the targets table
 
 
 # ---------------------------------------------------------------- processes
@@ -35,13 +39,14 @@ ARGS = None
 class Proc:
     """A child in its own process group (so nginx workers die with their master)."""
 
-    def __init__(self, name, argv, stdout_pipe=False):
+    def __init__(self, name, argv, stdout_pipe=False, env=None):
         self.name = name
         self.logpath = os.path.join(ARGS.workdir, name + ".log")
         self.log = open(self.logpath, "wb")
         self.p = subprocess.Popen(argv, stdin=subprocess.DEVNULL,
                                   stdout=subprocess.PIPE if stdout_pipe else self.log,
-                                  stderr=self.log, start_new_session=True)
+                                  stderr=self.log, start_new_session=True,
+                                  env=dict(os.environ, **env) if env else None)
         self.pid = self.p.pid
         PROCS.append(self)
 
@@ -123,32 +128,33 @@ def start_mock(tag, *extra):
     return p, addr
 
 
-def start_admitd(tag, upstream, n, q, *extra):
+def start_admitd(tag, upstream, n, q, *extra, env=None):
     p = Proc("admitd-" + tag, [os.path.join(ARGS.build, "admitd"), "--upstream", "http://" + upstream,
                                "--engine-request-limit", str(n), "--request-queue-limit", str(q),
                                "--listen", "127.0.0.1:0", "--metrics-listen", "127.0.0.1:0",
-                               "--publish", "tcp://127.0.0.1:0"] + list(extra))
+                               "--publish", "tcp://127.0.0.1:0"] + list(extra), env=env)
     m = p.wait_line(r"ready listen=(\S+) metrics=(\S+) publish=(\S+)")
     p.addr, p.metrics, p.publish = m.group(1), m.group(2), m.group(3)
     return p, p.addr
 
 
-def start_haproxy(tag, upstream, n, q, queue_timeout_ms=60000):
+def start_haproxy(tag, upstream, n, q, queue_timeout_ms=60000, env=None):
     port = free_port()
     cfg = fill("haproxy.cfg.in", "haproxy-%s.cfg" % tag, DIR=ARGS.workdir, PORT=port,
                UPSTREAM=upstream, N=n, Q=q, QUEUE_TIMEOUT_MS=queue_timeout_ms,
                MAXCONN=max(1000, resource.getrlimit(resource.RLIMIT_NOFILE)[0] // 2 - 100))
-    p = Proc("haproxy-" + tag, ["haproxy", "-db", "-f", cfg])
+    p = Proc("haproxy-" + tag, ["haproxy", "-db", "-f", cfg], env=env)
     wait_port(port, p)
     return p, "127.0.0.1:%d" % port
 
 
-def start_nginx(tag, upstream):
+def start_nginx(tag, upstream, env=None):
     port = free_port()
     d = os.path.join(ARGS.workdir, "nginx-" + tag)
     os.makedirs(d, exist_ok=True)
     conf = fill("nginx.conf.in", "nginx-%s.conf" % tag, DIR=d, PORT=port, UPSTREAM=upstream)
-    p = Proc("nginx-" + tag, ["nginx", "-p", d, "-e", os.path.join(d, "nginx-error.log"), "-c", conf])
+    p = Proc("nginx-" + tag, ["nginx", "-p", d, "-e", os.path.join(d, "nginx-error.log"), "-c", conf],
+             env=env)
     wait_port(port, p)
     # the worker does the work; measure it, not the master
     deadline = time.monotonic() + 5
@@ -163,6 +169,24 @@ def start_nginx(tag, upstream):
             pass
         time.sleep(0.05)
     return p, "127.0.0.1:%d" % port
+
+
+def start_proxy(kind, tag, upstream, n, q, env=None):
+    """admitd, HAProxy (both with N and Q) or nginx (no admission limit)."""
+    if kind == "admitd":
+        return start_admitd(tag, upstream, n, q, env=env)
+    if kind == "haproxy":
+        return start_haproxy(tag, upstream, n, q, env=env)
+    return start_nginx(tag, upstream, env=env)
+
+
+def maps_file(pid, path):
+    """Whether the process has the shared object `path` mapped (an LD_PRELOAD that took)."""
+    try:
+        with open("/proc/%d/maps" % pid) as fh:
+            return os.path.realpath(path) in fh.read()
+    except OSError:
+        return False
 
 
 def work_pid(proc):
@@ -302,6 +326,13 @@ def f(x, digits=1):
     return "-" if x != x else ("%.*f" % (digits, x))
 
 
+def ratio(a, b):
+    """a / b; NaN when either is missing or b is 0."""
+    if a is None or b is None or a != a or b != b or b == 0:
+        return float("nan")
+    return a / b
+
+
 def table(headers, rows):
     out = ["| " + " | ".join(headers) + " |", "|" + "---|" * len(headers)]
     out += ["| " + " | ".join(str(c) for c in r) + " |" for r in rows]
@@ -364,13 +395,233 @@ def sc_passthrough():
         rows.append([name, "%.0f" % rps, "%.2f" % (rps / direct), f(med([r["p50_us"] for r in rs]) / 1e3, 2),
                      f(med([r["p99_us"] for r in rs]) / 1e3, 2), f(med([r["cpu_us"] for r in rs])),
                      sum(r["status_err"] + r["errors"] for r in rs)])
-    ad, ha = med([r["rps"] for r in res["admitd"]]), med([r["rps"] for r in res["haproxy"]])
+    MEASURED["rps"] = {name: med([r["rps"] for r in res[name]]) for name, _, _ in targets}
+    MEASURED["cpu"] = {name: med([r["cpu_us"] for r in res[name]]) for name, p, _ in targets if p}
+    rps, cpu = MEASURED["rps"], MEASURED["cpu"]
     png = gnuplot_bars("passthrough", "requests/s (median of %d rounds)" % ARGS.rounds, labels, vals)
     text = table(["target", "req/s", "vs direct", "p50 ms", "p99 ms", "proxy CPU us/req", "non-2xx+errors"], rows)
-    text += "\n\nadmitd / HAProxy throughput: **%.2f**. wrk -t1 -c64, %d s per run, %d rounds; POST max_tokens 1, " \
-            "mock `--speedup-ratio 0`; N=%d for admitd and HAProxy." % (ad / ha, ARGS.duration, ARGS.rounds, n)
+    text += ("\n\nadmitd / HAProxy throughput: **%s**, CPU per request: **%s**; admitd / nginx throughput: "
+             "**%s**, CPU per request: **%s**. wrk -t1 -c64, %d s per run, %d rounds; POST max_tokens 1, "
+             "mock `--speedup-ratio 0`; N=%d for admitd and HAProxy."
+             % (f(ratio(rps["admitd"], rps["haproxy"]), 2), f(ratio(cpu["admitd"], cpu["haproxy"]), 2),
+                f(ratio(rps["admitd"], rps["nginx"]), 2), f(ratio(cpu["admitd"], cpu["nginx"]), 2),
+                ARGS.duration, ARGS.rounds, n))
     if png:
         text += " Chart: `%s`." % os.path.relpath(png, ROOT)
+    return text
+
+
+def response_end(buf):
+    """Where the HTTP/1.1 response at the start of buf ends, or -1 while it is incomplete: framed
+    by Content-Length or chunked, as the mock and the three proxies send theirs."""
+    h = buf.find(b"\r\n\r\n")
+    if h < 0:
+        return -1
+    head = bytes(buf[:h]).lower()
+    m = re.search(rb"\r\ncontent-length:[ \t]*(\d+)", head)
+    if m:
+        end = h + 4 + int(m.group(1))
+        return end if len(buf) >= end else -1
+    if not re.search(rb"\r\ntransfer-encoding:[^\r]*chunked", head):
+        raise RuntimeError("an answer with no length: %r" % head[:200])
+    pos = h + 4
+    while True:
+        e = buf.find(b"\r\n", pos)
+        if e < 0:
+            return -1
+        size = int(bytes(buf[pos:e]).split(b";")[0], 16)
+        if size == 0:  # the last chunk, then trailer lines up to an empty one
+            t = buf.find(b"\r\n\r\n", e)
+            return t + 4 if t >= 0 else -1
+        pos = e + 2 + size + 2
+        if len(buf) < pos:
+            return -1
+
+
+class KeepAlive:
+    """`conns` keep-alive connections, opened at once, each with one pass-through POST in flight
+    at a time (the next sent when its answer is complete), driven from one thread: run(count)
+    sends exactly `count` requests and opens no connection, so whatever the proxy does meanwhile
+    is the cost of keep-alive requests."""
+
+    def __init__(self, addr, conns):
+        host, port = addr.rsplit(":", 1)
+        self.req = http_request(False, 1)
+        self.socks = []
+        for _ in range(conns):
+            s = socket.create_connection((host, int(port)), timeout=10)
+            s.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            self.socks.append(s)
+        self.sel = selectors.DefaultSelector()
+
+    def run(self, count):
+        """Sends `count` requests; returns how many were answered 200."""
+        left, pending, ok, bufs = count, 0, 0, {}
+        for s in self.socks[:count]:
+            s.sendall(self.req)
+            left, pending = left - 1, pending + 1
+            bufs[s] = bytearray()
+            self.sel.register(s, selectors.EVENT_READ)
+        while pending:
+            events = self.sel.select(10)
+            if not events:
+                raise RuntimeError("keep-alive client: no answer within 10 s")
+            for key, _ in events:
+                s = key.fileobj
+                data = s.recv(65536)
+                if not data:
+                    raise RuntimeError("keep-alive client: the proxy closed a connection")
+                b = bufs[s]
+                b += data
+                end = response_end(b)
+                if end < 0:
+                    continue
+                ok += b.startswith(b"HTTP/1.1 200")
+                del b[:end]
+                pending -= 1
+                if left:
+                    s.sendall(self.req)
+                    left, pending = left - 1, pending + 1
+                else:
+                    self.sel.unregister(s)
+        return ok
+
+    def close(self):
+        self.sel.close()
+        for s in self.socks:
+            s.close()
+
+
+def strace_during(pid, fn):
+    """Runs fn() with `strace -c -f` attached to every thread of pid: (fn's result, {system call:
+    calls}). It waits for strace to say it attached before fn starts, and detaches when fn
+    returns."""
+    out = os.path.join(ARGS.workdir, "strace-%d.txt" % pid)
+    st = subprocess.Popen(["strace", "-c", "-f", "-U", "name,calls", "-o", out, "-p", str(pid)],
+                          stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    try:
+        said, deadline = b"", time.monotonic() + 10
+        while b"attached" not in said:
+            left = deadline - time.monotonic()
+            if left <= 0 or not select.select([st.stderr], [], [], left)[0]:
+                raise RuntimeError("strace did not attach within 10 s: %r" % said[-300:])
+            chunk = os.read(st.stderr.fileno(), 4096)
+            if not chunk:
+                raise RuntimeError("strace exited: %r" % said[-300:])
+            said += chunk
+        result = fn()
+    finally:
+        st.send_signal(signal.SIGINT)
+        try:
+            st.communicate(timeout=20)
+        except subprocess.TimeoutExpired:
+            st.kill()
+            st.communicate()
+    calls = {}
+    with open(out) as fh:
+        for line in fh:
+            m = re.match(r"^(\w+)\s+(\d+)\s*$", line)
+            if m and m.group(1) != "total":
+                calls[m.group(1)] = int(m.group(2))
+    return result, calls
+
+
+COUNT_FIELDS = ("malloc", "calloc", "realloc", "memalign", "free")
+
+
+def read_counts(path):
+    """malloc_count.c's counters, read from the file it maps ({} while it holds none)."""
+    try:
+        with open(path, "rb") as fh:
+            data = fh.read(8 + 8 * len(COUNT_FIELDS))
+    except OSError:
+        return {}
+    if len(data) < 8 + 8 * len(COUNT_FIELDS) or data[:8] != b"MALLOCNT":
+        return {}
+    return dict(zip(COUNT_FIELDS, struct.unpack("<%dQ" % len(COUNT_FIELDS), data[8:])))
+
+
+def sc_costs():
+    count, conns = ARGS.costs_requests, [int(c) for c in ARGS.costs_conns.split(",")]
+    if not shutil.which("strace"):
+        raise RuntimeError("strace is not installed (tests/bench/run.sh installs it)")
+    rows, notes = [], []
+    shim = os.path.join(ARGS.build, "tests", "bench", "malloc_count.so")
+    if not os.path.exists(shim):
+        shim = None
+        notes.append("No allocation counts: this build has no malloc_count.so (a build with sanitizers, "
+                     "tests/bench/meson.build).")
+    mock, up = start_mock("co", "--speedup-ratio", "0")
+    MEASURED["mallocs"] = {}
+    for c in conns:
+        MEASURED["syscalls@%d" % c] = {}
+    for kind in ("admitd", "haproxy", "nginx"):
+        cfile = os.path.join(ARGS.workdir, "malloc-%s.counts" % kind)
+        env = {"LD_PRELOAD": shim, "MALLOC_COUNT_FILE": cfile} if shim else None
+        try:
+            p, addr = start_proxy(kind, "co", up, 1000, 16, env=env)
+        except RuntimeError as e:
+            notes.append("%s would not start with malloc_count.so preloaded (%s); measured without it."
+                         % (kind, str(e)[:200]))
+            PROCS.pop().stop()  # the one start_proxy started
+            env = None
+            p, addr = start_proxy(kind, "co", up, 1000, 16)
+        pid = work_pid(p)
+        ok = sent = 0
+        per, calls = {}, {}
+        try:
+            for c in conns:
+                client = KeepAlive(addr, c)
+                try:
+                    # the proxy's pools, caches and engine connections filled before anything counts
+                    ok, sent = ok + client.run(ARGS.costs_warmup), sent + ARGS.costs_warmup
+                    if c == conns[0] and env:
+                        m0 = read_counts(cfile) if maps_file(pid, shim) else {}
+                        ok, sent = ok + client.run(count), sent + count
+                        m1 = read_counts(cfile)
+                        if m0:
+                            per = {k: (m1[k] - m0[k]) / count for k in COUNT_FIELDS}
+                        else:
+                            notes.append("%s: malloc_count.so did not load or count (not in /proc/PID/maps, "
+                                         "or no counters in its file)." % kind)
+                    n, calls[c] = strace_during(pid, lambda: client.run(count))
+                    ok, sent = ok + n, sent + count
+                finally:
+                    client.close()
+        finally:
+            PROCS.remove(p)
+            p.stop()
+        allocs = sum(per[k] for k in COUNT_FIELDS if k != "free") if per else float("nan")
+        MEASURED["mallocs"][kind] = allocs
+        for c in conns:
+            MEASURED["syscalls@%d" % c][kind] = sum(calls[c].values()) / count
+        row = [kind, f(allocs, 2), " / ".join(f(per[k], 2) for k in COUNT_FIELDS if k != "free") if per else "-",
+               f(per["free"], 2) if per else "-"]
+        for c in conns:
+            top = sorted(calls[c].items(), key=lambda kv: -kv[1])[:ARGS.costs_top]
+            row += [f(sum(calls[c].values()) / count, 2), ", ".join("%s %.2f" % (name, n / count) for name, n in top)]
+        rows.append(row + ["%d/%d" % (ok, sent)])
+        log("costs %s: %s" % (kind, rows[-1]))
+    sc, ma = MEASURED["syscalls@%d" % conns[0]], MEASURED["mallocs"]
+    heads = []
+    for c in conns:
+        heads += ["system calls per request, %d connection%s" % (c, "s" if c > 1 else ""), "of which"]
+    text = table(["proxy", "allocations per request", "malloc / calloc / realloc / memalign", "frees"] + heads
+                 + ["answered 200"], rows)
+    text += ("\n\nadmitd / HAProxy allocations per request: **%s**, system calls per request (%d connection%s): "
+             "**%s**; admitd / nginx: **%s** and **%s** (\"-\": the peer's count is 0). Keep-alive connections "
+             "opened before anything counts, each with one POST (max_tokens 1) in flight at a time, %d requests of "
+             "warm-up on each set of connections. Allocations: over %d requests on %d connection%s, from the "
+             "counters of `tests/bench/malloc_count.so` (preloaded into the proxy) before and after. System calls: "
+             "over %d more requests on each set, with `strace -c -f` attached to every thread of the proxy "
+             "(nginx: its worker); with one connection no `epoll_wait` is shared between requests. Counts, not "
+             "timings: nothing is timed here. Mock `--speedup-ratio 0`; N=1000 for admitd and HAProxy."
+             % (f(ratio(ma["admitd"], ma["haproxy"]), 2), conns[0], "s" if conns[0] > 1 else "",
+                f(ratio(sc["admitd"], sc["haproxy"]), 2), f(ratio(ma["admitd"], ma["nginx"]), 2),
+                f(ratio(sc["admitd"], sc["nginx"]), 2), ARGS.costs_warmup, count, conns[0],
+                "s" if conns[0] > 1 else "", count))
+    for note in notes:
+        text += " " + note
     return text
 
 
@@ -396,6 +647,35 @@ def gaps_ms(times, t0, t1):
     return [(b - a) * 1e3 for a, b in zip(ts, ts[1:])]
 
 
+def flood_held(p, addr, n, q, reject, before_s=2.0):
+    """Fills the N slots and Q queue places of the proxy p with held streams, watches their token
+    gaps for before_s, then floods it with wrk for ARGS.duration: wrk's result, with the rejects
+    (status `reject`) per second, the proxy's CPU per request and the held streams' gaps before
+    and during the flood."""
+    held = []
+    try:
+        held = hold_streams(addr, n, q)
+        t0 = time.monotonic()
+        time.sleep(before_s)
+        t1 = time.monotonic()
+        c0 = cpu_seconds(p.pid)
+        r = wrk(addr, "flood.lua", 64, ARGS.duration)
+        t2 = time.monotonic()
+        r["cpu_us"] = (cpu_seconds(p.pid) - c0) * 1e6 / max(1, r["requests"])
+        r["rejects"] = r["status"].get(reject, 0)
+        r["rejects_s"] = r["rejects"] / (r["duration_us"] / 1e6)
+        before = gaps_ms(held[0].events, t0, t1)
+        during = gaps_ms(held[0].events, t1 + 0.2, t2 - 0.2)
+        r["gap_before_p50"], r["gap_during_p50"] = pct(before, 50), pct(during, 50)
+        r["gap_before_p99"], r["gap_during_p99"] = pct(before, 99), pct(during, 99)
+        r["alive"] = sum(1 for s in held[:n] if s.is_alive() and s.error is None)
+        r["queued_alive"] = sum(1 for s in held[n:] if s.is_alive() and s.status is None)
+        return r
+    finally:
+        for s in held:
+            s.close()
+
+
 def sc_overload():
     n, q = 4, 4
     mock, up = start_mock("ov", "--speedup-ratio", "0", "--token-interval-ms", "10")
@@ -408,32 +688,13 @@ def sc_overload():
                 p, addr = start_admitd(tag, up, n, q, "--queue-timeout-ms", "60000")
             else:
                 p, addr = start_haproxy(tag, up, n, q, 60000)
-            held = []
             try:
-                held = hold_streams(addr, n, q)
-                t0 = time.monotonic()
-                time.sleep(2.0)
-                t1 = time.monotonic()
-                c0 = cpu_seconds(p.pid)
-                r = wrk(addr, "flood.lua", 64, ARGS.duration)
-                t2 = time.monotonic()
-                r["cpu_us"] = (cpu_seconds(p.pid) - c0) * 1e6 / max(1, r["requests"])
-                reject = 529 if kind == "admitd" else 503
-                r["rejects"] = r["status"].get(reject, 0)
-                r["rejects_s"] = r["rejects"] / (r["duration_us"] / 1e6)
-                before = gaps_ms(held[0].events, t0, t1)
-                during = gaps_ms(held[0].events, t1 + 0.2, t2 - 0.2)
-                r["gap_before_p50"], r["gap_during_p50"] = pct(before, 50), pct(during, 50)
-                r["gap_before_p99"], r["gap_during_p99"] = pct(before, 99), pct(during, 99)
-                r["alive"] = sum(1 for s in held[:n] if s.is_alive() and s.error is None)
-                r["queued_alive"] = sum(1 for s in held[n:] if s.is_alive() and s.status is None)
+                r = flood_held(p, addr, n, q, 529 if kind == "admitd" else 503)
                 res[kind].append(r)
                 log("overload round %d %-8s %8.0f rejects/s (%s) p99 %.2f ms gap p50 %.2f -> %.2f ms alive %d+%d"
                     % (rnd + 1, kind, r["rejects_s"], r["status"], r["p99_us"] / 1e3, r["gap_before_p50"],
                        r["gap_during_p50"], r["alive"], r["queued_alive"]))
             finally:
-                for s in held:
-                    s.close()
                 PROCS.remove(p)
                 p.stop()
     rows = []
@@ -448,13 +709,17 @@ def sc_overload():
                      "%s / %s" % (f(med([r["gap_before_p50"] for r in rs]), 2), f(med([r["gap_during_p50"] for r in rs]), 2)),
                      "%s / %s" % (f(med([r["gap_before_p99"] for r in rs]), 2), f(med([r["gap_during_p99"] for r in rs]), 2)),
                      "%d+%d" % (min(r["alive"] for r in rs), min(r["queued_alive"] for r in rs))])
-    ratio = med([r["rejects_s"] for r in res["admitd"]]) / med([r["rejects_s"] for r in res["haproxy"]])
+    MEASURED["rejects"] = {k: med([r["rejects_s"] for r in res[k]]) for k in kinds}
+    MEASURED["cpu_reject"] = {k: med([r["cpu_us"] for r in res[k]]) for k in kinds}
     text = table(["target", "reject status", "rejects/s", "share rejected", "p50 ms to reject", "p99 ms to reject",
                   "proxy CPU us/reject", "held gap p50 ms before/during", "held gap p99 ms before/during",
                   "held alive (slot+queue)"], rows)
-    text += ("\n\nadmitd / HAProxy rejects/s: **%.2f**. N=%d, Q=%d held full by %d streams (mock `--token-interval-ms 10`, "
-             "so the ideal gap is 10 ms); flood: wrk -t1 -c64 %d s. Direct and nginx: not applicable "
-             "(no admission limit)." % (ratio, n, q, n + q, ARGS.duration))
+    rej, rcpu = MEASURED["rejects"], MEASURED["cpu_reject"]
+    text += ("\n\nadmitd / HAProxy rejects/s: **%s**, CPU per reject: **%s**. N=%d, Q=%d held full by %d streams "
+             "(mock `--token-interval-ms 10`, so the ideal gap is 10 ms); flood: wrk -t1 -c64 %d s. Direct and nginx: "
+             "not applicable (no admission limit)."
+             % (f(ratio(rej["admitd"], rej["haproxy"]), 2), f(ratio(rcpu["admitd"], rcpu["haproxy"]), 2), n, q, n + q,
+                ARGS.duration))
     return text
 
 
@@ -495,6 +760,9 @@ def sc_streaming():
             log("streaming round %d %-8s ttft p50 %.2f ms gap p50 %.3f ms p99 %.3f ms"
                 % (rnd + 1, name, pct(d["ttft"], 50), pct(d["gaps"], 50), pct(d["gaps"], 99)))
     base = res["direct"]
+    MEASURED["ttft_added"] = {name: pct(res[name]["ttft"], 50) - pct(base["ttft"], 50) for name, _, _ in targets}
+    MEASURED["coalesced"] = {name: 100.0 * res[name]["coalesced"] / max(1, len(res[name]["gaps"]))
+                             for name, _, _ in targets}
     rows = []
     for name, _, _ in targets:
         d = res[name]
@@ -577,36 +845,35 @@ def sc_scale():
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     count = min(count, soft // 2 - 500)
     mock, up = start_mock("sc", "--speedup-ratio", "0", "--token-interval-ms", "1000", "--max-num-seqs", "1000000")
-    rows = []
-    for kind in ("admitd", "haproxy"):
-        if kind == "admitd":
-            p, addr = start_admitd("sc", up, 100000, 16)
-        else:
-            p, addr = start_haproxy("sc", up, 100000, 16)
+    rows, kib = [], {}
+    for kind in ("admitd", "haproxy", "nginx"):
+        p, addr = start_proxy(kind, "sc", up, 100000, 16)
+        pid = work_pid(p)  # nginx: its worker holds the requests
         try:
             for _ in range(3):  # warm-up
                 w = Holder(addr, 20, 1)
                 w.run_until(lambda: w.left == 0, 10)
                 w.close()
-            base = rss_kib(p.pid)
-            c0 = cpu_seconds(p.pid)
+            base = rss_kib(pid)
+            c0 = cpu_seconds(pid)
             t0 = time.monotonic()
             h = Holder(addr, count, hold_s)
             try:
                 h.run_until(lambda: h.sent == count, 60)
                 t_open = time.monotonic() - t0
                 # every request is sent: sample RSS while they are all held (none answered yet)
-                peak, held = rss_kib(p.pid), count - h.ok - h.bad
+                peak, held = rss_kib(pid), count - h.ok - h.bad
                 while time.monotonic() - t0 < hold_s - 1 and h.ok + h.bad == 0:
                     h.step(0.1)
-                    peak = max(peak, rss_kib(p.pid))
+                    peak = max(peak, rss_kib(pid))
                 held = count - h.ok - h.bad
                 h.run_until(lambda: h.left == 0, 60)
-                cpu = cpu_seconds(p.pid) - c0
+                cpu = cpu_seconds(pid) - c0
             finally:
                 h.close()
+            kib[kind] = (peak - base) / max(1, held)
             rows.append([kind, count, "%.1f" % t_open, held, "%.1f" % (base / 1024.0), "%.1f" % (peak / 1024.0),
-                         "%.2f" % ((peak - base) / max(1, held)), "%.1f" % (cpu * 1e6 / max(1, count)),
+                         "%.2f" % kib[kind], "%.1f" % (cpu * 1e6 / max(1, count)),
                          "%d/%d" % (h.ok, count)])
             log("scale %s: %s" % (kind, rows[-1]))
         finally:
@@ -615,10 +882,15 @@ def sc_scale():
     text = table(["proxy", "requests", "s to send all", "held at RSS peak", "RSS base MiB", "RSS peak MiB",
                   "KiB per open request",
                   "CPU us per request", "answered 200"], rows)
-    text += ("\n\nAll requests opened at once (non-blocking connects) by one Python client and held ~%d s by the mock "
+    MEASURED["kib_open"] = kib
+    text += ("\n\nadmitd / HAProxy KiB per open request: **%s**; admitd / nginx: **%s**. "
+             "All requests opened at once (non-blocking connects) by one Python client and held ~%d s by the mock "
              "(`--token-interval-ms 1000`, non-streaming, max_tokens %d); N=100000 so nothing queues. "
+             "RSS and CPU are nginx's worker's. "
              "CPU is the proxy's utime+stime from opening to the last answer, divided by the requests; "
-             "open file limit %d." % (hold_s, hold_s, soft))
+             "open file limit %d."
+             % (f(ratio(kib["admitd"], kib["haproxy"]), 2), f(ratio(kib["admitd"], kib["nginx"]), 2), hold_s, hold_s,
+                soft))
     return text
 
 
@@ -690,11 +962,131 @@ def sc_publish():
     return text
 
 
-SCENARIOS = [("passthrough", "1. Pass-through", sc_passthrough),
-             ("overload", "2. Overload shedding", sc_overload),
-             ("streaming", "3. Streaming", sc_streaming),
-             ("scale", "4. Scale", sc_scale),
-             ("publish", "5. Load publishing latency", sc_publish)]
+def allocators():
+    """[(name, its shared object or None)]: glibc's (no preload) and the Debian packages' jemalloc
+    and mimalloc, found with dpkg -L; a package that is not installed is left out."""
+    out = [("glibc", None)]
+    for name, pkg, pattern in (("jemalloc", "libjemalloc2", r"/libjemalloc\.so\.2$"),
+                               ("mimalloc", "libmimalloc2.0", r"/libmimalloc\.so\.[\d.]+$")):
+        try:
+            files = subprocess.run(["dpkg", "-L", pkg], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
+                                   timeout=10).stdout.decode().split()
+        except (OSError, subprocess.SubprocessError):
+            files = []
+        found = sorted(x for x in files if re.search(pattern, x) and os.path.exists(x))
+        if found:
+            out.append((name, found[0]))
+        else:
+            log("allocators: %s left out (package %s not installed)" % (name, pkg))
+    return out
+
+
+def start_with_allocator(tag, up, n, q, so, *extra):
+    p, addr = start_admitd(tag, up, n, q, *extra, env={"LD_PRELOAD": so} if so else None)
+    if so and not maps_file(p.pid, so):
+        raise RuntimeError("admitd started without %s mapped: the preload did not take" % so)
+    return p, addr
+
+
+def sc_allocators():
+    allocs = allocators()
+    res = {name: {"pt": [], "ov": []} for name, _ in allocs}
+    mock, up = start_mock("al", "--speedup-ratio", "0")
+    inst = [(name,) + start_with_allocator("al-" + name, up, 1000, 16, so) for name, so in allocs]
+    for _, _, addr in inst:  # warm-up
+        wrk(addr, "post.lua", 64, 1)
+    for rnd in range(ARGS.rounds):
+        for name, p, addr in inst:
+            c0 = cpu_seconds(p.pid)
+            r = wrk(addr, "post.lua", 64, ARGS.duration)
+            r["cpu_us"] = (cpu_seconds(p.pid) - c0) * 1e6 / max(1, r["requests"])
+            res[name]["pt"].append(r)
+            log("allocators pass-through round %d %-8s %8.0f req/s %.1f us/req"
+                % (rnd + 1, name, r["rps"], r["cpu_us"]))
+    rss = {name: rss_kib(p.pid) for name, p, _ in inst}
+    for _, p, _ in inst:
+        PROCS.remove(p)
+        p.stop()
+    mock, up = start_mock("al-ov", "--speedup-ratio", "0", "--token-interval-ms", "10")
+    for rnd in range(ARGS.rounds):
+        for name, so in allocs:
+            p, addr = start_with_allocator("al-ov-%s-%d" % (name, rnd), up, 4, 4, so, "--queue-timeout-ms", "60000")
+            try:
+                r = flood_held(p, addr, 4, 4, 529, before_s=0.2)
+                res[name]["ov"].append(r)
+                log("allocators overload round %d %-8s %8.0f rejects/s %.1f us/reject"
+                    % (rnd + 1, name, r["rejects_s"], r["cpu_us"]))
+            finally:
+                PROCS.remove(p)
+                p.stop()
+    m = {name: {k: med([r[v] for r in res[name][part]]) for k, part, v in
+                (("rps", "pt", "rps"), ("cpu", "pt", "cpu_us"), ("rej", "ov", "rejects_s"), ("rcpu", "ov", "cpu_us"))}
+         for name, _ in allocs}
+    g = m["glibc"]
+    rows = [[name, "`%s`" % os.path.basename(so) if so else "(none: glibc's)", "%.0f" % m[name]["rps"],
+             f(ratio(m[name]["rps"], g["rps"]), 3), f(m[name]["cpu"]), f(ratio(m[name]["cpu"], g["cpu"]), 3),
+             "%.1f" % (rss[name] / 1024.0), "%.0f" % m[name]["rej"], f(ratio(m[name]["rej"], g["rej"]), 3),
+             f(m[name]["rcpu"]), f(ratio(m[name]["rcpu"], g["rcpu"]), 3)] for name, so in allocs]
+    text = table(["allocator", "LD_PRELOAD", "pass-through req/s", "vs glibc", "CPU us/req", "vs glibc",
+                  "RSS MiB after pass-through", "rejects/s", "vs glibc", "CPU us/reject", "vs glibc"], rows)
+    text += ("\n\nadmitd alone, under each allocator (Debian's packages, `LD_PRELOAD`): pass-through as in "
+             "scenario 1 (wrk -t1 -c64, N=1000, one admitd per allocator, rounds interleaved) and rejection as in "
+             "scenario 3 (N=4, Q=4 held full, a wrk flood; a fresh admitd per round); %d s per run, %d rounds, "
+             "medians. Issue 16 adopts one only for a win of 3 %% or more, less than these timings move between "
+             "runs on a shared 2-core machine: judge from several runs." % (ARGS.duration, ARGS.rounds))
+    return text
+
+
+# Issue 16's targets (item 5): (measure in MEASURED, what, digits, the target, how admitd is set
+# beside a peer). "ratio" is admitd / peer; "diff" is admitd - peer, for a value near zero (an
+# added TTFT), where a ratio says nothing.
+TARGETS = [("rps", "pass-through req/s", 0, ">= 1.0x max(HAProxy, nginx)", "ratio"),
+           ("cpu", "proxy CPU us per request", 1, "<= 0.8x min(HAProxy, nginx)", "ratio"),
+           ("rejects", "rejects/s (529 / 503)", 0, ">= 1.2x HAProxy", "ratio"),
+           ("cpu_reject", "proxy CPU us per reject", 1, "<= 1.0x HAProxy", "ratio"),
+           ("syscalls", "system calls per keep-alive request, %s", 2, "<= 6", "ratio"),
+           ("mallocs", "allocations per request, steady state", 2, "0", "ratio"),
+           ("kib_open", "KiB per open request", 2, "<= 6.1 (before the rewrite)", "ratio"),
+           ("ttft_added", "added TTFT p50 ms", 3, "unchanged (against earlier runs)", "diff"),
+           ("coalesced", "coalesced SSE gaps %", 2, "<= direct's", "ratio")]
+
+
+def targets_table():
+    rows, targets = [], []
+    for key, what, digits, target, how in TARGETS:
+        if key == "syscalls":  # a row for each number of connections it was counted on
+            for c in ARGS.costs_conns.split(","):
+                conns = "%s connection%s" % (c, "s" if int(c) > 1 else "")
+                targets.append((key + "@" + c, what % conns, digits, target, how))
+        else:
+            targets.append((key, what, digits, target, how))
+    for key, what, digits, target, how in targets:
+        v = MEASURED.get(key, {})
+        a = v.get("admitd")
+
+        def beside(peer):
+            b = v.get(peer)
+            if how == "diff":
+                return "-" if a is None or b is None else "%+.*f" % (digits, a - b)
+            return f(ratio(a, b), 2)
+        rows.append([what] + [f(v[t], digits) if t in v else "-" for t in ("admitd", "haproxy", "nginx", "direct")]
+                    + [beside("haproxy"), beside("nginx"), target])
+    text = table(["measure", "admitd", "HAProxy", "nginx", "direct", "admitd / HAProxy", "admitd / nginx",
+                  "target"], rows)
+    text += ("\n\nFrom the scenarios above (\"-\": not measured in this run, not applicable, or a ratio to 0). The "
+             "added-TTFT row gives admitd minus each peer, in ms; every other row admitd divided by each peer.")
+    return text
+
+
+# (key, title, function, run by default)
+SCENARIOS = [("passthrough", "1. Pass-through", sc_passthrough, True),
+             ("costs", "2. Pass-through: system calls and allocations per request", sc_costs, True),
+             ("overload", "3. Overload shedding", sc_overload, True),
+             ("streaming", "4. Streaming", sc_streaming, True),
+             ("scale", "5. Scale", sc_scale, True),
+             ("publish", "6. Load publishing latency", sc_publish, True),
+             # 2 loads x 3 allocators x rounds x duration, 90 s and more at the defaults: by name only
+             ("allocators", "7. Allocators (admitd under glibc, jemalloc, mimalloc)", sc_allocators, False)]
 
 
 def machine():
@@ -722,11 +1114,28 @@ def main():
     ap.add_argument("--out", default=None, help="default: BUILD/bench")
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--duration", type=int, default=5, help="seconds per wrk run")
-    ap.add_argument("--streams", type=int, default=10, help="streams per target per round (scenario 3)")
+    ap.add_argument("--streams", type=int, default=10, help="streams per target per round (scenario 4)")
     ap.add_argument("--scale-conns", type=int, default=10000)
     ap.add_argument("--publish-iters", type=int, default=50)
-    ap.add_argument("--scenarios", default=",".join(s[0] for s in SCENARIOS))
+    ap.add_argument("--costs-requests", type=int, default=2000,
+                    help="requests counted for allocations, and again for system calls (scenario 2)")
+    ap.add_argument("--costs-warmup", type=int, default=500, help="requests before the counting (scenario 2)")
+    ap.add_argument("--costs-conns", default="1,8",
+                    help="keep-alive connections: system calls are counted on each number in turn, allocations "
+                    "on the first (scenario 2)")
+    ap.add_argument("--costs-top", type=int, default=4, help="system calls listed by name (scenario 2)")
+    ap.add_argument("--scenarios", default="default",
+                    help="comma-separated: %s; 'default' for all but allocators, 'all' for every one"
+                    % ",".join(sc[0] for sc in SCENARIOS))
     ARGS = ap.parse_args()
+    wanted = set()
+    for name in ARGS.scenarios.split(","):
+        if name in ("default", "all"):
+            wanted |= {sc[0] for sc in SCENARIOS if name == "all" or sc[3]}
+        elif name in (sc[0] for sc in SCENARIOS):
+            wanted.add(name)
+        else:
+            ap.error("unknown scenario %r" % name)
     ARGS.build = os.path.abspath(ARGS.build)
     ARGS.out = os.path.abspath(ARGS.out or os.path.join(ARGS.build, "bench"))
     ARGS.workdir = os.path.join(ARGS.out, "work")
@@ -744,13 +1153,19 @@ def main():
         raise KeyboardInterrupt
     signal.signal(signal.SIGTERM, on_signal)
 
-    wanted = ARGS.scenarios.split(",")
     mach = machine()
     parts = ["# admitd benchmarks", "", "Machine: " + mach, "",
              "Run: %s, %d rounds interleaved, medians." % (time.strftime("%Y-%m-%d %H:%M"), ARGS.rounds)]
     print("Machine: " + mach + "\n", flush=True)
+
+    def emit(title, text):
+        block = "## %s\n\n%s\n" % (title, text)
+        print(block, flush=True)
+        parts.extend(["", block])
+        with open(os.path.join(ARGS.out, "results.md"), "w") as fh:
+            fh.write("\n".join(parts))
     try:
-        for key, title, fn in SCENARIOS:
+        for key, title, fn, _ in SCENARIOS:
             if key not in wanted:
                 text = "not measured: not selected (--scenarios)"
             else:
@@ -765,11 +1180,8 @@ def main():
                 finally:
                     stop_all()
                 log("scenario %s took %.0f s" % (key, time.monotonic() - t0))
-            block = "## %s\n\n%s\n" % (title, text)
-            print(block, flush=True)
-            parts += ["", block]
-            with open(os.path.join(ARGS.out, "results.md"), "w") as fh:
-                fh.write("\n".join(parts))
+            emit(title, text)
+        emit("Targets of issue 16", targets_table())
     finally:
         stop_all()
     log("wrote %s" % os.path.join(ARGS.out, "results.md"))

@@ -1,16 +1,23 @@
 #!/usr/bin/env bash
-# admitd benchmarks (issue 7): installs haproxy, nginx, wrk and gnuplot from Debian when
-# missing, builds admitd optimised into build-bench/, and runs tests/bench/run.py, which
-# prints one Markdown table per scenario and writes build-bench/bench/results.md and
-# build-bench/bench/passthrough.png. Extra arguments go to run.py, e.g.
+# admitd benchmarks (issues 7 and 16): installs haproxy, nginx, wrk, gnuplot, strace and the
+# jemalloc and mimalloc libraries from Debian when missing, builds admitd optimised into
+# build-bench/ (with tests/bench/malloc_count.so, the allocation counter it preloads), and runs
+# tests/bench/run.py, which prints one Markdown table per scenario and one of issue 16's
+# targets, and writes build-bench/bench/results.md and build-bench/bench/passthrough.png.
+# Extra arguments go to run.py, e.g.
 #   tests/bench/run.sh --rounds 5 --duration 10 --scenarios passthrough,streaming
+#   tests/bench/run.sh --scenarios default,allocators
 # Numbers only: nothing here asserts a timing, and it is not part of `meson test`.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 
 need=()
-for pair in haproxy:haproxy nginx:nginx wrk:wrk gnuplot:gnuplot-nox curl:curl; do
+for pair in haproxy:haproxy nginx:nginx wrk:wrk gnuplot:gnuplot-nox curl:curl strace:strace; do
     command -v "${pair%%:*}" >/dev/null 2>&1 || need+=("${pair#*:}")
+done
+# The allocators scenario preloads these into admitd (bench only: admitd links neither).
+for pkg in libjemalloc2 libmimalloc2.0; do
+    dpkg -s "$pkg" >/dev/null 2>&1 || need+=("$pkg")
 done
 if [ ${#need[@]} -gt 0 ]; then
     echo "installing: ${need[*]}" >&2
