@@ -206,3 +206,30 @@ int httpu_is_token(const char *name)
     }
     return 1;
 }
+
+size_t httpu_fmt_uint(char out[24], unsigned long long v)
+{
+    char d[24];
+    size_t n = 0;
+
+    do
+        d[n++] = (char) ('0' + v % 10);
+    while ((v /= 10) != 0);
+    for (size_t i = 0; i < n; i++)
+        out[i] = d[n - 1 - i];
+    return n;
+}
+
+size_t httpu_fmt_hex(char out[24], unsigned long long v)
+{
+    static const char hex[] = "0123456789abcdef";
+    char d[24];
+    size_t n = 0;
+
+    do
+        d[n++] = hex[v & 15];
+    while ((v >>= 4) != 0);
+    for (size_t i = 0; i < n; i++)
+        out[i] = d[n - 1 - i];
+    return n;
+}

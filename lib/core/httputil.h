@@ -39,6 +39,10 @@ void httpu_date(time_t t, char out[HTTPU_DATE_LEN]);
 int httpu_bearer_ok(const char *authorization, const char *token);
 /** writes {"error":"msg"} and a newline into out: the shape of admin and /admission errors */
 void httpu_error_field_json(struct buf *out, const char *msg);
+/** writes v in decimal into out (no NUL); returns the length: the hot path's printf */
+size_t httpu_fmt_uint(char out[24], unsigned long long v);
+/** writes v in lowercase hexadecimal into out (no NUL); returns the length (chunk sizes) */
+size_t httpu_fmt_hex(char out[24], unsigned long long v);
 /** writes {"error":{"message":..,"type":..,"param":null,"code":status}} into out */
 void httpu_error_json(struct buf *out, int status, const char *type, const char *message);
 

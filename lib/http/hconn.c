@@ -116,12 +116,14 @@ static void reset_request(struct hconn *c)
     c->owner = NULL;
 }
 
+/* The timer stays armed for the connection's life and judges when it fires (a read only
+ * stamps the time): a request costs no timer operation. */
 static void wait_request(struct hconn *c)
 {
     c->state = HC_HEAD;
     mark_read(c);
-    tmo_clear(c);
-    tmo_set(c, c->l->idle_tv);
+    if (!c->tmo_on)
+        tmo_set(c, c->l->idle_tv);
 }
 
 void hc_begin(struct hconn *c)
@@ -315,7 +317,7 @@ static void deliver(struct hconn *c, char *base)
     r->_header = header_of;
     r->_impl = c;
     c->state = HC_BUSY;
-    tmo_clear(c);
+    c->stalled = 0;
     c->l->ops.request(c->l->arg, c, r);
 }
 
@@ -450,8 +452,6 @@ static void on_writable(struct hconn *c)
         lost(c);
         return;
     }
-    if (c->state == HC_BUSY || c->state == HC_FLUSH)
-        tmo_clear(c);
     if (c->state == HC_FLUSH) {
         after_answer(c);
     } else if (c->state == HC_BUSY && c->l->ops.drained != NULL) {
@@ -499,13 +499,16 @@ static void hc_timeout(evutil_socket_t fd, short what, void *arg)
         break;
     case HC_BUSY:
     case HC_FLUSH:
-        if (c->io.progress != c->progress_at) {
-            /* The client is reading, only slowly: it has another timeout's time. */
-            c->progress_at = c->io.progress;
-            tmo_set(c, c->l->idle_tv);
+        /* Queued, waiting for the engine or streaming: the client's only duty is to read
+         * what it is sent. One that had bytes waiting at the last tick and has taken none
+         * since stopped reading (cut between one and two timeouts after it stopped). */
+        if (ioc_pending(&c->io) > 0 && c->stalled && c->io.progress == c->progress_at) {
+            lost(c);
             break;
         }
-        lost(c); /* the client stopped reading its answer */
+        c->stalled = ioc_pending(&c->io) > 0;
+        c->progress_at = c->io.progress;
+        tmo_set(c, c->l->idle_tv);
         break;
     case HC_LINGER:
     case HC_CLOSED:
@@ -534,14 +537,7 @@ size_t hc_pending(const struct hconn *c)
 
 int hc_write(struct hconn *c, const struct iovec *iov, int n)
 {
-    if (ioc_writev(&c->io, iov, n) != 0)
-        return -1;
-    if (ioc_pending(&c->io) > 0 && !c->tmo_on) {
-        /* The client is not taking the answer as fast as it comes: the write timeout. */
-        c->progress_at = c->io.progress;
-        tmo_set(c, c->l->idle_tv);
-    }
-    return 0;
+    return ioc_writev(&c->io, iov, n);
 }
 
 void hc_end(struct hconn *c, int keep)
@@ -554,7 +550,6 @@ void hc_end(struct hconn *c, int keep)
         c->state = HC_FLUSH;
         return;
     }
-    tmo_clear(c);
     after_answer(c);
 }
 
@@ -567,12 +562,8 @@ void hc_abort(struct hconn *c)
 static void put_uint(struct buf *b, unsigned long long v)
 {
     char d[24];
-    int n = 0;
 
-    do
-        d[sizeof d - 1 - n++] = (char) ('0' + v % 10);
-    while ((v /= 10) != 0);
-    buf_append(b, d + sizeof d - n, (size_t) n);
+    buf_append(b, d, httpu_fmt_uint(d, v));
 }
 
 int hc_reply(struct hconn *c, int status, const char *content_type, const char *body, size_t len,

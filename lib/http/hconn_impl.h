@@ -47,7 +47,8 @@ struct hconn {
     int tmo_on;           /* tmo armed */
     int kick;             /* bytes of a next request wait: parse them before reading more */
     int in_process;       /* the parsing loop is on the stack and goes on by itself */
-    unsigned progress_at; /* io.progress when the write timeout was armed */
+    unsigned progress_at; /* io.progress at the timer's last tick */
+    int stalled;          /* bytes were waiting for the client at the last tick */
     void *owner;          /* the owner's state for the request in BUSY */
     struct cwatch *watch; /* BUSY with a full buffer: a watch for the hang-up */
     struct timeval last;  /* last bytes read (idle timeout) */

@@ -210,8 +210,9 @@ static void build_head(struct pxreq *x, struct buf *h)
     buf_puts(h, upstream_hostport(x->up));
     buf_append(h, "\r\n", 2);
     if (x->req.body_len > 0 || m == HTTP_POST || m == HTTP_PUT || m == HTTP_PATCH) {
-        int n = snprintf(len, sizeof len, "Content-Length: %zu\r\n", x->req.body_len);
-        buf_append(h, len, (size_t) n);
+        buf_append(h, "Content-Length: ", 16);
+        buf_append(h, len, httpu_fmt_uint(len, x->req.body_len));
+        buf_append(h, "\r\n", 2);
     }
     buf_append(h, "\r\n", 2);
 }

@@ -42,12 +42,12 @@ static void build_reply_head(struct pxreq *x, struct buf *h)
 {
     const struct h1_parser *rp = &x->rp;
     const struct h1_parser *cp = hc_head(x->c);
-    char num[64];
-    int n;
+    char num[24];
 
     buf_reset(h);
-    n = snprintf(num, sizeof num, "HTTP/1.1 %d ", rp->status);
-    buf_append(h, num, (size_t) n);
+    buf_append(h, "HTTP/1.1 ", 9);
+    buf_append(h, num, httpu_fmt_uint(num, (unsigned) rp->status));
+    buf_append(h, " ", 1);
     buf_append(h, rp->reason.p, rp->reason.len);
     buf_append(h, "\r\n", 2);
     for (size_t i = 0; i < rp->nhdr; i++) {
@@ -58,9 +58,16 @@ static void build_reply_head(struct pxreq *x, struct buf *h)
         buf_append(h, f->name.p, f->line_len); /* the line as it came, its CRLF included */
     }
     if (x->has_wait) {
-        /* Tells clients and load balancers how long admission held the request. */
-        n = snprintf(num, sizeof num, "X-Admitd-Queue-Wait-Ms: %.1f\r\n", x->queue_wait_s * 1000.0);
-        buf_append(h, num, (size_t) n);
+        /* Tells clients and load balancers how long admission held the request, in ms
+         * with one decimal. */
+        unsigned long long tenths = (unsigned long long) (x->queue_wait_s * 10000.0 + 0.5);
+
+        buf_append(h, "X-Admitd-Queue-Wait-Ms: ", 24);
+        buf_append(h, num, httpu_fmt_uint(num, tenths / 10));
+        num[0] = '.';
+        num[1] = (char) ('0' + tenths % 10);
+        buf_append(h, num, 2);
+        buf_append(h, "\r\n", 2);
     }
     x->keep_client = cp->keep_alive && !x->px->draining;
     x->out_chunked = 0;
@@ -155,7 +162,7 @@ static int emit(struct pxreq *x, const char *data, size_t len, int done, int wit
 {
     struct proxy *px = x->px;
     struct iovec v[5];
-    char size[24];
+    char size[26];
     int n = 0, body = x->req.method != HTTP_HEAD;
 
     if (with_head) {
@@ -164,8 +171,12 @@ static int emit(struct pxreq *x, const char *data, size_t len, int done, int wit
     }
     if (body && len > 0) {
         if (x->out_chunked) {
+            size_t k = httpu_fmt_hex(size, len);
+
+            size[k] = '\r';
+            size[k + 1] = '\n';
             v[n].iov_base = size;
-            v[n++].iov_len = (size_t) snprintf(size, sizeof size, "%zx\r\n", len);
+            v[n++].iov_len = k + 2;
         }
         v[n].iov_base = (void *) (size_t) data;
         v[n++].iov_len = len;

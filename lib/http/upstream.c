@@ -19,7 +19,9 @@
 struct uconn {
     struct ioconn io;
     struct upstream *u;
-    struct event tmo; /* silence (and connect) timeout */
+    struct event tmo; /* silence (and connect) timeout, judged when it fires */
+    int tmo_on;
+    struct timeval last; /* the engine's last sign of life, or the request's start */
     int connecting;
     int idle;     /* in the pool */
     int conn_err; /* errno of a failed connect */
@@ -32,7 +34,8 @@ struct uconn {
 struct upstream {
     struct event_base *base;
     struct http_url url;
-    const struct timeval *timeout; /* a common timeout: O(1) to re-arm on every read */
+    const struct timeval *timeout; /* a common timeout: O(1) to arm */
+    struct timeval timeout_tv;
     unsigned max_idle;
     struct timeval idle_max;
     struct sockaddr_storage addr;
@@ -67,8 +70,9 @@ static int resolve(struct upstream *u)
 static void free_conn(struct uconn *c)
 {
     ioc_close(&c->io);
-    if (event_initialized(&c->tmo))
+    if (c->tmo_on)
         event_del(&c->tmo);
+    c->tmo_on = 0;
     c->next = c->u->spare;
     c->u->spare = c;
 }
@@ -146,12 +150,31 @@ static void on_io(struct ioconn *io, short what)
     c->cb(c->arg, UC_READABLE);
 }
 
+static void stamp(struct uconn *c)
+{
+    event_base_gettimeofday_cached(c->u->base, &c->last);
+}
+
+/* Reads only stamp the time; the timer, armed once, judges the silence when it fires and
+ * re-arms itself for what is left. An idle connection's timer lapses. */
 static void on_timeout(evutil_socket_t fd, short what, void *arg)
 {
     struct uconn *c = arg;
+    struct timeval now, left;
 
     (void) fd;
     (void) what;
+    c->tmo_on = 0;
+    if (c->idle)
+        return;
+    event_base_gettimeofday_cached(c->u->base, &now);
+    timeradd(&c->last, &c->u->timeout_tv, &left);
+    if (timercmp(&now, &left, <)) {
+        timersub(&left, &now, &left);
+        event_add(&c->tmo, &left);
+        c->tmo_on = 1;
+        return;
+    }
     c->cb(c->arg, UC_TIMEOUT);
 }
 
@@ -164,6 +187,7 @@ struct upstream *upstream_new(struct event_base *base, const struct http_url *ur
     u->base = base;
     u->url = *url;
     u->timeout = event_base_init_common_timeout(base, &tv);
+    u->timeout_tv = tv;
     u->max_idle = max_idle;
     u->idle_max.tv_sec = idle_ms / 1000;
     u->idle_max.tv_usec = (idle_ms % 1000) * 1000;
@@ -225,6 +249,7 @@ struct uconn *upstream_get(struct upstream *u, uconn_cb cb, void *arg, int *reus
         ioc_init(&c->io, u->base, fd, on_io);
         iob_reserve(&c->io.in, 16 * 1024); /* replies are read in large pieces */
         event_assign(&c->tmo, u->base, -1, 0, on_timeout, c);
+        c->tmo_on = 0;
         c->connecting = in_progress;
         ioc_read(&c->io, 1);
         if (in_progress)
@@ -232,7 +257,11 @@ struct uconn *upstream_get(struct upstream *u, uconn_cb cb, void *arg, int *reus
     }
     c->cb = cb;
     c->arg = arg;
-    event_add(&c->tmo, u->timeout);
+    stamp(c);
+    if (!c->tmo_on) {
+        event_add(&c->tmo, u->timeout);
+        c->tmo_on = 1;
+    }
     return c;
 }
 
@@ -258,7 +287,7 @@ void uconn_pause(struct uconn *c, int paused)
 
 void uconn_touch(struct uconn *c)
 {
-    event_add(&c->tmo, c->u->timeout);
+    stamp(c);
 }
 
 int uconn_error(const struct uconn *c)
@@ -268,7 +297,6 @@ int uconn_error(const struct uconn *c)
 
 void upstream_put(struct upstream *u, struct uconn *c)
 {
-    event_del(&c->tmo);
     if (u->nidle >= u->max_idle || c->io.in.len > c->io.in.off || ioc_pending(&c->io) > 0 ||
         c->connecting) {
         free_conn(c);
