@@ -68,6 +68,7 @@ void hc_close(struct hconn *c)
 void hc_destroy(struct hconn *c)
 {
     ioc_release(&c->io);
+    free(c->hdr_big);
     free(c);
 }
 
@@ -108,8 +109,9 @@ static void linger(struct hconn *c)
 
 static void reset_request(struct hconn *c)
 {
-    h1_req_init(&c->hp, c->hdr, HC_MAX_HEADERS, c->l->lim.max_header_bytes);
+    h1_req_init(&c->hp, c->l->slots, HC_MAX_HEADERS, c->l->lim.max_header_bytes);
     c->hp_base = NULL;
+    c->scanned = 0;
     c->body_at = c->body_len = c->raw_at = c->req_len = 0;
     c->sent_continue = 0;
     c->keep = 0;
@@ -289,6 +291,27 @@ static int read_body(struct hconn *c, char *base, size_t have)
     return have >= c->req_len ? 1 : 0;
 }
 
+/* Parses the head in base[0..have) from its first byte, in the listener's slots, and on
+ * H1_DONE moves the slots into the connection's own. A parse never spans two calls (the
+ * slots are shared), so a head that comes in pieces is parsed again from the start, but
+ * only when a piece ends a line: the bytes are looked at O(lines) times, not O(reads). */
+static int parse_head(struct hconn *c, const char *base, size_t have)
+{
+    struct h1_parser *p = &c->hp;
+    int rv;
+
+    h1_req_init(p, c->l->slots, HC_MAX_HEADERS, c->l->lim.max_header_bytes);
+    rv = h1_parse(p, base, have);
+    c->hp_base = base;
+    if (rv != H1_DONE)
+        return rv;
+    if (p->nhdr > HC_INLINE_HEADERS && c->hdr_big == NULL)
+        c->hdr_big = xmalloc(HC_MAX_HEADERS * sizeof *c->hdr_big);
+    p->hdr = p->nhdr > HC_INLINE_HEADERS ? c->hdr_big : c->hdr;
+    memcpy(p->hdr, c->l->slots, p->nhdr * sizeof *p->hdr);
+    return rv;
+}
+
 /* Hands the whole request to the owner. */
 static void deliver(struct hconn *c, char *base)
 {
@@ -297,10 +320,8 @@ static void deliver(struct hconn *c, char *base)
 
     if (base != c->hp_base) {
         /* The buffer moved while the body came: the slices are re-made (one rescan). */
-        h1_req_init(p, c->hdr, HC_MAX_HEADERS, c->l->lim.max_header_bytes);
-        if (h1_parse(p, base, c->body_at) != H1_DONE)
+        if (parse_head(c, base, c->body_at) != H1_DONE)
             fatal("a head parsed once did not parse again");
-        c->hp_base = base;
     }
     /* The strings the seam promises NUL-terminated, terminated in place: the byte after the
      * target is its SP, after a value its CR or trailing whitespace. */
@@ -333,10 +354,13 @@ static void process(struct hconn *c)
         if (c->state == HC_HEAD) {
             if (have == 0)
                 break;
-            if (c->hp_base != NULL && c->hp_base != base)
-                h1_req_init(&c->hp, c->hdr, HC_MAX_HEADERS, c->l->lim.max_header_bytes);
-            rv = h1_parse(&c->hp, base, have);
-            c->hp_base = base;
+            if (have < c->l->lim.max_header_bytes &&
+                memchr(base + c->scanned, '\n', have - c->scanned) == NULL) {
+                c->scanned = have; /* no line ended: nothing new to judge */
+                break;
+            }
+            c->scanned = have;
+            rv = parse_head(c, base, have);
             if (rv == H1_AGAIN)
                 break;
             if (rv == H1_ERROR) {

@@ -27,6 +27,10 @@
 
 /* Field lines a request may have (HAProxy's default is 101). */
 #define HC_MAX_HEADERS 64
+/* Field lines a connection keeps inline: LLM SDKs send about 12. A head with more takes a
+ * larger array, once per connection. Every open request carries these slots, so they are
+ * counted: the parse itself runs in the listener's HC_MAX_HEADERS slots. */
+#define HC_INLINE_HEADERS 14
 
 enum hc_state {
     HC_HEAD,   /* reading a head (or idle between requests) */
@@ -55,6 +59,7 @@ struct hconn {
     struct h1_parser hp;
     struct h1_chunked ck;
     const char *hp_base; /* the buffer address the head was parsed at */
+    size_t scanned;      /* head bytes already looked at for a line end */
     size_t body_at;      /* offset (from in.off) of the body's first byte */
     size_t body_len;     /* decoded body bytes at body_at */
     size_t raw_at;       /* chunked: offset of the next undecoded byte */
@@ -62,8 +67,9 @@ struct hconn {
     int sent_continue;
     struct http_req req;
     char peer[INET6_ADDRSTRLEN];
-    LIST_ENTRY(hconn) link; /* live connections, or the free list */
-    struct h1_header hdr[HC_MAX_HEADERS];
+    LIST_ENTRY(hconn) link;    /* live connections, or the free list */
+    struct h1_header *hdr_big; /* HC_MAX_HEADERS slots, for heads with more than the inline */
+    struct h1_header hdr[HC_INLINE_HEADERS];
 };
 
 struct hlisten {
@@ -79,6 +85,9 @@ struct hlisten {
     time_t date_at;
     char date[32];
     struct buf head; /* the heads hc_reply builds, one at a time */
+    /* Where heads are parsed: each parse runs whole in one call (see hconn.c's parse_head),
+     * so one set of slots serves every connection. */
+    struct h1_header slots[HC_MAX_HEADERS];
 };
 
 /** sets up a new connection on fd from the pool and starts it (hc_begin) */

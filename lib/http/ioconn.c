@@ -14,6 +14,10 @@
 #define IOC_MIN_READ 1024
 /* The first allocation of a buffer: a typical LLM request head and body fit. */
 #define IOC_FIRST_CAP 2048
+/* A buffer whose reads keep filling it grows, up to this: large replies are read in large
+ * pieces, while the many connections that carry small ones (SSE events, short answers) keep
+ * small buffers. */
+#define IOC_GROW_MAX (64 * 1024)
 
 void iob_compact(struct iobuf *b)
 {
@@ -73,6 +77,7 @@ void ioc_init(struct ioconn *io, struct event_base *base, int fd, ioc_cb cb)
     io->cb = cb;
     io->reading = io->writing = 0;
     io->err = 0;
+    io->filled = 0;
     io->in.off = io->in.len = 0;
     io->out.off = io->out.len = 0;
     event_assign(&io->rev, base, fd, EV_READ | EV_PERSIST, on_event, io);
@@ -121,6 +126,10 @@ ssize_t ioc_fill(struct ioconn *io, size_t max, int may_move)
         if (b->cap - b->len < IOC_MIN_READ)
             iob_reserve(b, b->cap ? b->cap : IOC_FIRST_CAP);
     }
+    if (may_move && io->filled && b->cap < IOC_GROW_MAX && held < max) {
+        io->filled = 0;
+        iob_reserve(b, b->cap); /* the last read took all the room it had: double it */
+    }
     room = b->cap - b->len;
     if (room > max - held)
         room = max - held;
@@ -131,8 +140,10 @@ ssize_t ioc_fill(struct ioconn *io, size_t max, int may_move)
     do
         n = recv(io->fd, b->p + b->len, room, 0);
     while (n < 0 && errno == EINTR);
-    if (n > 0)
+    if (n > 0) {
         b->len += (size_t) n;
+        io->filled = (size_t) n == room;
+    }
     return n;
 }
 

@@ -37,6 +37,7 @@ struct ioconn {
     unsigned char reading, writing; /* rev, wev armed */
     int err;                        /* a write failed with this errno: the peer is gone */
     unsigned progress;              /* counts the spill buffer's writes (write timeouts) */
+    int filled;                     /* the last read took all the room it was given */
     ioc_cb cb;
 };
 

@@ -24,17 +24,12 @@
 static struct pxreq *px_alloc(struct proxy *px)
 {
     struct pxreq *x = px->spare;
-    struct h1_header *rh;
 
-    if (x != NULL) {
+    if (x != NULL)
         px->spare = x->next_spare;
-        rh = x->rh;
-    } else {
+    else
         x = xmalloc(offsetof(struct pxreq, adm_state) + px->adm.size);
-        rh = xmalloc(PX_RESP_HEADERS * sizeof *rh);
-    }
     memset(x, 0, offsetof(struct pxreq, adm_state) + px->adm.size);
-    x->rh = rh;
     x->px = px;
     return x;
 }
@@ -425,7 +420,6 @@ void proxy_free(struct proxy *px)
         struct pxreq *x = px->spare;
 
         px->spare = x->next_spare;
-        free(x->rh);
         free(x);
     }
     buf_free(&px->head);

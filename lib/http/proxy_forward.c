@@ -245,7 +245,6 @@ void px_start_upstream(struct pxreq *x)
     v[0].iov_len = px->head.len;
     v[1].iov_base = (void *) (size_t) x->req.body;
     v[1].iov_len = x->req.body_len;
-    x->rp_base = NULL; /* the reply's parse starts with its first bytes */
     x->body_left = 0;
     x->reusable = 1;
     for (attempt = 0;; attempt++) {

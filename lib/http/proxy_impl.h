@@ -36,7 +36,7 @@ struct hlisten;
 struct uconn;
 
 /* Field lines an engine's reply head may have. */
-#define PX_RESP_HEADERS 48
+#define PX_RESP_HEADERS 64
 /* The largest reply head an engine may send (they send a few hundred bytes). */
 #define PX_RESP_HEAD_MAX (32 * 1024)
 
@@ -81,9 +81,7 @@ struct pxreq {
     struct timespec t_arrive;
     /* the engine's reply */
     struct h1_parser rp;
-    struct h1_header *rh; /* PX_RESP_HEADERS slots, allocated once per struct */
     struct h1_chunked rck;
-    const char *rp_base;    /* where rp's bytes were when it last parsed */
     uint64_t body_left;     /* H1_BODY_LENGTH: bytes still to come */
     int out_chunked;        /* the client gets the body in chunks */
     int keep_client;        /* the client connection may be kept after this reply */
@@ -110,6 +108,9 @@ struct proxy {
     const char *drain_msg;    /* what those 503s say (static storage) */
     struct buf head;          /* request and reply heads, built one at a time */
     struct buf scratch;       /* error bodies */
+    /* The engine replies' field lines: a reply head is parsed whole in one call and its
+     * fields are used in that call only, so one set serves every exchange. */
+    struct h1_header rslots[PX_RESP_HEADERS];
 };
 
 /** the Retry-After of the proxy's own 503s (the admission's, or 1) */

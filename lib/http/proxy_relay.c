@@ -247,13 +247,10 @@ void px_relay(struct pxreq *x)
         for (;;) {
             int rv;
 
-            if (in->p + in->off != x->rp_base) {
-                /* The bytes moved since the last call (or an interim answer was taken): the
-                 * parse starts over on them. */
-                h1_resp_init(&x->rp, x->rh, PX_RESP_HEADERS, PX_RESP_HEAD_MAX,
-                             x->req.method == HTTP_HEAD ? H1_M_HEAD : H1_M_GET);
-                x->rp_base = in->p + in->off;
-            }
+            /* Whole, from the first byte, in the proxy's shared slots (a head split over
+             * reads is parsed again: engines send theirs in one piece). */
+            h1_resp_init(&x->rp, px->rslots, PX_RESP_HEADERS, PX_RESP_HEAD_MAX,
+                         x->req.method == HTTP_HEAD ? H1_M_HEAD : H1_M_GET);
             rv = h1_parse(&x->rp, in->p + in->off, in->len - in->off);
 
             if (rv == H1_AGAIN)
@@ -270,8 +267,7 @@ void px_relay(struct pxreq *x)
                 px_upstream_failed(x, UERR_INVALID); /* no upgrade was asked for */
                 return;
             }
-            /* 1xx: an interim answer (100 Continue); the real one follows (the parse
-             * starts over at the new offset). */
+            /* 1xx: an interim answer (100 Continue); the real one follows. */
         }
         if (x->rp.framing == H1_BODY_LENGTH)
             x->body_left = x->rp.content_length;
@@ -279,6 +275,9 @@ void px_relay(struct pxreq *x)
             h1c_init(&x->rck, UINT64_MAX);
         if (on_head(x) != 0)
             return;
+        /* The shared slots go on to other exchanges: nothing reads these fields again. */
+        x->rp.hdr = NULL;
+        x->rp.nhdr = 0;
         with_head = !x->retry_pending;
     }
     data = in->p + in->off; /* take_body leaves the body bytes here, decoded */

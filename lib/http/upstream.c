@@ -247,7 +247,6 @@ struct uconn *upstream_get(struct upstream *u, uconn_cb cb, void *arg, int *reus
         c->idle = 0;
         c->conn_err = 0;
         ioc_init(&c->io, u->base, fd, on_io);
-        iob_reserve(&c->io.in, 16 * 1024); /* replies are read in large pieces */
         event_assign(&c->tmo, u->base, -1, 0, on_timeout, c);
         c->tmo_on = 0;
         c->connecting = in_progress;
