@@ -387,9 +387,10 @@ static void process(struct hconn *c)
                 iob_reserve(&c->io.in, c->req_len - have);
             break;
         }
-        /* Room for pipelined bytes while this one is answered (the buffer cannot move then,
-         * so it moves now if it must; deliver re-makes the slices). */
-        iob_reserve(&c->io.in, 1024);
+        /* Room to read while this one is answered, to see a hang-up or keep a small
+         * pipelined request (the buffer cannot move then, so it moves now if it must;
+         * deliver re-makes the slices). */
+        iob_reserve(&c->io.in, 256);
         deliver(c, c->io.in.p + c->io.in.off);
     }
     c->in_process = 0;

@@ -11,9 +11,10 @@
 
 /* A read is worth a system call only with this much room; below it the buffer grows or its
  * bytes move to the front. */
-#define IOC_MIN_READ 1024
-/* The first allocation of a buffer: a typical LLM request head and body fit. */
-#define IOC_FIRST_CAP 2048
+#define IOC_MIN_READ 512
+/* The first allocation of a buffer: a typical LLM request head and body fit, and so does an
+ * engine's reply head with its first events. Every open request holds two. */
+#define IOC_FIRST_CAP 1024
 /* A buffer whose reads keep filling it grows, up to this: large replies are read in large
  * pieces, while the many connections that carry small ones (SSE events, short answers) keep
  * small buffers. */
