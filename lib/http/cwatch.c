@@ -1,4 +1,4 @@
-/* cwatch: client hang-up detection for requests that evhttp is not reading. */
+/* cwatch: client hang-up detection behind unread bytes. */
 #include "http/cwatch.h"
 #include "core/xmalloc.h"
 
@@ -90,9 +90,9 @@ static void cwatch_on_event(evutil_socket_t fd, short what, void *arg)
         return;
     }
     if (p == PEEK_BYTES && !w->only_closed) {
-        /* A pipelined request or junk: it belongs to evhttp, which will read it later.
-         * Level-triggered EV_READ would fire for ever, so keep only the close watch, which
-         * sees a FIN behind those bytes. A reset is not reported as EV_CLOSED (epoll's
+        /* A pipelined request or junk: the connection reads it later. Level-triggered
+         * EV_READ would fire for ever, so keep only the close watch, which sees a FIN
+         * behind those bytes. A reset is not reported as EV_CLOSED (epoll's
          * EPOLLHUP maps to EV_READ|EV_WRITE), so a timer asks TCP_INFO for it. */
         static const struct timeval every = {0, CWATCH_POLL_MS * 1000};
 

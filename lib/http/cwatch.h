@@ -1,12 +1,13 @@
-/* cwatch: notices a client that hangs up while its request waits.
+/* cwatch: notices a client that hangs up behind bytes nobody reads.
  *
- * libevent 2.1's evhttp disables reading on a connection once a request has been read and
- * only re-enables it when the reply starts, so nothing sees a client leave while its request
- * is queued or waiting for the engine's first byte. cwatch adds a second, level-triggered
- * event on the same fd (EV_READ|EV_CLOSED) and confirms with recv(MSG_PEEK): EV_CLOSED
- * alone misses a reset, which epoll reports as an error mapped to EV_READ. Once unread bytes
- * wait (a pipelined request), EV_READ would fire for ever: the watch keeps EV_CLOSED (a FIN,
- * at once) and asks TCP_INFO every 100 ms for a reset behind the bytes. */
+ * A client connection (hconn) reads its client while a request is answered, so a FIN or a
+ * reset is seen at once, until the bytes of a pipelined request fill the free room of its
+ * buffer: then it stops reading (a level-triggered read event would fire for ever) and asks
+ * a watch. The watch adds a second event on the same fd (EV_READ|EV_CLOSED) and confirms with
+ * recv(MSG_PEEK); since a peek sees only the first unread byte, it asks the kernel for the
+ * connection's TCP state (TCP_INFO). Behind unread bytes EV_READ would fire for ever too: the
+ * watch then keeps EV_CLOSED (a FIN, at once) and asks TCP_INFO every 100 ms for a reset,
+ * which epoll reports as an error that no close watch matches. */
 #ifndef ADMIT_CWATCH_H
 #define ADMIT_CWATCH_H
 

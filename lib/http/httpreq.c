@@ -1,4 +1,4 @@
-/* httpreq: the seam's request type (evreq.c builds it from evhttp's requests). */
+/* httpreq: the seam's request type (hconn.c fills it from the parsed head). */
 #include "http/httpreq.h"
 
 #include <stdint.h>

@@ -3,8 +3,8 @@
  * Everything above the HTTP engine (the gate's wiring, admit-router's selection and its
  * /busy_threshold, the admin listener) sees a request only through struct http_req and
  * answers one only through struct http_reply. Neither names a libevent type, so the engine
- * underneath (evhttp today, admitd's own HTTP/1.1 path next) can change without touching
- * its users. */
+ * underneath could change without touching its users, and did: admitd's own HTTP/1.1 path
+ * (hconn) replaced evhttp behind it. */
 #ifndef ADMIT_HTTPREQ_H
 #define ADMIT_HTTPREQ_H
 
