@@ -153,6 +153,7 @@ static void after_answer(struct hconn *c)
     c->io.in.off += c->req_len;
     if (c->io.in.off >= c->io.in.len)
         c->io.in.off = c->io.in.len = 0;
+    ioc_trim(&c->io, 16 * 1024); /* an idle keep-alive connection keeps no large buffer */
     reset_request(c);
     ioc_read(&c->io, 1);
     wait_request(c);

@@ -17,6 +17,8 @@
 
 /* Closed connections kept for reuse: enough for a burst of reconnects, bounded for memory. */
 #define HL_MAX_SPARE 1024
+/* A pooled connection keeps buffers up to this size (the first ones are 1 KiB). */
+#define HL_KEEP_BUFFER 4096
 
 static void on_accept(struct evconnlistener *lev, evutil_socket_t fd, struct sockaddr *sa,
                       int salen, void *arg)
@@ -99,8 +101,8 @@ void hc_start(struct hlisten *l, int fd, const struct sockaddr *sa)
     hc_begin(c);
 }
 
-/* Back to the pool (the connection is closed). Large buffers are given back to the system:
- * one huge request must not pin its memory for ever. */
+/* Back to the pool (the connection is closed). Buffers that grew are given back to the
+ * system: one huge request or slow reader must not pin its memory for ever. */
 void hc_recycle(struct hconn *c)
 {
     struct hlisten *l = c->l;
@@ -110,8 +112,7 @@ void hc_recycle(struct hconn *c)
         hc_destroy(c);
         return;
     }
-    if (c->io.in.cap > 64 * 1024 || c->io.out.cap > 64 * 1024)
-        ioc_release(&c->io);
+    ioc_trim(&c->io, HL_KEEP_BUFFER);
     LIST_INSERT_HEAD(&l->spare, c, link);
     l->nspare++;
 }

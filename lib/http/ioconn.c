@@ -150,6 +150,9 @@ ssize_t ioc_fill(struct ioconn *io, size_t max, int may_move)
 
 static void spill(struct ioconn *io, const struct iovec *iov, int n, size_t skip)
 {
+    /* What was sent goes first: a client that reads about as fast as it is written to never
+     * drains the buffer, which would otherwise grow with the whole stream. */
+    iob_compact(&io->out);
     for (int i = 0; i < n; i++) {
         const char *p = iov[i].iov_base;
         size_t len = iov[i].iov_len;
@@ -233,4 +236,16 @@ void ioc_release(struct ioconn *io)
     free(io->out.p);
     memset(&io->in, 0, sizeof io->in);
     memset(&io->out, 0, sizeof io->out);
+}
+
+void ioc_trim(struct ioconn *io, size_t cap)
+{
+    if (io->in.cap > cap && io->in.off == io->in.len) {
+        free(io->in.p);
+        memset(&io->in, 0, sizeof io->in);
+    }
+    if (io->out.cap > cap && io->out.off == io->out.len) {
+        free(io->out.p);
+        memset(&io->out, 0, sizeof io->out);
+    }
 }

@@ -62,6 +62,9 @@ size_t ioc_pending(const struct ioconn *io);
 void ioc_close(struct ioconn *io);
 /** frees the buffers' storage (after ioc_close) */
 void ioc_release(struct ioconn *io);
+/** frees the storage of a buffer that holds nothing and has grown past cap bytes: a burst
+ *  must not pin its memory in a connection kept (or pooled) for later */
+void ioc_trim(struct ioconn *io, size_t cap);
 /** drops the held bytes before in.off and moves the rest to the front */
 void iob_compact(struct iobuf *b);
 /** makes room for at least n more bytes after len */

@@ -79,6 +79,10 @@ void px_finish(struct pxreq *x, enum outcome o)
         event_del(&x->deadline);
         x->deadline_on = 0;
     }
+    if (x->later_on) {
+        event_del(&x->later);
+        x->later_on = 0;
+    }
     TAILQ_REMOVE(&px->live, x, link);
     px->nlive--;
     x->refs++;

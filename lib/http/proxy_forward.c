@@ -9,6 +9,7 @@
 #include "http/upstream.h"
 
 #include <errno.h>
+#include <event2/event.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -119,6 +120,18 @@ static void on_engine(void *arg, enum uc_event ev)
 }
 
 /* ---- the request ---------------------------------------------------------------------- */
+
+static void on_connect_failed_later(evutil_socket_t fd, short what, void *arg)
+{
+    struct pxreq *x = arg;
+
+    (void) fd;
+    (void) what;
+    x->later_on = 0;
+    x->refs++;
+    px_upstream_failed(x, UERR_CONNECT);
+    px_unhold(x);
+}
 
 /* Router mode: the engine route.pick chooses; NULL when it answered the request instead. */
 static struct upstream *choose(struct pxreq *x)
@@ -250,7 +263,13 @@ void px_start_upstream(struct pxreq *x)
     for (attempt = 0;; attempt++) {
         x->uc = upstream_get(up, on_engine, x, &reused);
         if (x->uc == NULL) {
-            px_upstream_failed(x, UERR_CONNECT);
+            /* Refused at once (a dead engine on this host): answered from the loop, as a
+             * refusal that takes a moment is, not from inside the call that let this
+             * request through, which may be the end of the one before it. Otherwise a
+             * queue of requests meeting a dead engine would end one inside the other. */
+            evtimer_assign(&x->later, px->base, on_connect_failed_later, x);
+            event_active(&x->later, EV_TIMEOUT, 0);
+            x->later_on = 1;
             return;
         }
         if (uconn_write(x->uc, v, 2) == 0)

@@ -60,6 +60,8 @@ struct pxreq {
     struct http_req req;   /* the request, in the client connection's buffer */
     struct event deadline; /* while held, if admission set one */
     int deadline_on;
+    struct event later; /* a connect that failed at once, reported from the loop */
+    int later_on;
     struct upstream *up; /* the engine chosen for this request */
     struct uconn *uc;    /* its connection while the exchange uses it */
     enum xstate state;

@@ -70,6 +70,7 @@ static int resolve(struct upstream *u)
 static void free_conn(struct uconn *c)
 {
     ioc_close(&c->io);
+    ioc_trim(&c->io, 4096); /* a closed struct kept for the next connect keeps small buffers */
     if (c->tmo_on)
         event_del(&c->tmo);
     c->tmo_on = 0;
@@ -302,6 +303,7 @@ void upstream_put(struct upstream *u, struct uconn *c)
         return;
     }
     c->io.in.off = c->io.in.len = 0;
+    ioc_trim(&c->io, 16 * 1024); /* idle: a large reply's buffer goes back */
     ioc_read(&c->io, 1);
     c->idle = 1;
     event_base_gettimeofday_cached(u->base, &c->idle_at);

@@ -29,8 +29,9 @@ What is checked, and why each bound holds:
   late steps as the mix of sizes freed shifts (2 MB: up to 3.4 MB over the last third in
   100 runs). So this admitd runs without it, and hands free pages back to the OS every
   100 ms: then RSS climbs from its first reading to a plateau (the busiest moment's live
-  buffers) only 1.5-2.0 MB higher (15 runs, two at a time), and the last third cannot add
-  more than that. A leak grows it with every request: losing one exchange's state per
+  buffers, and ASan's own bookkeeping for the first outage's answers: about 5.5 MB higher,
+  once, where the release build stays within 0.1 MB) and the last third cannot add more than
+  that, since the first outage is forced early. A leak grows it with every request: losing one exchange's state per
   request (about 600 bytes with ASan's headers) grows it 5-7 MB over the last third at the
   9000-12000 requests it serves here, and breaks the bound from about 5000. (This run
   catches a use after free only until the memory is reused; the other tests keep ASan's
@@ -179,9 +180,14 @@ def test_chaos():
     def chaos():
         nonlocal mock
         r = random.Random(SEED + 1)
+        first = True
         while not stop.wait(r.uniform(0.5, 2.0)):
             what = r.random()
-            if what < 0.15:
+            # The first event is always an engine kill: every run has an outage, and has it
+            # early (the RSS check below compares the last third with the middle one, and
+            # the first outage's answers settle ASan's allocator a few MB higher once).
+            if first or what < 0.15:
+                first = False
                 record_engine_peak()
                 with lock:
                     bound["n"] = current["n"]
