@@ -29,7 +29,9 @@ static const struct phrase phrases[] = {
     {408, "Request Timeout"},
     {409, "Conflict"},
     {413, "Content Too Large"},
+    {414, "URI Too Long"},
     {415, "Unsupported Media Type"},
+    {417, "Expectation Failed"},
     {422, "Unprocessable Content"},
     {429, "Too Many Requests"},
     {431, "Request Header Fields Too Large"},
@@ -39,6 +41,7 @@ static const struct phrase phrases[] = {
     {502, "Bad Gateway"},
     {503, "Service Unavailable"},
     {504, "Gateway Timeout"},
+    {505, "HTTP Version Not Supported"},
     {529, "Site is overloaded"},
 };
 

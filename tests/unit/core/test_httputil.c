@@ -34,6 +34,11 @@ static void test_reasons(void **state)
     assert_string_equal(httpu_reason(503), "Service Unavailable");
     assert_string_equal(httpu_reason(200), "OK");
     assert_string_equal(httpu_reason(777), "Unknown");
+    /* every status the HTTP/1.1 parser refuses with has its phrase */
+    for (int i = 0; i < 8; i++) {
+        static const int refusals[] = {400, 405, 413, 414, 417, 431, 501, 505};
+        assert_string_not_equal(httpu_reason(refusals[i]), "Unknown");
+    }
 }
 
 static void test_error_json_shape(void **state)
