@@ -1,6 +1,7 @@
 /* hconn_impl: the listener and its connections, private to the hconn module, which is two
- * files: hlisten.c (accepting, the pool of connection structs, the Date, closing) and
- * hconn.c (reading, parsing and answering requests on one connection).
+ * files: hlisten.c (accepting, the pool of connection structs, the heads and Date of the
+ * answers made here) and hconn.c (reading, parsing and answering requests on one
+ * connection, closing).
  *
  * Life of a connection:
  *

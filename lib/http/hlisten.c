@@ -1,5 +1,5 @@
-/* hlisten: the listening socket, the pool of connection structs, and the Date of answers.
- * Reading and answering requests on a connection is hconn.c's. */
+/* hlisten: the listening socket, the pool of connection structs, and the answers made here
+ * (their head and Date). Reading and answering requests on a connection is hconn.c's. */
 #include "core/httputil.h"
 #include "core/xmalloc.h"
 #include "http/hconn_impl.h"
@@ -144,4 +144,45 @@ const char *hl_date(struct hlisten *l)
         httpu_date(now, l->date);
     }
     return l->date;
+}
+
+/* Appends the decimal digits of v. */
+static void put_uint(struct buf *b, unsigned long long v)
+{
+    char d[24];
+
+    buf_append(b, d, httpu_fmt_uint(d, v));
+}
+
+int hc_reply(struct hconn *c, int status, const char *content_type, const char *body, size_t len,
+             const char *extra, int close)
+{
+    struct buf *h = &c->l->head;
+    struct iovec v[2];
+    int head_only = c->hp.method == H1_M_HEAD;
+
+    buf_reset(h);
+    buf_append(h, "HTTP/1.1 ", 9);
+    put_uint(h, (unsigned) status);
+    buf_append(h, " ", 1);
+    buf_puts(h, httpu_reason(status));
+    buf_append(h, "\r\nDate: ", 8);
+    buf_append(h, hl_date(c->l), HTTPU_DATE_LEN - 1);
+    buf_append(h, "\r\nContent-Type: ", 16);
+    buf_puts(h, content_type);
+    buf_append(h, "\r\nContent-Length: ", 18);
+    put_uint(h, len);
+    buf_append(h, "\r\n", 2);
+    if (extra != NULL)
+        buf_puts(h, extra);
+    if (close || !c->hp.keep_alive)
+        buf_append(h, "Connection: close\r\n", 19);
+    else if (c->hp.minor == 0)
+        buf_append(h, "Connection: keep-alive\r\n", 24);
+    buf_append(h, "\r\n", 2);
+    v[0].iov_base = h->data;
+    v[0].iov_len = h->len;
+    v[1].iov_base = (void *) (size_t) body;
+    v[1].iov_len = head_only ? 0 : len;
+    return hc_write(c, v, 2);
 }
