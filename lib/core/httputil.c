@@ -53,46 +53,60 @@ const char *httpu_reason(int status)
     return "Unknown";
 }
 
-int httpu_is_hop_by_hop(const char *name)
+int httpu_is_hop_by_hop_n(const char *name, size_t len)
 {
     /* Runs for every header of every request and response: compare lengths first, so
-     * most names cost one strlen and no string comparison. */
-    switch (strlen(name)) {
+     * most names cost no string comparison. */
+    switch (len) {
     case 2:
-        return strcasecmp(name, "te") == 0;
+        return strncasecmp(name, "te", 2) == 0;
     case 7:
-        return strcasecmp(name, "trailer") == 0 || strcasecmp(name, "upgrade") == 0;
+        return strncasecmp(name, "trailer", 7) == 0 || strncasecmp(name, "upgrade", 7) == 0;
     case 10:
-        return strcasecmp(name, "connection") == 0 || strcasecmp(name, "keep-alive") == 0;
+        return strncasecmp(name, "connection", 10) == 0 || strncasecmp(name, "keep-alive", 10) == 0;
     case 16:
-        return strcasecmp(name, "proxy-connection") == 0;
+        return strncasecmp(name, "proxy-connection", 16) == 0;
     case 17:
-        return strcasecmp(name, "transfer-encoding") == 0;
+        return strncasecmp(name, "transfer-encoding", 17) == 0;
     case 18:
-        return strcasecmp(name, "proxy-authenticate") == 0;
+        return strncasecmp(name, "proxy-authenticate", 18) == 0;
     case 19:
-        return strcasecmp(name, "proxy-authorization") == 0;
+        return strncasecmp(name, "proxy-authorization", 19) == 0;
     default:
         return 0;
     }
 }
 
-int httpu_connection_lists(const char *v, const char *name)
+int httpu_is_hop_by_hop(const char *name)
 {
-    size_t nl = strlen(name);
+    return httpu_is_hop_by_hop_n(name, strlen(name));
+}
 
-    while (v != NULL && *v) {
-        while (*v == ' ' || *v == '\t' || *v == ',')
+int httpu_connection_lists_n(const char *v, size_t vlen, const char *name, size_t nlen)
+{
+    const char *stop = v + vlen;
+
+    while (v < stop) {
+        const char *end, *t;
+
+        while (v < stop && (*v == ' ' || *v == '\t' || *v == ','))
             v++;
-        const char *end = v + strcspn(v, ",");
-        const char *t = end;
+        end = v;
+        while (end < stop && *end != ',')
+            end++;
+        t = end;
         while (t > v && (t[-1] == ' ' || t[-1] == '\t'))
             t--;
-        if ((size_t) (t - v) == nl && strncasecmp(v, name, nl) == 0)
+        if ((size_t) (t - v) == nlen && strncasecmp(v, name, nlen) == 0)
             return 1;
         v = end;
     }
     return 0;
+}
+
+int httpu_connection_lists(const char *v, const char *name)
+{
+    return v != NULL && httpu_connection_lists_n(v, strlen(v), name, strlen(name));
 }
 
 void httpu_error_field_json(struct buf *out, const char *msg)
@@ -106,18 +120,104 @@ void httpu_error_field_json(struct buf *out, const char *msg)
     json_decref(j);
 }
 
+/* Length of the valid UTF-8 string s, or 0 if it is not valid UTF-8 (as jansson would
+ * refuse it): overlong forms, surrogates and code points past U+10FFFF included. */
+static int utf8_valid(const unsigned char *s)
+{
+    while (*s) {
+        unsigned c = *s, n, cp, min;
+
+        if (c < 0x80) {
+            s++;
+            continue;
+        }
+        if ((c & 0xe0) == 0xc0)
+            n = 1, cp = c & 0x1f, min = 0x80;
+        else if ((c & 0xf0) == 0xe0)
+            n = 2, cp = c & 0x0f, min = 0x800;
+        else if ((c & 0xf8) == 0xf0)
+            n = 3, cp = c & 0x07, min = 0x10000;
+        else
+            return 0;
+        for (unsigned i = 1; i <= n; i++) {
+            if ((s[i] & 0xc0) != 0x80)
+                return 0;
+            cp = (cp << 6) | (s[i] & 0x3f);
+        }
+        if (cp < min || cp > 0x10ffff || (cp >= 0xd800 && cp <= 0xdfff))
+            return 0;
+        s += n + 1;
+    }
+    return 1;
+}
+
+/* Appends s as a JSON string, escaped as jansson's compact output escapes it. */
+static void put_json_string(struct buf *out, const char *s)
+{
+    static const char hex[] = "0123456789ABCDEF";
+    const char *run = s;
+
+    buf_append(out, "\"", 1);
+    for (; *s; s++) {
+        unsigned char c = (unsigned char) *s;
+        char esc[6] = {'\\', 0, '0', '0', 0, 0};
+        size_t n = 2;
+
+        if (c >= 0x20 && c != '"' && c != '\\')
+            continue;
+        buf_append(out, run, (size_t) (s - run));
+        run = s + 1;
+        switch (c) {
+        case '"':
+        case '\\':
+            esc[1] = (char) c;
+            break;
+        case '\b':
+            esc[1] = 'b';
+            break;
+        case '\f':
+            esc[1] = 'f';
+            break;
+        case '\n':
+            esc[1] = 'n';
+            break;
+        case '\r':
+            esc[1] = 'r';
+            break;
+        case '\t':
+            esc[1] = 't';
+            break;
+        default:
+            esc[1] = 'u';
+            esc[4] = hex[c >> 4];
+            esc[5] = hex[c & 15];
+            n = 6;
+            break;
+        }
+        buf_append(out, esc, n);
+    }
+    buf_append(out, run, (size_t) (s - run));
+    buf_append(out, "\"", 1);
+}
+
+/* By hand, not with jansson: this is every error answer's body (the router's "every worker
+ * busy" 529 among them, hot under overload), and jansson would allocate a few objects and a
+ * string for each. The bytes are those json_dumps(JSON_COMPACT) would write. */
 void httpu_error_json(struct buf *out, int status, const char *type, const char *message)
 {
-    json_t *err = json_pack("{s:{s:s, s:s, s:n, s:i}}", "error", "message", message, "type", type,
-                            "param", "code", status);
-    char *s = err ? json_dumps(err, JSON_COMPACT) : NULL;
+    char code[24];
 
-    if (s != NULL)
-        buf_puts(out, s);
-    else
+    if (!utf8_valid((const unsigned char *) message) || !utf8_valid((const unsigned char *) type)) {
         buf_puts(out, "{\"error\":{\"message\":\"internal error\"}}");
-    free(s);
-    json_decref(err);
+        return;
+    }
+    buf_puts(out, "{\"error\":{\"message\":");
+    put_json_string(out, message);
+    buf_puts(out, ",\"type\":");
+    put_json_string(out, type);
+    buf_puts(out, ",\"param\":null,\"code\":");
+    buf_append(out, code, httpu_fmt_uint(code, (unsigned) status)); /* an HTTP status */
+    buf_puts(out, "}}");
 }
 
 const char *httpu_framing_problem(const char *const *content_lengths, size_t ncl,

@@ -23,8 +23,12 @@
 const char *httpu_reason(int status);
 /** true for headers a proxy must not forward (RFC 9110 7.6.1), case-insensitive */
 int httpu_is_hop_by_hop(const char *name);
+/** the same for a name of len bytes, not NUL-terminated (a slice of a parsed head) */
+int httpu_is_hop_by_hop_n(const char *name, size_t len);
 /** true when name is listed in a Connection header value ("close, X-Foo") */
 int httpu_connection_lists(const char *connection_value, const char *name);
+/** the same for slices: a value of vlen bytes and a name of nlen bytes */
+int httpu_connection_lists_n(const char *v, size_t vlen, const char *name, size_t nlen);
 /** request framing a proxy can pass on unambiguously (RFC 9112 6.1-6.3, against request
  *  smuggling): Content-Length values all equal and plain digits, at most one
  *  Transfer-Encoding and only "chunked", never both; returns NULL or why it is refused */

@@ -150,9 +150,11 @@ ssize_t ioc_fill(struct ioconn *io, size_t max, int may_move)
 
 static void spill(struct ioconn *io, const struct iovec *iov, int n, size_t skip)
 {
-    /* What was sent goes first: a client that reads about as fast as it is written to never
-     * drains the buffer, which would otherwise grow with the whole stream. */
-    iob_compact(&io->out);
+    /* What was sent goes, once it is at least half the buffer (so each byte moves at most
+     * once on average): a client that reads about as fast as it is written to never drains
+     * the buffer, which would otherwise grow with the whole stream. */
+    if (io->out.off > 0 && io->out.off >= io->out.len / 2)
+        iob_compact(&io->out);
     for (int i = 0; i < n; i++) {
         const char *p = iov[i].iov_base;
         size_t len = iov[i].iov_len;

@@ -13,18 +13,13 @@
 #include <stdio.h>
 #include <string.h>
 
-static void release_upstream(struct pxreq *x)
+void px_cancel_upstream(struct pxreq *x)
 {
+    /* Closed, never pooled: the engine sees the close and stops generating. */
     if (x->uc != NULL) {
         uconn_drop(x->uc);
         x->uc = NULL;
     }
-}
-
-void px_cancel_upstream(struct pxreq *x)
-{
-    /* Closed, never pooled: the engine sees the close and stops generating. */
-    release_upstream(x);
 }
 
 /* ---- engine failures ------------------------------------------------------------------ */
@@ -35,7 +30,7 @@ void px_upstream_failed(struct pxreq *x, enum upstream_error e)
     char msg[256 + NETADDR_HOST_MAX];
 
     px->m->upstream_errors[e]++;
-    release_upstream(x);
+    px_cancel_upstream(x);
     if (x->state == X_UPSTREAM || x->retry_pending) {
         /* Nothing sent yet: a clean error answer, and the connection stays usable. */
         x->retry_pending = 0;
@@ -155,43 +150,19 @@ static struct upstream *choose(struct pxreq *x)
     return up;
 }
 
-/* True when a Connection field of p lists name: that field is hop-by-hop too. */
-static int connection_lists(const struct h1_parser *p, struct h1_str name)
-{
-    for (size_t i = 0; i < p->nhdr; i++) {
-        const char *at, *end;
-        struct h1_str e;
-
-        if (p->hdr[i].id != H1_H_CONNECTION)
-            continue;
-        at = p->hdr[i].value.p;
-        end = at + p->hdr[i].value.len;
-        while (h1_list_next(&at, end, &e))
-            if (e.len == name.len && strncasecmp(e.p, name.p, name.len) == 0)
-                return 1;
-    }
-    return 0;
-}
-
 int px_hop_by_hop(const struct h1_parser *p, const struct h1_header *h)
 {
-    switch (h->id) {
-    case H1_H_CONNECTION:
-    case H1_H_KEEP_ALIVE:
-    case H1_H_TE:
-    case H1_H_TRAILER:
-    case H1_H_TRANSFER_ENCODING:
-    case H1_H_UPGRADE:
-    case H1_H_PROXY_CONNECTION:
+    if (httpu_is_hop_by_hop_n(h->name.p, h->name.len))
         return 1;
-    case H1_H_OTHER:
-        if ((h->name.len == 18 && h1_ieq(h->name, "proxy-authenticate")) ||
-            (h->name.len == 19 && h1_ieq(h->name, "proxy-authorization")))
-            return 1;
-        return (p->flags & H1_F_CONN_OTHER) && connection_lists(p, h->name);
-    default:
+    if (!(p->flags & H1_F_CONN_OTHER))
         return 0;
-    }
+    /* A field a Connection field names is hop-by-hop too. */
+    for (size_t i = 0; i < p->nhdr; i++)
+        if (p->hdr[i].id == H1_H_CONNECTION &&
+            httpu_connection_lists_n(p->hdr[i].value.p, p->hdr[i].value.len, h->name.p,
+                                     h->name.len))
+            return 1;
+    return 0;
 }
 
 /* The head sent to the engine: the client's fields minus the hop-by-hop ones, Host set to

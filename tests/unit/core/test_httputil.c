@@ -8,6 +8,7 @@
 #include "core/httputil.h"
 
 #include <jansson.h>
+#include <stdlib.h>
 #include <string.h>
 
 static void test_hop_by_hop(void **state)
@@ -38,6 +39,50 @@ static void test_reasons(void **state)
     for (int i = 0; i < 8; i++) {
         static const int refusals[] = {400, 405, 413, 414, 417, 431, 501, 505};
         assert_string_not_equal(httpu_reason(refusals[i]), "Unknown");
+    }
+}
+
+/* The error body is written by hand: byte for byte what jansson's compact dump of the same
+ * object writes, for escapes, UTF-8 and the fallback for invalid UTF-8 alike. */
+static void test_error_json_matches_jansson(void **state)
+{
+    static const char *const fixed[] = {"plain",
+                                        "q\"uo\\te",
+                                        "ctl\x01\x1f\n\t\r\b\f/\x7f",
+                                        "utf8 \xc3\xa9 \xe2\x82\xac \xf0\x9f\x98\x80",
+                                        "cut \xc3",
+                                        "surrogate \xed\xa0\x80",
+                                        "overlong \xc0\xaf",
+                                        "past \xf4\x90\x80\x80",
+                                        ""};
+    unsigned seed = 1;
+
+    (void) state;
+    for (size_t i = 0; i < 20000 + sizeof fixed / sizeof fixed[0]; i++) {
+        char rnd[16];
+        const char *msg = rnd;
+        struct buf ours;
+        json_t *j;
+        char *theirs;
+
+        if (i < sizeof fixed / sizeof fixed[0]) {
+            msg = fixed[i];
+        } else {
+            size_t n = (seed = seed * 1103515245u + 12345u) % 15;
+            for (size_t k = 0; k < n; k++)
+                rnd[k] = (char) (1 + (seed = seed * 1103515245u + 12345u) / 65536 % 255);
+            rnd[n] = '\0';
+        }
+        j = json_pack("{s:{s:s, s:s, s:n, s:i}}", "error", "message", msg, "type", "t\"y", "param",
+                      "code", 529);
+        theirs = j != NULL ? json_dumps(j, JSON_COMPACT) : NULL;
+        buf_init(&ours);
+        httpu_error_json(&ours, 529, "t\"y", msg);
+        assert_string_equal(
+            ours.data, theirs != NULL ? theirs : "{\"error\":{\"message\":\"internal error\"}}");
+        buf_free(&ours);
+        free(theirs);
+        json_decref(j);
     }
 }
 
@@ -120,9 +165,13 @@ static void test_http_date(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_hop_by_hop),       cmocka_unit_test(test_reasons),
-        cmocka_unit_test(test_error_json_shape), cmocka_unit_test(test_framing_and_tokens),
-        cmocka_unit_test(test_bearer_token),     cmocka_unit_test(test_http_date),
+        cmocka_unit_test(test_hop_by_hop),
+        cmocka_unit_test(test_reasons),
+        cmocka_unit_test(test_error_json_shape),
+        cmocka_unit_test(test_error_json_matches_jansson),
+        cmocka_unit_test(test_framing_and_tokens),
+        cmocka_unit_test(test_bearer_token),
+        cmocka_unit_test(test_http_date),
     };
 
     return cmocka_run_group_tests(tests, NULL, NULL);
