@@ -7,7 +7,8 @@ pkgs=(meson ninja-build pkg-config cmake gcc libc6-dev
       libevent-dev libnng-dev libyaml-dev libjansson-dev libcmocka-dev
       python3 curl nng-utils clang-format prometheus nodejs valgrind
       iproute2 util-linux   # ip + unshare: the admin-from-a-remote-peer test's namespace
-      node-llhttp)          # llhttp's C sources: the HTTP/1.1 parser's differential test
+      node-llhttp           # llhttp's C sources: the HTTP/1.1 parser's differential test
+      liburing-dev)         # io_uring: the intake floor bench's second reader (tests/bench/fleet)
 # Debian's npm conflicts with a nodejs that already bundles npm (NodeSource builds).
 command -v npm >/dev/null || pkgs+=(npm)
 

@@ -3,7 +3,7 @@
 
   meson setup build-rel --buildtype=release && ninja -C build-rel
   tests/bench/fleet.py --build build-rel [--workers 1000] [--rate 10] [--seconds 20]
-                       [--rounds 2] [--skip-intake] [--subscribers nng,auto]
+                       [--rounds 2] [--skip-intake] [--skip-floor] [--subscribers nng,auto]
 
 1. tests/bench/fleetpub publishes load messages for --workers simulated workers at --rate
    messages/s each, from one process (one nng PUB socket each, through lib/pubsub as admitd
@@ -20,7 +20,13 @@
    (VmRSS, and VmHWM), its threads, and its CPU over --seconds of message intake with no
    request (utime + stime from /proc/PID/stat, all threads), as a percentage of one core and
    per message received (admit_router_load_messages_total over the same seconds).
-4. Selection: select_bench's figure at 1,024 workers of 1 rank (the selection alone), and a
+4. The floor (tests/bench/fleet/floor_bench), against a fresh fleet: the least any process
+   spends receiving the same messages over TCP (framed and counted, not decoded, nothing
+   else running in it), woken every 2 ms as the router's poller is, once by epoll passes and
+   once by io_uring's multishot recv when liburing was found; with the host's TCP segments
+   and delayed ACKs per message, which say whether a lower figure is less work or work moved
+   out of the process (the kernel's delayed-ACK timer is charged to no one in particular).
+5. Selection: select_bench's figure at 1,024 workers of 1 rank (the selection alone), and a
    live probe (with each router): sequential requests through the router to the mock against
    the same requests straight to the mock, medians (the difference is the router's whole
    per-request path at this fleet size, selection included).
@@ -216,6 +222,29 @@ def run_router(a, b, tmp, via, mock_url, mock_addr):
         stop(pub)
 
 
+def run_floor(a, b, tmp, mock_url):
+    """floor_bench in each mode this build has, against a fresh fleet: {mode label: kv}."""
+    urls = os.path.join(tmp, "workers-floor.txt")
+    pub = start_fleet(a, b, mock_url, urls)
+    out = {}
+    try:
+        time.sleep(2)
+        for mode in ("epoll", "uring"):
+            p = subprocess.run([os.path.join(b, "tests/bench/floor_bench"), "--mode", mode,
+                                "--urls", urls, "--warmup", "3", "--seconds", str(a.seconds)],
+                               capture_output=True, text=True)
+            if p.returncode != 0:
+                print("  floor %s: %s" % (mode, p.stderr.strip()), flush=True)
+                continue
+            print("  floor %s" % p.stdout.strip(), flush=True)
+            label = {"epoll": "epoll passes, one recv per ready connection",
+                     "uring": "io_uring, multishot recv, work deferred to the pass"}[mode]
+            out[label] = kv(p.stdout.strip())
+    finally:
+        stop(pub)
+    return out
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--build", default="build-rel")
@@ -225,6 +254,7 @@ def main():
     ap.add_argument("--rounds", type=int, default=2)
     ap.add_argument("--probe", type=int, default=300, help="requests of the live probe")
     ap.add_argument("--skip-intake", action="store_true", help="skip the socket comparison")
+    ap.add_argument("--skip-floor", action="store_true", help="skip floor_bench")
     ap.add_argument("--subscribers", default="nng,auto",
                     help="the routers' --subscriber values, one router each")
     a = ap.parse_args()
@@ -263,7 +293,12 @@ def main():
         for via in a.subscribers.split(","):
             routers[via] = run_router(a, b, tmp, via, m.group(1), mock_addr)
 
-        # ---- 4. selection ----
+        # ---- 4. the floor ----
+        floor = {}
+        if not a.skip_floor:
+            floor = run_floor(a, b, tmp, m.group(1))
+
+        # ---- 5. selection ----
         sel = subprocess.run([os.path.join(b, "tests/bench/select_bench"), "--workers", "1024",
                               "--ranks", "1", "--rounds", "5", "--part", "1", "--cpu", "1"],
                              capture_output=True, text=True, check=True).stdout
@@ -313,6 +348,18 @@ def main():
     if msel:
         print("| selection at 1,024 workers, select_bench off / on µs | %s / %s | as part 1 |" %
               (msel.group(1), msel.group(2)))
+    if floor:
+        print()
+        print("| the floor: only reading, %d publishers x %d msg/s, every 2 ms | CPU %% of a core "
+              "| µs CPU per message | host TCP segments per message | of which delayed ACKs |" %
+              (a.workers, a.rate))
+        print("|---|---:|---:|---:|---:|")
+        for mode, r in floor.items():
+            print("| %s | %.1f | %.2f | %.2f | %.2f |" % (
+                mode, float(r["cpu_pct"]), float(r["us_per_msg"]),
+                float(r["host_segs_per_msg"]), float(r["delayed_acks_per_msg"])))
+        print("(floor_bench, %.0f s each; the target, %.0f %% of a core, is %.1f µs a message)" %
+              (a.seconds, TARGET_CPU_PCT, 1e4 * TARGET_CPU_PCT / (a.workers * a.rate)))
     return 0
 
 
