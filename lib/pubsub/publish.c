@@ -20,6 +20,7 @@
 
 struct publisher {
     nng_socket sock;
+    nng_aio *aio; /* every send's: nng_send would allocate one per call */
     struct event *coalesce, *heartbeat;
     struct timeval heartbeat_tv;
     pub_fill_fn fill;
@@ -32,6 +33,29 @@ struct publisher {
     unsigned nlast;
     struct admit_load last[PUB_MAX_RANKS]; /* what was last sent, seq and ts zeroed */
 };
+
+/* Sends one message and waits for it: PUB0 finishes a send as soon as it has queued the
+ * message for each subscriber (dropping a slow one's oldest), so the wait never blocks.
+ * What nng_send does, less the aio it allocates and frees each time; the message itself is
+ * nng's to allocate, one per send, and to free once the last subscriber has it. */
+static int send_msg(struct publisher *p, const char *buf, size_t len)
+{
+    nng_msg *msg;
+    int rv;
+
+    if ((rv = nng_msg_alloc(&msg, 0)) != 0)
+        return (rv);
+    if ((rv = nng_msg_append(msg, buf, len)) != 0) {
+        nng_msg_free(msg);
+        return (rv);
+    }
+    nng_aio_set_msg(p->aio, msg);
+    nng_send_aio(p->sock, p->aio);
+    nng_aio_wait(p->aio);
+    if ((rv = nng_aio_result(p->aio)) != 0)
+        nng_msg_free(msg); /* a failed send leaves the message with the caller */
+    return (rv);
+}
 
 static int64_t mono_us(void)
 {
@@ -78,7 +102,7 @@ static void publish(struct publisher *p, int all)
         if (len < 0)
             continue;
         /* Never blocks: PUB drops the oldest message of a slow subscriber instead. */
-        if ((rv = nng_send(p->sock, buf, (size_t) len, NNG_FLAG_NONBLOCK)) != 0)
+        if ((rv = send_msg(p, buf, (size_t) len)) != 0)
             log_debug("load publish failed: %s", nng_strerror(rv));
         else
             p->sent++;
@@ -135,6 +159,9 @@ struct publisher *pub_new(struct event_base *base, const char *url, const char *
         free(p);
         return NULL;
     }
+    if ((rv = nng_aio_alloc(&p->aio, NULL, NULL)) != 0)
+        fatal("cannot allocate the load publisher's aio: %s", nng_strerror(rv));
+    nng_aio_set_timeout(p->aio, NNG_DURATION_ZERO); /* never wait, as NNG_FLAG_NONBLOCK */
     bound_url(l, url, bound, boundlen);
     snprintf(p->worker_id, sizeof p->worker_id, "%s", worker_id);
     p->fill = fill;
@@ -191,6 +218,7 @@ void pub_free(struct publisher *p)
         return;
     event_free(p->coalesce);
     event_free(p->heartbeat);
+    nng_aio_free(p->aio); /* idle: every send was waited for */
     /* The socket is not closed: see nngclose.h, "at exit". */
     free(p);
 }
