@@ -91,6 +91,8 @@ int httpu_connection_lists_n(const char *v, size_t vlen, const char *name, size_
 
         while (v < stop && (*v == ' ' || *v == '\t' || *v == ','))
             v++;
+        if (v == stop) /* only separators were left: no member, not an empty one */
+            break;
         end = v;
         while (end < stop && *end != ',')
             end++;
@@ -220,25 +222,6 @@ void httpu_error_json(struct buf *out, int status, const char *type, const char 
     buf_puts(out, "}}");
 }
 
-const char *httpu_framing_problem(const char *const *content_lengths, size_t ncl,
-                                  const char *const *transfer_encodings, size_t nte)
-{
-    for (size_t i = 0; i < ncl; i++) {
-        const char *v = content_lengths[i];
-        if (*v == '\0' || strspn(v, "0123456789") != strlen(v))
-            return "Content-Length must be digits only";
-        if (i > 0 && strcmp(v, content_lengths[0]) != 0)
-            return "conflicting Content-Length headers";
-    }
-    if (nte > 1)
-        return "more than one Transfer-Encoding header";
-    if (nte == 1 && strcasecmp(transfer_encodings[0], "chunked") != 0)
-        return "only Transfer-Encoding: chunked is supported";
-    if (nte == 1 && ncl > 0)
-        return "both Content-Length and Transfer-Encoding";
-    return NULL;
-}
-
 /* By hand rather than strftime: locale-free, and every field has a fixed width. */
 void httpu_date(time_t t, char out[HTTPU_DATE_LEN])
 {
@@ -293,21 +276,6 @@ int httpu_bearer_ok(const char *authorization, const char *token)
     for (size_t i = 0; i < wl; i++)
         diff |= (unsigned char) (token[i] ^ (i < gl ? got[i] : 0));
     return diff == 0;
-}
-
-int httpu_is_token(const char *name)
-{
-    static const char extra[] = "!#$%&'*+-.^_`|~";
-
-    if (*name == '\0')
-        return 0;
-    for (; *name; name++) {
-        unsigned char c = (unsigned char) *name;
-        if (!((c >= '0' && c <= '9') || (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') ||
-              (c != 0 && strchr(extra, c) != NULL)))
-            return 0;
-    }
-    return 1;
 }
 
 size_t httpu_fmt_uint(char out[24], unsigned long long v)

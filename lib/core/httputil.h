@@ -29,13 +29,6 @@ int httpu_is_hop_by_hop_n(const char *name, size_t len);
 int httpu_connection_lists(const char *connection_value, const char *name);
 /** the same for slices: a value of vlen bytes and a name of nlen bytes */
 int httpu_connection_lists_n(const char *v, size_t vlen, const char *name, size_t nlen);
-/** request framing a proxy can pass on unambiguously (RFC 9112 6.1-6.3, against request
- *  smuggling): Content-Length values all equal and plain digits, at most one
- *  Transfer-Encoding and only "chunked", never both; returns NULL or why it is refused */
-const char *httpu_framing_problem(const char *const *content_lengths, size_t ncl,
-                                  const char *const *transfer_encodings, size_t nte);
-/** true when name is an RFC 9110 token (no spaces: "Name : value" is a smuggling vector) */
-int httpu_is_token(const char *name);
 /** writes t as an RFC 9110 IMF-fixdate ("Sun, 06 Nov 1994 08:49:37 GMT") into out */
 void httpu_date(time_t t, char out[HTTPU_DATE_LEN]);
 /** true when authorization is "Bearer <token>"; compares in time independent of where
