@@ -134,6 +134,18 @@ void metrics_render(const struct metrics_view *v, struct buf *out)
     prom_sample(out, "admitd_limit_changes_total", NULL, (double) m->limit_changes);
     prom_family(out, "admitd_load_messages_total", "counter", "Load messages published");
     prom_sample(out, "admitd_load_messages_total", NULL, (double) m->load_messages);
+    if (m->load_pub_seen) {
+        prom_family(out, "admitd_load_subscribers", "gauge",
+                    "Subscribers (routers, monitors) the load publisher sends to now");
+        prom_sample(out, "admitd_load_subscribers", NULL, (double) m->load_subscribers);
+        prom_family(out, "admitd_load_dropped_total", "counter",
+                    "Load messages not sent to a subscriber that fell behind (its oldest queued)");
+        prom_sample(out, "admitd_load_dropped_total", NULL, (double) m->load_dropped);
+        prom_family(out, "admitd_load_bad_subscribers_total", "counter",
+                    "Connections to the load publisher dropped for breaking the SP protocol "
+                    "(a wrong header, none in time, data after it)");
+        prom_sample(out, "admitd_load_bad_subscribers_total", NULL, (double) m->load_bad_peers);
+    }
     if (v->book != NULL)
         booked(out, v->book);
     prom_family(out, "admitd_build_info", "gauge", "Build information");

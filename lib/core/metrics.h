@@ -55,6 +55,10 @@ struct metrics {
     uint64_t scrapes_failed;     /* ... that failed (no answer, not 200, nothing recognised) */
     uint64_t models_scrapes[3];  /* engine /v1/models scrapes: ok, failed, too_many */
     uint64_t load_messages;      /* load messages published */
+    int load_pub_seen;           /* our own PUB: the three below are known (nng's shows none) */
+    unsigned load_subscribers;   /* subscribers open now */
+    uint64_t load_dropped;       /* messages a slow subscriber's queue had no room for */
+    uint64_t load_bad_peers;     /* connections dropped for breaking the SP protocol */
     uint64_t drain_cancelled;    /* requests cancelled when --drain-timeout-ms ran out */
     uint64_t limit_changes;      /* POST /admission or SIGHUP changes applied */
     struct prom_hist queue_wait; /* seconds from arrival to slot, for admitted requests */

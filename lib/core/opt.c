@@ -67,6 +67,16 @@ int opt_nng_url_ok(const char *s, size_t size)
            strlen(s) >= 7 && strpbrk(s, " \r\n") == NULL;
 }
 
+int opt_auto_or_nng(const char *raw, int *nng, char *msg, size_t msglen)
+{
+    if (strcmp(raw, "auto") != 0 && strcmp(raw, "nng") != 0) {
+        snprintf(msg, msglen, "'%.120s' must be auto or nng", raw);
+        return -1;
+    }
+    *nng = strcmp(raw, "nng") == 0;
+    return 0;
+}
+
 /* Strict unsigned decimal: digits only (surrounding blanks allowed), no sign, no overflow. */
 static int parse_uint(const char *s, unsigned long long *out)
 {

@@ -128,5 +128,8 @@ void opt_usage(const struct opt_spec *s, FILE *out);
 int opt_lenient_int(const char *s, long min, long max, int fallback);
 /** 1 if s is tcp://HOST:PORT or ipc:///PATH, shorter than size and without blanks */
 int opt_nng_url_ok(const char *s, size_t size);
+/** which implementation of nng's pub/sub protocol: "auto" (ours where it can) sets *nng to
+ *  0, "nng" (nng's everywhere) to 1; 0, or -1 with msg for anything else */
+int opt_auto_or_nng(const char *raw, int *nng, char *msg, size_t msglen);
 
 #endif

@@ -1,8 +1,10 @@
-/* publish: nng PUB socket, coalescing timer, heartbeat timer, change detection. */
+/* publish: the PUB (our own, sppub, or nng's), coalescing timer, heartbeat timer, change
+ * detection. */
 #include "pubsub/publish.h"
 #include "core/log.h"
-#include "pubsub/nngclose.h"
 #include "core/xmalloc.h"
+#include "pubsub/nngclose.h"
+#include "pubsub/sppub.h"
 
 #include <event2/event.h>
 #include <nng/nng.h>
@@ -19,6 +21,7 @@
 #define PUB_CLOSE_MS 500
 
 struct publisher {
+    struct sppub *sp; /* ours; NULL: nng's, sock and aio */
     nng_socket sock;
     nng_aio *aio; /* every send's: nng_send would allocate one per call */
     struct event *coalesce, *heartbeat;
@@ -43,6 +46,8 @@ static int send_msg(struct publisher *p, const char *buf, size_t len)
     nng_msg *msg;
     int rv;
 
+    if (p->sp != NULL)
+        return sppub_send(p->sp, buf, len) == 0 ? 0 : NNG_EMSGSIZE;
     if ((rv = nng_msg_alloc(&msg, 0)) != 0)
         return (rv);
     if ((rv = nng_msg_append(msg, buf, len)) != 0) {
@@ -140,29 +145,40 @@ static void bound_url(nng_listener l, const char *url, char *out, size_t outlen)
         snprintf(out, outlen, "%.*s:%d", (int) (colon - url), url, port);
 }
 
-struct publisher *pub_new(struct event_base *base, const char *url, const char *worker_id,
-                          unsigned heartbeat_ms, pub_fill_fn fill, void *arg, char *bound,
-                          size_t boundlen, char *err, size_t errlen)
+/* nng's PUB on url; 0, or -1 with err. */
+static int open_nng(struct publisher *p, const char *url, char *bound, size_t boundlen, char *err,
+                    size_t errlen)
 {
-    struct publisher *p = xcalloc(1, sizeof *p);
     nng_listener l;
     int rv;
 
     if ((rv = nng_pub0_open(&p->sock)) != 0) {
         snprintf(err, errlen, "cannot open the load publisher: %s", nng_strerror(rv));
-        free(p);
-        return NULL;
+        return -1;
     }
     if ((rv = nng_listen(p->sock, url, &l, 0)) != 0) {
         snprintf(err, errlen, "cannot publish load on %s: %s", url, nng_strerror(rv));
         nngc_close(p->sock, PUB_CLOSE_MS);
-        free(p);
-        return NULL;
+        return -1;
     }
     if ((rv = nng_aio_alloc(&p->aio, NULL, NULL)) != 0)
         fatal("cannot allocate the load publisher's aio: %s", nng_strerror(rv));
     nng_aio_set_timeout(p->aio, NNG_DURATION_ZERO); /* never wait, as NNG_FLAG_NONBLOCK */
     bound_url(l, url, bound, boundlen);
+    return 0;
+}
+
+struct publisher *pub_new(struct event_base *base, const char *url, enum pub_via via,
+                          const char *worker_id, unsigned heartbeat_ms, pub_fill_fn fill, void *arg,
+                          char *bound, size_t boundlen, char *err, size_t errlen)
+{
+    struct publisher *p = xcalloc(1, sizeof *p);
+
+    if (via == PUB_NNG ? open_nng(p, url, bound, boundlen, err, errlen) != 0
+                       : (p->sp = sppub_new(base, url, bound, boundlen, err, errlen)) == NULL) {
+        free(p);
+        return NULL;
+    }
     snprintf(p->worker_id, sizeof p->worker_id, "%s", worker_id);
     p->fill = fill;
     p->arg = arg;
@@ -212,13 +228,26 @@ uint64_t pub_sent(const struct publisher *p)
     return p ? p->sent : 0;
 }
 
+int pub_get_stats(const struct publisher *p, struct sppub_stats *out)
+{
+    if (p == NULL || p->sp == NULL)
+        return -1;
+    sppub_get_stats(p->sp, out);
+    return 0;
+}
+
 void pub_free(struct publisher *p)
 {
     if (p == NULL)
         return;
     event_free(p->coalesce);
     event_free(p->heartbeat);
+    if (p->sp != NULL) {
+        sppub_free(p->sp); /* ours closes at once */
+        free(p);
+        return;
+    }
     nng_aio_free(p->aio); /* idle: every send was waited for */
-    /* The socket is not closed: see nngclose.h, "at exit". */
+    /* nng's socket is not closed: see nngclose.h, "at exit". */
     free(p);
 }

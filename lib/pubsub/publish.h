@@ -1,14 +1,16 @@
-/* publish: sends load messages over nng pub/sub. The only module that includes nng.
+/* publish: sends load messages over nng's pub/sub protocol, by our own PUB (sppub.h) or
+ * nng's.
  *
  * A message goes out for each rank whose load changed (changes within about a millisecond
  * are coalesced into one message) and for every rank on each heartbeat, so subscribers can
- * tell a quiet worker from a dead one. Publishing never blocks the event loop: nng's PUB
- * socket drops the oldest queued message for a slow subscriber, which is harmless because
- * each message is a full snapshot. */
+ * tell a quiet worker from a dead one. Publishing never blocks the event loop: either PUB
+ * drops the oldest queued message for a slow subscriber, which is harmless because each
+ * message is a full snapshot. */
 #ifndef ADMIT_PUBLISH_H
 #define ADMIT_PUBLISH_H
 
 #include "admit/load.h"
+#include "pubsub/sppub.h"
 
 #include <stddef.h>
 #include <stdint.h>
@@ -23,10 +25,16 @@ struct publisher;
  *  publisher sets worker_id, dp_rank, seq, ts_ms and heartbeat_ms); *n <= PUB_MAX_RANKS */
 typedef void (*pub_fill_fn)(void *arg, struct admit_load *msgs, unsigned *n);
 
+/* Which PUB sends the messages: the same bytes on the wire either way. */
+enum pub_via {
+    PUB_AUTO, /* ours (sppub.h), on the caller's loop: every tcp:// and ipc:// URL */
+    PUB_NNG   /* nng's, with its threads (admitd --publisher=nng) */
+};
+
 /** listens on url; bound gets the URL with the real port; NULL with err on failure */
-struct publisher *pub_new(struct event_base *base, const char *url, const char *worker_id,
-                          unsigned heartbeat_ms, pub_fill_fn fill, void *arg, char *bound,
-                          size_t boundlen, char *err, size_t errlen);
+struct publisher *pub_new(struct event_base *base, const char *url, enum pub_via via,
+                          const char *worker_id, unsigned heartbeat_ms, pub_fill_fn fill, void *arg,
+                          char *bound, size_t boundlen, char *err, size_t errlen);
 /** something changed: publish the ranks that differ within about a millisecond */
 void pub_changed(struct publisher *p);
 /** publishes every rank now (used when the state changes, e.g. to draining) */
@@ -35,6 +43,8 @@ void pub_now(struct publisher *p);
 int64_t pub_seq(const struct publisher *p);
 /** messages sent so far */
 uint64_t pub_sent(const struct publisher *p);
+/** our PUB's counters into out: 0, or -1 when p is NULL or nng's (which shows none) */
+int pub_get_stats(const struct publisher *p, struct sppub_stats *out);
 /** closes the socket and frees; NULL is a no-op */
 void pub_free(struct publisher *p);
 

@@ -17,6 +17,7 @@
 #include "core/netaddr.h"
 #include "core/spframe.h"
 #include "core/xmalloc.h"
+#include "pubsub/spaddr.h"
 #include "pubsub/sppoll.h"
 
 #include <arpa/inet.h>
@@ -28,7 +29,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
-#include <sys/un.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -74,16 +74,8 @@ static int parse_url(const char *url, struct sockaddr_storage *sa, socklen_t *sa
 
     memset(sa, 0, sizeof *sa);
     if (strncmp(url, "ipc://", 6) == 0) {
-        struct sockaddr_un *su = (struct sockaddr_un *) sa;
-        size_t n = strlen(url + 6);
-
-        if (n == 0 || n >= sizeof su->sun_path) {
-            snprintf(err, errlen, "an ipc path of 1 to %zu bytes", sizeof su->sun_path - 1);
+        if (spaddr_ipc(url, sa, salen, err, errlen) != 0)
             return -1;
-        }
-        su->sun_family = AF_UNIX;
-        memcpy(su->sun_path, url + 6, n + 1);
-        *salen = (socklen_t) sizeof *su;
         *mode = SPFRAME_IPC;
         return 0;
     }

@@ -24,6 +24,14 @@ static int engine_metrics_url(void *obj, const char *raw, char *msg, size_t msgl
     return 0;
 }
 
+/* --publisher: auto (our own PUB, sppub) or nng (nng's PUB). */
+static int parse_publisher(void *obj, const char *raw, char *msg, size_t msglen)
+{
+    struct cfg *c = obj;
+
+    return opt_auto_or_nng(raw, &c->publisher_nng, msg, msglen);
+}
+
 /* The order here is the order of --help. */
 static const struct opt_def opts[] = {
     OPT("engine-request-limit", "DYN_ENGINE_REQUEST_LIMIT", OPT_UINT,
@@ -75,6 +83,11 @@ static const struct opt_def opts[] = {
     OPT("publish", "ADMITD_PUBLISH", OPT_PUBURL, OPT_AT(struct cfg, publish), 0, 0,
         "tcp://0.0.0.0:5557",
         "nng PUB URL load messages are published on (tcp://HOST:PORT, ipc:///PATH, or none)"),
+    OPT("publisher", "ADMITD_PUBLISHER", OPT_CUSTOM, OPT_AT(struct cfg, publisher_nng), 0, 0,
+        "auto",
+        "how load messages are sent: auto (our own PUB, on the event loop) or nng (nng's PUB, "
+        "with its threads); the same bytes on the wire",
+        NULL, NULL, parse_publisher),
     OPT("worker-id", "ADMITD_WORKER_ID", OPT_ID, OPT_AT(struct cfg, worker_id), 0, 0, NULL,
         "worker id in load messages (default: hostname:port of --listen)"),
     OPT("heartbeat-ms", "ADMITD_HEARTBEAT_MS", OPT_UINT, OPT_AT(struct cfg, heartbeat_ms), 10,

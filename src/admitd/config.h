@@ -37,6 +37,7 @@ struct cfg {
     int mock_engine; /* run the built-in mock engine as the upstream */
     /* Load publishing (see include/admit/load.h). */
     char publish[256];              /* nng PUB URL to listen on; "" = do not publish */
+    int publisher_nng;              /* --publisher=nng: nng's PUB (else our own, sppub) */
     char worker_id[128];            /* "" = host:port of the client listener */
     unsigned heartbeat_ms;          /* republish unchanged load this often */
     struct http_url engine_metrics; /* where the engine's /metrics is */

@@ -172,8 +172,15 @@ static void render_metrics(void *arg, struct buf *out)
     struct gate_stats st;
     struct metrics_view v = {&w->m, admission_gate_stats(w->gate, &st), admission_book(w->gate),
                              ADMIT_VERSION};
+    struct sppub_stats ps;
 
     w->m.load_messages = pub_sent(w->pub);
+    w->m.load_pub_seen = pub_get_stats(w->pub, &ps) == 0;
+    if (w->m.load_pub_seen) {
+        w->m.load_subscribers = ps.subscribers;
+        w->m.load_dropped = ps.dropped;
+        w->m.load_bad_peers = ps.bad_peers;
+    }
     metrics_render(&v, out);
 }
 
@@ -322,6 +329,7 @@ static const struct opt_field fixed_fields[] = {
     OPT_FIELD(struct cfg, health_interval_ms),
     OPT_FIELD(struct cfg, mock_engine),
     OPT_FIELD(struct cfg, publish),
+    OPT_FIELD_AS("publisher", struct cfg, publisher_nng),
     OPT_FIELD(struct cfg, worker_id),
     OPT_FIELD(struct cfg, heartbeat_ms),
     OPT_FIELD(struct cfg, engine_metrics),
@@ -484,8 +492,9 @@ struct worker *worker_start(struct event_base *base, struct cfg *cfg, char *err,
         goto fail;
     derive_worker_id(w);
     if (cfg->publish[0] != '\0') {
-        w->pub = pub_new(base, cfg->publish, cfg->worker_id, cfg->heartbeat_ms, fill_load, w,
-                         w->publish_at, sizeof w->publish_at, err, errlen);
+        w->pub = pub_new(base, cfg->publish, cfg->publisher_nng ? PUB_NNG : PUB_AUTO,
+                         cfg->worker_id, cfg->heartbeat_ms, fill_load, w, w->publish_at,
+                         sizeof w->publish_at, err, errlen);
         if (w->pub == NULL)
             goto fail;
     }

@@ -60,12 +60,7 @@ static int parse_subscriber(void *obj, const char *raw, char *msg, size_t msglen
 {
     struct router_cfg *c = obj;
 
-    if (strcmp(raw, "auto") != 0 && strcmp(raw, "nng") != 0) {
-        snprintf(msg, msglen, "'%.120s' must be auto or nng", raw);
-        return -1;
-    }
-    c->subscriber_nng = strcmp(raw, "nng") == 0;
-    return 0;
+    return opt_auto_or_nng(raw, &c->subscriber_nng, msg, msglen);
 }
 
 #define AT(member) OPT_AT(struct router_cfg, member)

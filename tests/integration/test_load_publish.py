@@ -1,4 +1,5 @@
-"""Load publishing end to end: admitd's nng publisher, read by admit-top, nngcat and /load."""
+"""Load publishing end to end: admitd's publisher (its own PUB, and nng's with
+--publisher=nng), read by admit-top, nngcat and /load."""
 
 import json
 import os
@@ -319,6 +320,48 @@ def test_nngcat_and_admit_top_read_it():
     mock.stop()
 
 
+def test_either_publisher_and_its_subscribers():
+    """The same messages from either PUB: nngcat (nng's SUB) reads both. Our own counts its
+    subscribers in /metrics while they are connected, and a connection that is no SUB0 peer
+    as a bad one; nng's PUB shows none of these."""
+    mock = Mock("--speedup-ratio", "0")
+    for via in ("auto", "nng"):
+        ad = Admitd(mock.url, "--engine-request-limit", "2", "--heartbeat-ms", "50",
+                    "--worker-id", "gpu-" + via, "--publisher", via)
+        p = subprocess.run(["nngcat", "--sub", "--dial=" + ad.publish, "--subscribe=kv_metrics",
+                            "--quoted", "--count=2"], capture_output=True, timeout=30)
+        assert p.returncode == 0, p.stderr
+        msgs = [json.loads(json.loads(line)[len("kv_metrics "):])
+                for line in p.stdout.decode().strip().splitlines()]
+        assert [m["worker_id"] for m in msgs] == ["gpu-" + via] * 2, msgs
+        if via == "nng":
+            assert "admitd_load_subscribers" not in ad.metrics()
+            ad.stop()
+            continue
+        subs = [Subscriber(ad.publish), Subscriber(ad.publish)]
+        for sub in subs:
+            sub.wait(lambda m: True, "a message")
+        wait_for(lambda: ad.metrics()["admitd_load_subscribers"] == 2, 10, "2 subscribers")
+        host, port = ad.publish[len("tcp://"):].rsplit(":", 1)
+        with socket.create_connection((host, int(port)), timeout=5) as bad:
+            bad.sendall(b"GET / HTTP/1.1\r\n\r\n")
+            hello = bad.recv(8)
+            assert hello == b"\x00SP\x00\x00\x20\x00\x00", hello  # PUB0's header, at once
+            try:  # closed after the wrong header; with our bytes unread: a reset
+                rest = bad.recv(64)
+            except ConnectionResetError:
+                rest = b""
+            assert rest == b"", rest
+        wait_for(lambda: ad.metrics()["admitd_load_bad_subscribers_total"] == 1, 10,
+                 "one bad subscriber")
+        for sub in subs:
+            sub.close()
+        wait_for(lambda: ad.metrics()["admitd_load_subscribers"] == 0, 10, "none left")
+        assert ad.metrics()["admitd_load_dropped_total"] == 0
+        ad.stop()
+    mock.stop()
+
+
 def test_publish_errors():
     p = subprocess.run([ADMITD, "--publish=udp://x:1"], capture_output=True, timeout=30)
     assert p.returncode == 2 and b"--publish" in p.stderr, p.stderr
@@ -354,5 +397,7 @@ if __name__ == "__main__":
     tap.run("a killed engine turns the engine fields null, the proxy goes on",
             test_engine_killed_turns_engine_fields_null)
     tap.run("nngcat and admit-top read the messages", test_nngcat_and_admit_top_read_it)
+    tap.run("either publisher, its subscribers counted",
+            test_either_publisher_and_its_subscribers)
     tap.run("publisher errors and --publish none", test_publish_errors)
     tap.done()

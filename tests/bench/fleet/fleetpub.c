@@ -1,11 +1,12 @@
 /* fleetpub: load messages for a simulated fleet of admitd workers, from one process.
  *
  * Opens one load publisher (lib/pubsub/publish.h, the code admitd runs) per simulated worker,
- * each on its own nng PUB socket, and lets each send its heartbeat: one message of one rank
- * every 1000 / --rate ms, encoded by lib/core/load.c as admitd's are, with a load that moves
- * (KV blocks, booked prefill and decode, slots and queue) so that no two messages in a row
- * are alike. The publishers are started one after another over one heartbeat interval, so
- * their messages are spread over it as a real fleet's are, not sent in one burst.
+ * each on its own PUB socket (ours, as admitd's default; --publisher nng for nng's), and lets each
+ * send its heartbeat: one message of one rank every 1000 / --rate ms, encoded by lib/core/load.c as
+ * admitd's are, with a load that moves (KV blocks, booked prefill and decode, slots and queue) so
+ * that no two messages in a row are alike. The publishers are started one after another over one
+ * heartbeat interval, so their messages are spread over it as a real fleet's are, not sent in one
+ * burst.
  *
  * It writes one `http://HTTP=PUB_URL` line per worker to --out (the --worker syntax of
  * admit-router; HTTP is --http, a port no test sends requests to unless it runs something
@@ -14,6 +15,7 @@
  *
  *   build-rel/tests/bench/fleetpub [--workers 1000] [--rate 10] [--out FILE]
  *                                  [--ipc DIR] [--http HOST:PORT] [--prefix sim-]
+ *                                  [--publisher auto|nng]
  *
  * --ipc DIR publishes on ipc://DIR/w0000... instead of tcp://127.0.0.1:(a free port).
  * tests/bench/fleet.py drives it. */
@@ -37,7 +39,8 @@ struct sim {
 static struct {
     unsigned workers, rate;
     const char *out, *ipc, *http, *prefix;
-} opt = {1000, 10, NULL, NULL, "127.0.0.1:9", "sim-"};
+    enum pub_via via;
+} opt = {1000, 10, NULL, NULL, "127.0.0.1:9", "sim-", PUB_AUTO};
 
 static struct sim *sims;
 static unsigned started;
@@ -90,8 +93,8 @@ static void start_one(evutil_socket_t fd, short what, void *arg)
     snprintf(id, sizeof id, "%s%04u", opt.prefix, i);
     sims[i].rng = 0x9e3779b97f4a7c15ULL * (i + 1);
     sims[i].kv_used = (int64_t) (next_rand(&sims[i].rng) % 16384);
-    sims[i].pub = pub_new(base, url, id, 1000 / opt.rate, fill, &sims[i], bound, sizeof bound, err,
-                          sizeof err);
+    sims[i].pub = pub_new(base, url, opt.via, id, 1000 / opt.rate, fill, &sims[i], bound,
+                          sizeof bound, err, sizeof err);
     if (sims[i].pub == NULL) {
         fprintf(stderr, "fleetpub: worker %u: %s\n", i, err);
         exit(1);
@@ -151,6 +154,8 @@ int main(int argc, char **argv)
             opt.http = v;
         else if (strcmp(a, "--prefix") == 0)
             opt.prefix = v;
+        else if (strcmp(a, "--publisher") == 0 && (strcmp(v, "auto") == 0 || strcmp(v, "nng") == 0))
+            opt.via = strcmp(v, "nng") == 0 ? PUB_NNG : PUB_AUTO;
         else {
             fprintf(stderr, "fleetpub: unknown option %s\n", a);
             return 2;

@@ -35,8 +35,8 @@ static struct publisher *start(struct event_base *base)
 {
     char bound[300], err[256];
     /* A heartbeat far away, so that every message in these tests is a change's. */
-    struct publisher *p = pub_new(base, "tcp://127.0.0.1:0", "test-worker", 3600000, fill, NULL,
-                                  bound, sizeof bound, err, sizeof err);
+    struct publisher *p = pub_new(base, "tcp://127.0.0.1:0", PUB_AUTO, "test-worker", 3600000, fill,
+                                  NULL, bound, sizeof bound, err, sizeof err);
 
     if (p == NULL)
         fail_msg("pub_new: %s", err);

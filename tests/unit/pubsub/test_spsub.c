@@ -274,7 +274,7 @@ static void against_nng(const char *url)
     struct event_base *base = event_base_new();
     static struct rx mine, theirs;
     char bound[300], err[256];
-    struct publisher *p = pub_new(base, url, "test-worker", 3600000, fill, NULL, bound,
+    struct publisher *p = pub_new(base, url, PUB_NNG, "test-worker", 3600000, fill, NULL, bound,
                                   sizeof bound, err, sizeof err);
     static const struct sub_opts nng_opts = {SUB_NNG, 0}; /* nng's own SUB, to compare */
     struct spsub *sp;

@@ -78,7 +78,7 @@ static struct publisher *publisher(struct event_base *base, const char *id, char
 {
     char err[256];
     struct publisher *p =
-        pub_new(base, "tcp://127.0.0.1:0", id, 20, fill, NULL, url, len, err, sizeof err);
+        pub_new(base, "tcp://127.0.0.1:0", PUB_AUTO, id, 20, fill, NULL, url, len, err, sizeof err);
 
     if (p == NULL)
         fail_msg("pub_new: %s", err);
