@@ -4,17 +4,18 @@
 Each folder is a layer and may include only the layers beneath it:
 
     lib/core     pure logic: no libevent, no nng, no sockets
-    lib/http     the HTTP engine (libevent, evhttp)            -> core
+    lib/http     the HTTP engine (libevent's events, no evhttp) -> core
     lib/pubsub   load messages over nng                         -> core
     lib/daemon   what admitd and admit-router share above the HTTP seam -> core, http, pubsub
     tests/bench/fleet  the fleet benches: load messages over lib/pubsub or nng itself -> core, pubsub
     src/<prog>   one folder per program, with its main          -> any lib/ layer
     examples/<x> code written against the public API alone        -> include/admit
 
-evhttp and the libevent buffer headers appear only in lib/http (and in the mock engine, a
-program of its own); nng only in lib/pubsub (and in tests/bench/fleet, whose intake benches
-compare nng's socket layouts and spsub); and no two modules include each other, directly
-or through others. Exits 1 with one line per violation, naming file:line.
+evhttp, bufferevents and the libevent buffer headers appear only in the mock engine, a
+program of its own (lib/http speaks HTTP/1.1 itself: ioconn, core/h1parse), and libevent's
+listener only there and in lib/http; nng only in lib/pubsub (and in tests/bench/fleet, whose
+intake benches compare nng's socket layouts and spsub); and no two modules include each
+other, directly or through others. Exits 1 with one line per violation, naming file:line.
 
   check_layers.py ROOT [--out FILE]   check (and touch FILE when clean)
   check_layers.py ROOT --list         print the files checked, one per line
@@ -52,15 +53,19 @@ MAY_INCLUDE = {
 
 # System headers, by what they are.
 LIBEVENT = re.compile(r"^(event2/|event\.h$|evhttp\.h$|evdns\.h$|evutil\.h$|evrpc\.h$)")
-HTTP_HEADERS = re.compile(
-    r"^(event2/(http|http_struct|http_compat|keyvalq_struct|buffer|buffer_compat|bufferevent"
-    r"|bufferevent_struct|bufferevent_compat|listener)\.h$|evhttp\.h$)")
+# evhttp and bufferevents (with the buffers under them), which admitd's own HTTP replaced.
+EVHTTP_NAMES = (r"http|http_struct|http_compat|keyvalq_struct|buffer|buffer_compat|bufferevent"
+                r"|bufferevent_struct|bufferevent_compat")
+EVHTTP = re.compile(r"^(event2/(%s)\.h$|evhttp\.h$)" % EVHTTP_NAMES)
+# ... and the listener beside them: what only the HTTP engine (and the mock) may include.
+HTTP_HEADERS = re.compile(r"^(event2/(%s|listener)\.h$|evhttp\.h$)" % EVHTTP_NAMES)
 NNG = re.compile(r"^nng/")
 
 # Which system headers a layer may not include, and why.
 FORBIDDEN = {
     "lib/core": [(LIBEVENT, "the core is pure: no libevent"), (NNG, "the core is pure: no nng")],
-    "lib/http": [(NNG, "nng belongs in lib/pubsub")],
+    "lib/http": [(EVHTTP, "admitd's HTTP is its own (ioconn, core/h1parse), not evhttp"),
+                 (NNG, "nng belongs in lib/pubsub")],
     "lib/pubsub": [(HTTP_HEADERS, "evhttp and libevent buffers belong in lib/http")],
     "lib/daemon": [(HTTP_HEADERS, "speak http/httpreq.h, not evhttp"),
                    (NNG, "nng belongs in lib/pubsub")],

@@ -301,3 +301,24 @@ int h1c_feed(struct h1_chunked *c, const char *buf, size_t n, size_t *used, stru
     *used = n;
     return H1_AGAIN;
 }
+
+int h1c_decode(struct h1_chunked *c, const char *src, size_t n, char *dst, size_t *used,
+               size_t *len)
+{
+    size_t at = 0;
+
+    *len = 0;
+    for (;;) {
+        struct h1_str data;
+        size_t k = 0;
+        int rv = h1c_feed(c, src + at, n - at, &k, &data);
+
+        at += k;
+        *used = at;
+        if (rv != H1_DATA)
+            return rv;
+        /* The data moves down over the chunk lines before it: never past bytes unread. */
+        memmove(dst + *len, data.p, data.len);
+        *len += data.len;
+    }
+}

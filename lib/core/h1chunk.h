@@ -49,5 +49,10 @@ void h1c_init(struct h1_chunked *c, uint64_t max_body);
  *  taken, H1_DONE at the end of the message, or H1_ERROR; *used is how many bytes were
  *  taken (with H1_ERROR, the offset of the byte that decided it) */
 int h1c_feed(struct h1_chunked *c, const char *buf, size_t n, size_t *used, struct h1_str *data);
+/** decodes src[0..n) as h1c_feed does, moving the data to dst (dst <= src: it may overlap, so
+ *  a body is decoded in place); returns H1_AGAIN (all n bytes taken), H1_DONE or H1_ERROR,
+ *  with *used as h1c_feed's and *len the data bytes now at dst */
+int h1c_decode(struct h1_chunked *c, const char *src, size_t n, char *dst, size_t *used,
+               size_t *len);
 
 #endif

@@ -266,28 +266,22 @@ static int check_head(struct hconn *c)
 static int read_body(struct hconn *c, char *base, size_t have)
 {
     if (c->hp.framing == H1_BODY_CHUNKED) {
-        for (;;) {
-            struct h1_str data;
-            size_t used = 0;
-            int rv = h1c_feed(&c->ck, base + c->raw_at, have - c->raw_at, &used, &data);
+        size_t used = 0, len = 0;
+        /* Decoded in place: the data moves down over the chunk lines before it. */
+        int rv = h1c_decode(&c->ck, base + c->raw_at, have - c->raw_at,
+                            base + c->body_at + c->body_len, &used, &len);
 
-            if (rv == H1_ERROR) {
-                refuse(c, c->ck.err_status, c->ck.err_reason);
-                return -1;
-            }
-            c->raw_at += used;
-            if (rv == H1_DATA) {
-                /* Decoded in place: the data moves down over the chunk lines before it. */
-                memmove(base + c->body_at + c->body_len, data.p, data.len);
-                c->body_len += data.len;
-                continue;
-            }
-            if (rv == H1_DONE) {
-                c->req_len = c->raw_at;
-                return 1;
-            }
-            return 0;
+        if (rv == H1_ERROR) {
+            refuse(c, c->ck.err_status, c->ck.err_reason);
+            return -1;
         }
+        c->raw_at += used;
+        c->body_len += len;
+        if (rv == H1_DONE) {
+            c->req_len = c->raw_at;
+            return 1;
+        }
+        return 0;
     }
     return have >= c->req_len ? 1 : 0;
 }

@@ -1,5 +1,5 @@
-/* netsock: socket helpers of the HTTP engine: TCP_NODELAY, the bound address, listening and
- * connecting sockets. */
+/* netsock: socket helpers of the HTTP engine: TCP_NODELAY, the bound address, listening,
+ * looking an engine up and connecting sockets. */
 #include "http/netsock.h"
 
 #include <arpa/inet.h>
@@ -76,6 +76,25 @@ int net_listen(const struct hostport *hp, char *err, size_t errlen)
     if (fd < 0)
         snprintf(err, errlen, "cannot listen on %s:%d: %s", hp->host, hp->port, strerror(saved));
     return fd;
+}
+
+int net_resolve(const char *host, int port, struct sockaddr_storage *addr, socklen_t *len)
+{
+    struct addrinfo hints = {0}, *res = NULL, *ai, *pick = NULL;
+    char num[16];
+
+    hints.ai_family = AF_UNSPEC;
+    hints.ai_socktype = SOCK_STREAM;
+    snprintf(num, sizeof num, "%d", port);
+    if (getaddrinfo(host, num, &hints, &res) != 0 || res == NULL)
+        return -1;
+    for (ai = res; ai != NULL; ai = ai->ai_next)
+        if (pick == NULL || (ai->ai_family == AF_INET && pick->ai_family != AF_INET))
+            pick = ai;
+    memcpy(addr, pick->ai_addr, pick->ai_addrlen);
+    *len = pick->ai_addrlen;
+    freeaddrinfo(res);
+    return 0;
 }
 
 int net_connect(const struct sockaddr *addr, socklen_t len, int *in_progress)

@@ -20,6 +20,9 @@ int net_local_name(int fd, char *out, size_t outlen);
 /** a non-blocking listening TCP socket on hp (SO_REUSEADDR, backlog NET_LISTEN_BACKLOG); the
  *  fd, or -1 with err */
 int net_listen(const struct hostport *hp, char *err, size_t errlen);
+/** looks host up for a TCP connect to port, preferring IPv4 ("localhost" engines listen on
+ *  127.0.0.1 more often than on ::1); 0 with the address in *addr and *len, or -1 */
+int net_resolve(const char *host, int port, struct sockaddr_storage *addr, socklen_t *len);
 /** a non-blocking socket connecting to addr (TCP_NODELAY set); the fd, or -1 with errno;
  *  *in_progress is 1 when the connect has not finished yet */
 int net_connect(const struct sockaddr *addr, socklen_t len, int *in_progress);

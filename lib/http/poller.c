@@ -1,111 +1,315 @@
-/* poller: periodic GET with the answer's status and body. */
+/* poller: a periodic GET on a keep-alive connection of its own, read with admitd's HTTP/1.1
+ * pieces (ioconn, h1parse, h1chunk) rather than evhttp.
+ *
+ * One poll at a time: the timer starts a poll and the poll's end arms it again, so a slow
+ * engine stretches the interval rather than piling requests up. The connection stays open
+ * between polls with its read event armed, so an engine that closes it while idle (uvicorn
+ * does after 5 s) is seen at once and the next poll connects anew. The close can still cross
+ * a request on the wire: a poll on a kept connection that breaks before any byte of the
+ * answer came is sent once more on a new connection, which a GET allows. The body is read
+ * into the connection's buffer and decoded there, so once that buffer has grown to the
+ * engine's page a poll allocates nothing. */
 #include "http/poller.h"
+#include "core/buf.h"
+#include "core/h1chunk.h"
+#include "core/h1parse.h"
+#include "core/log.h"
 #include "core/xmalloc.h"
+#include "http/ioconn.h"
+#include "http/netsock.h"
 
-#include <event2/buffer.h>
+#include <errno.h>
 #include <event2/event.h>
-#include <event2/http.h>
+#include <event2/event_struct.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
 
 /* Largest body handed over; a bigger answer counts as a failure (a metrics page is KBs). */
 #define POLLER_MAX_BODY (8 * 1024 * 1024)
+/* An answer's head, in bytes and field lines: an engine's takes a few hundred bytes. */
+#define POLLER_HEAD_MAX (32 * 1024)
+#define POLLER_HEADERS  64
+/* What one read may hold beyond the body's limit: the chunk lines still to be decoded. */
+#define POLLER_SLACK (64 * 1024)
+/* A buffer that grew past this is freed after the poll: a one-off large answer must not stay
+ * pinned, while a usual metrics page (tens of KiB) keeps its buffer from poll to poll. */
+#define POLLER_KEEP_CAP (1024 * 1024)
+
+enum pstate { P_IDLE, P_HEAD, P_BODY };
 
 struct poller {
-    struct evhttp_connection *evcon;
-    struct evhttp_request *req; /* in flight, or NULL */
-    struct event *timer;
-    struct timeval interval;
-    char *path;
-    char hostport[NETADDR_HOST_MAX + 8];
+    struct event_base *base;
+    struct ioconn io;      /* io.fd < 0: no connection */
+    struct event timer;    /* starts a poll */
+    struct event deadline; /* ends a poll that took timeout_ms */
+    struct timeval interval, timeout;
+    struct http_url url;
+    struct sockaddr_storage addr;
+    socklen_t addrlen; /* 0 until the engine's address is known */
+    struct buf req;    /* the request's bytes, made once */
+    enum pstate state;
+    int reused;  /* this poll's connection carried an earlier one: one retry is allowed */
+    int got;     /* a byte of the answer came on it */
+    int keep;    /* the connection outlives this answer */
+    size_t blen; /* body bytes held, decoded, at io.in.p + io.in.off */
+    struct h1_parser rp;
+    struct h1_chunked ck;
+    struct h1_header slots[POLLER_HEADERS];
     poller_cb cb;
     void *arg;
 };
 
-static void on_poll_done(struct evhttp_request *req, void *arg)
-{
-    struct poller *p = arg;
-    int status = req ? evhttp_request_get_response_code(req) : 0;
-    struct evbuffer *in = req ? evhttp_request_get_input_buffer(req) : NULL;
-    size_t len = in ? evbuffer_get_length(in) : 0;
+static void on_io(struct ioconn *io, short what);
 
-    p->req = NULL;
-    if (status == 0 || len > POLLER_MAX_BODY) {
-        p->cb(p->arg, 0, "", 0);
-    } else {
-        evbuffer_add(in, "", 1); /* NUL-terminate for the callback */
-        p->cb(p->arg, status, (const char *) evbuffer_pullup(in, -1), len);
+/* The poll is over: the next one is timed from now, and the connection is kept only when the
+ * answer left it fit for another request. */
+static void finish(struct poller *p, int status)
+{
+    struct iobuf *in = &p->io.in;
+    const char *body = "";
+    size_t len = 0;
+
+    event_del(&p->deadline);
+    p->state = P_IDLE;
+    evtimer_add(&p->timer, &p->interval);
+    if (status != 0) {
+        if (in->len == in->cap)
+            iob_reserve(in, 1); /* room for the NUL */
+        in->p[in->off + p->blen] = '\0';
+        body = in->p + in->off;
+        len = p->blen;
     }
-    evtimer_add(p->timer, &p->interval);
+    p->cb(p->arg, status, body, len);
+    if (!p->keep || status == 0)
+        ioc_close(&p->io);
+    in->off = in->len = 0;
+    ioc_trim(&p->io, POLLER_KEEP_CAP);
 }
 
-static void on_poll_error(enum evhttp_request_error err, void *arg)
+/* Sends the request on the kept connection or, without one, on a new one; 0, or -1 when the
+ * engine cannot be reached (the lookup or the connect failed at once). */
+static int send_request(struct poller *p)
 {
-    struct poller *p = arg;
+    struct iovec v = {p->req.data, p->req.len};
 
-    if (err != EVREQ_HTTP_REQUEST_CANCEL)
-        p->req = NULL; /* the done callback follows with NULL */
+    p->reused = p->io.fd >= 0;
+    if (!p->reused) {
+        int fd, in_progress = 0;
+
+        if (p->addrlen == 0 && net_resolve(p->url.host, p->url.port, &p->addr, &p->addrlen) != 0)
+            return -1; /* looked up again at the next poll */
+        if ((fd = net_connect((struct sockaddr *) &p->addr, p->addrlen, &in_progress)) < 0)
+            return -1;
+        ioc_init(&p->io, p->base, fd, on_io);
+        ioc_read(&p->io, 1);
+        if (in_progress)
+            ioc_await_connect(&p->io); /* the request waits in the spill buffer */
+    }
+    p->state = P_HEAD;
+    p->got = 0;
+    p->keep = 1;
+    p->blen = 0;
+    if (ioc_writev(&p->io, &v, 1) == 0)
+        return 0;
+    ioc_close(&p->io);
+    return p->reused ? send_request(p) : -1; /* the engine had closed the kept one */
 }
 
-static void on_poll_timer(evutil_socket_t fd, short what, void *arg)
+/* The connection broke: before any byte of the answer on a kept connection, that is the
+ * engine's idle close crossing the request, and the poll goes on on a new one; else it
+ * failed. */
+static void broken(struct poller *p)
+{
+    int retry = p->reused && !p->got;
+
+    ioc_close(&p->io);
+    if (retry && send_request(p) == 0)
+        return;
+    finish(p, 0);
+}
+
+/* The answer is no HTTP the poller takes: no answer at all, and the connection goes. */
+static void refuse(struct poller *p, const char *why)
+{
+    log_debug("engine at %s: answer refused: %s", p->url.hostport, why);
+    finish(p, 0);
+}
+
+/* Parses the answer's head from its first byte (a head split over reads is parsed again:
+ * engines send theirs in one piece), past any 1xx interim answers. */
+static int parse_head(struct poller *p)
+{
+    struct iobuf *in = &p->io.in;
+    int rv;
+
+    for (;;) {
+        h1_resp_init(&p->rp, p->slots, POLLER_HEADERS, POLLER_HEAD_MAX, H1_M_GET);
+        if ((rv = h1_parse(&p->rp, in->p + in->off, in->len - in->off)) != H1_DONE)
+            return rv;
+        in->off += p->rp.head_len;
+        if (p->rp.status == 101) {
+            p->rp.err_reason = "101 without an upgrade asked for";
+            return H1_ERROR;
+        }
+        if (p->rp.status >= 200)
+            break;
+    }
+    if (p->rp.framing == H1_BODY_LENGTH && p->rp.content_length > POLLER_MAX_BODY) {
+        p->rp.err_reason = "Content-Length over the poller's limit";
+        return H1_ERROR;
+    }
+    if (p->rp.framing == H1_BODY_CHUNKED)
+        h1c_init(&p->ck, POLLER_MAX_BODY);
+    p->keep = p->rp.keep_alive;
+    p->state = P_BODY;
+    return H1_DONE;
+}
+
+/* Takes the body bytes read so far: H1_DONE when the body is whole, H1_AGAIN for more,
+ * H1_ERROR when the chunked coding is broken or the body is over POLLER_MAX_BODY. Bytes past
+ * the body's end were not asked for: the connection is not kept. */
+static int take_body(struct poller *p)
+{
+    struct iobuf *in = &p->io.in;
+    char *body = in->p + in->off;
+    size_t held = in->len - in->off, used = 0, len = 0;
+    int rv;
+
+    switch (p->rp.framing) {
+    case H1_BODY_NONE:
+        p->keep &= held == 0;
+        return H1_DONE;
+    case H1_BODY_LENGTH:
+        p->blen = held < p->rp.content_length ? held : (size_t) p->rp.content_length;
+        p->keep &= held <= p->blen;
+        return p->blen == p->rp.content_length ? H1_DONE : H1_AGAIN;
+    case H1_BODY_UNTIL_CLOSE:
+        p->blen = held;
+        return held > POLLER_MAX_BODY ? H1_ERROR : H1_AGAIN;
+    case H1_BODY_CHUNKED:
+        /* The bytes after the data decoded so far are all new: the decoder takes every byte it
+         * is given. */
+        rv = h1c_decode(&p->ck, body + p->blen, held - p->blen, body + p->blen, &used, &len);
+        if (rv == H1_DONE)
+            p->keep &= p->blen + used == held;
+        p->blen += len;
+        in->len = in->off + p->blen; /* the chunk lines go */
+        return rv;
+    }
+    return H1_ERROR;
+}
+
+/* One read of the answer, and what it completes. */
+static void read_answer(struct poller *p)
+{
+    size_t max = p->state == P_HEAD                ? POLLER_HEAD_MAX + POLLER_SLACK
+                 : p->rp.framing == H1_BODY_LENGTH ? (size_t) p->rp.content_length
+                                                   : POLLER_MAX_BODY + POLLER_SLACK;
+    ssize_t n = ioc_fill(&p->io, max, 1);
+    int rv;
+
+    if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))
+        return;
+    if (n == 0 && p->state == P_BODY && p->rp.framing == H1_BODY_UNTIL_CLOSE) {
+        p->keep = 0;
+        finish(p, p->rp.status); /* the close ends the body */
+        return;
+    }
+    if (n <= 0) {
+        broken(p);
+        return;
+    }
+    p->got = 1;
+    if (p->state == P_HEAD && (rv = parse_head(p)) != H1_DONE) {
+        if (rv == H1_ERROR)
+            refuse(p, p->rp.err_reason);
+        return;
+    }
+    if ((rv = take_body(p)) == H1_DONE)
+        finish(p, p->rp.status);
+    else if (rv == H1_ERROR)
+        refuse(p, p->rp.framing == H1_BODY_CHUNKED ? p->ck.err_reason : "body too large");
+}
+
+static void on_io(struct ioconn *io, short what)
+{
+    struct poller *p = (struct poller *) (void *) ((char *) io - offsetof(struct poller, io));
+
+    if (p->state == P_IDLE) {
+        /* Idle: the engine closed the connection or sent something unasked; either way it
+         * cannot carry the next request. */
+        if (what & EV_READ)
+            ioc_close(io);
+        return;
+    }
+    if (what & EV_WRITE) {
+        if (io->err != 0)
+            broken(p); /* the connect failed, or the engine is gone */
+        return;
+    }
+    read_answer(p);
+}
+
+static void on_timer(evutil_socket_t fd, short what, void *arg)
 {
     struct poller *p = arg;
-    struct evhttp_request *req = evhttp_request_new(on_poll_done, p);
 
     (void) fd;
     (void) what;
-    if (req == NULL)
-        fatal("evhttp_request_new failed");
-    evhttp_request_set_error_cb(req, on_poll_error);
-    evhttp_add_header(evhttp_request_get_output_headers(req), "Host", p->hostport);
-    p->req = req;
-    if (evhttp_make_request(p->evcon, req, EVHTTP_REQ_GET, p->path) != 0) {
-        p->req = NULL;
-        evhttp_request_free(req);
-        p->cb(p->arg, 0, "", 0);
-        evtimer_add(p->timer, &p->interval);
-    }
+    event_add(&p->deadline, &p->timeout);
+    if (send_request(p) != 0)
+        finish(p, 0);
+}
+
+static void on_deadline(evutil_socket_t fd, short what, void *arg)
+{
+    (void) fd;
+    (void) what;
+    finish(arg, 0);
 }
 
 struct poller *poller_new(struct event_base *base, const struct http_url *url, const char *path,
                           unsigned interval_ms, unsigned timeout_ms, poller_cb cb, void *arg)
 {
     struct poller *p = xcalloc(1, sizeof *p);
-    struct timeval timeout = {timeout_ms / 1000, (timeout_ms % 1000) * 1000};
 
+    p->base = base;
+    p->url = *url;
     p->cb = cb;
     p->arg = arg;
-    p->path = xstrdup(path);
-    strcpy(p->hostport, url->hostport);
+    p->io.fd = -1;
+    /* Minimal: the Host that HTTP/1.1 requires, an Accept, no body. */
+    buf_init(&p->req);
+    buf_printf(&p->req, "GET %s HTTP/1.1\r\nHost: %s\r\nAccept: */*\r\n\r\n", path, url->hostport);
     p->interval.tv_sec = interval_ms / 1000;
     p->interval.tv_usec = (interval_ms % 1000) * 1000;
-    p->evcon = evhttp_connection_base_new(base, NULL, url->host, (unsigned short) url->port);
-    if (p->evcon == NULL)
-        fatal("evhttp_connection_base_new failed");
-    evhttp_connection_set_timeout_tv(p->evcon, &timeout);
-    p->timer = evtimer_new(base, on_poll_timer, p);
-    if (p->timer == NULL)
-        fatal("evtimer_new failed");
-    event_active(p->timer, EV_TIMEOUT, 0); /* poll at once, not after one interval */
+    p->timeout.tv_sec = timeout_ms / 1000;
+    p->timeout.tv_usec = (timeout_ms % 1000) * 1000;
+    evtimer_assign(&p->timer, base, on_timer, p);
+    evtimer_assign(&p->deadline, base, on_deadline, p);
+    if (net_resolve(url->host, url->port, &p->addr, &p->addrlen) != 0)
+        p->addrlen = 0;                     /* looked up again at the first poll */
+    event_active(&p->timer, EV_TIMEOUT, 0); /* poll at once, not after one interval */
     return p;
 }
 
 void poller_kick(struct poller *p)
 {
-    if (p == NULL || p->req != NULL)
+    if (p == NULL || p->state != P_IDLE)
         return;
-    evtimer_del(p->timer);
-    event_active(p->timer, EV_TIMEOUT, 0);
+    evtimer_del(&p->timer);
+    event_active(&p->timer, EV_TIMEOUT, 0);
 }
 
 void poller_free(struct poller *p)
 {
     if (p == NULL)
         return;
-    if (p->req != NULL)
-        evhttp_cancel_request(p->req);
-    event_free(p->timer);
-    evhttp_connection_free(p->evcon);
-    free(p->path);
+    evtimer_del(&p->timer);
+    evtimer_del(&p->deadline);
+    ioc_close(&p->io);
+    ioc_release(&p->io);
+    buf_free(&p->req);
     free(p);
 }

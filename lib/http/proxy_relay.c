@@ -134,25 +134,15 @@ static long take_body(struct pxreq *x, struct iobuf *in, int eof, int *done)
         *done = eof;
         x->reusable = 0;
         return (long) avail;
-    case H1_BODY_CHUNKED:
-        while (at < avail) {
-            struct h1_str data;
-            size_t used = 0;
-            int rv = h1c_feed(&x->rck, p + at, avail - at, &used, &data);
+    case H1_BODY_CHUNKED: {
+        int rv = h1c_decode(&x->rck, p, avail, p, &at, &dlen);
 
-            if (rv == H1_ERROR)
-                return -1;
-            at += used;
-            if (rv == H1_DATA) {
-                memmove(p + dlen, data.p, data.len);
-                dlen += data.len;
-            } else if (rv == H1_DONE) {
-                *done = 1;
-                break;
-            }
-        }
+        if (rv == H1_ERROR)
+            return -1;
+        *done = rv == H1_DONE;
         in->off += at;
         return (long) dlen;
+    }
     }
     return 0;
 }

@@ -9,8 +9,6 @@
 
 #include <errno.h>
 #include <event2/event.h>
-#include <netdb.h>
-#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
@@ -46,25 +44,11 @@ struct upstream {
     struct event *reaper; /* expires idle connections */
 };
 
-/* Looks the engine's address up: at start, and again after a failure. IPv4 is preferred, as
- * "localhost" engines listen on 127.0.0.1 more often than on ::1. */
+/* Looks the engine's address up: at start, and again after a failure (net_resolve prefers
+ * IPv4). */
 static int resolve(struct upstream *u)
 {
-    struct addrinfo hints = {0}, *res = NULL, *ai, *pick = NULL;
-    char port[16];
-
-    hints.ai_family = AF_UNSPEC;
-    hints.ai_socktype = SOCK_STREAM;
-    snprintf(port, sizeof port, "%d", u->url.port);
-    if (getaddrinfo(u->url.host, port, &hints, &res) != 0 || res == NULL)
-        return -1;
-    for (ai = res; ai != NULL; ai = ai->ai_next)
-        if (pick == NULL || (ai->ai_family == AF_INET && pick->ai_family != AF_INET))
-            pick = ai;
-    memcpy(&u->addr, pick->ai_addr, pick->ai_addrlen);
-    u->addrlen = pick->ai_addrlen;
-    freeaddrinfo(res);
-    return 0;
+    return net_resolve(u->url.host, u->url.port, &u->addr, &u->addrlen);
 }
 
 static void free_conn(struct uconn *c)

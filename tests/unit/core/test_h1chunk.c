@@ -306,12 +306,62 @@ static void test_after_end(void **state)
     assert_int_equal(c.err_status, 400);
 }
 
+/* h1c_decode: the data moves down over the chunk lines, in place or to a buffer of its own,
+ * in one call or split anywhere; the bytes after the end are left where they are. */
+static void test_decode(void **state)
+{
+    static const char body[] = "5\r\nhello\r\n6;x=1\r\n world\r\n0\r\nT: v\r\n\r\nNEXT";
+    size_t n = sizeof body - 1;
+
+    (void) state;
+    for (size_t split = 0; split < n - 4; split++) {
+        char buf[sizeof body], out[sizeof body];
+        struct h1_chunked c;
+        size_t used = 0, len = 0, got = 0;
+        int rv;
+
+        memcpy(buf, body, sizeof body);
+        h1c_init(&c, UINT64_MAX);
+        /* In place: the first piece's data at buf, the second's after it. */
+        assert_int_equal(h1c_decode(&c, buf, split, buf, &used, &len), H1_AGAIN);
+        assert_int_equal(used, split);
+        got = len;
+        rv = h1c_decode(&c, buf + split, n - split, buf + got, &used, &len);
+        assert_int_equal(rv, H1_DONE);
+        assert_int_equal(split + used, n - 4);
+        got += len;
+        assert_int_equal(got, 11);
+        assert_memory_equal(buf, "hello world", 11);
+        assert_memory_equal(buf + n - 4, "NEXT", 4);
+        /* ... and to a buffer of its own. */
+        h1c_init(&c, UINT64_MAX);
+        assert_int_equal(h1c_decode(&c, body, split, out, &used, &len), H1_AGAIN);
+        got = len;
+        assert_int_equal(h1c_decode(&c, body + split, n - split, out + got, &used, &len), H1_DONE);
+        assert_int_equal(got + len, 11);
+        assert_memory_equal(out, "hello world", 11);
+    }
+    /* An error says where, counted from the start of what was given. */
+    {
+        char buf[] = "2\r\nok\r\n0x1\r\n";
+        struct h1_chunked c;
+        size_t used = 0, len = 0;
+
+        h1c_init(&c, UINT64_MAX);
+        assert_int_equal(h1c_decode(&c, buf, sizeof buf - 1, buf, &used, &len), H1_ERROR);
+        assert_int_equal(used, 8);
+        assert_int_equal(len, 2);
+        assert_int_equal(c.err_status, 400);
+    }
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_table),
         cmocka_unit_test(test_limits),
         cmocka_unit_test(test_after_end),
+        cmocka_unit_test(test_decode),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
