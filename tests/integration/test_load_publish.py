@@ -321,7 +321,8 @@ def test_nngcat_and_admit_top_read_it():
 
 
 def test_either_publisher_and_its_subscribers():
-    """The same messages from either PUB: nngcat (nng's SUB) reads both. Our own counts its
+    """The same messages from either PUB: nngcat (nng's SUB) reads both. Ours adds no thread
+    to admitd's one, nng's does. Our own counts its
     subscribers in /metrics while they are connected, and a connection that is no SUB0 peer
     as a bad one; nng's PUB shows none of these."""
     mock = Mock("--speedup-ratio", "0")
@@ -334,6 +335,9 @@ def test_either_publisher_and_its_subscribers():
         msgs = [json.loads(json.loads(line)[len("kv_metrics "):])
                 for line in p.stdout.decode().strip().splitlines()]
         assert [m["worker_id"] for m in msgs] == ["gpu-" + via] * 2, msgs
+        # Our PUB runs on admitd's one thread; nng's brings its own.
+        threads = len(os.listdir("/proc/%d/task" % ad.proc.p.pid))
+        assert (threads == 1) == (via == "auto"), (via, threads)
         if via == "nng":
             assert "admitd_load_subscribers" not in ad.metrics()
             ad.stop()
