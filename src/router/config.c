@@ -55,6 +55,21 @@ static int parse_nameserver(void *obj, const char *raw, char *msg, size_t msglen
     return 0;
 }
 
+/* --dns-family: v4, v6, v4-preferred or v6-preferred. */
+static int parse_dns_family(void *obj, const char *raw, char *msg, size_t msglen)
+{
+    static const char *const names[] = {"v4", "v6", "v4-preferred", "v6-preferred"};
+    struct router_cfg *c = obj;
+
+    for (size_t i = 0; i < sizeof names / sizeof *names; i++)
+        if (strcmp(raw, names[i]) == 0) {
+            c->dns_family = (enum rc_dns_family) i;
+            return 0;
+        }
+    snprintf(msg, msglen, "'%.120s' must be v4, v6, v4-preferred or v6-preferred", raw);
+    return -1;
+}
+
 /* --subscriber: auto (spsub where it can, nng for the rest) or nng (nng for every worker). */
 static int parse_subscriber(void *obj, const char *raw, char *msg, size_t msglen)
 {
@@ -80,6 +95,10 @@ static const struct opt_def opts[] = {
     OPT("dns-nameserver", "ADMIT_ROUTER_DNS_NAMESERVER", OPT_CUSTOM, AT(dns_nameserver), 0, 0, NULL,
         "the DNS server to ask, IP:PORT (default: those of /etc/resolv.conf)", NULL, NULL,
         parse_nameserver),
+    OPT("dns-family", "ADMIT_ROUTER_DNS_FAMILY", OPT_CUSTOM, AT(dns_family), 0, 0, "v4",
+        "which records name the workers: v4 (A), v6 (AAAA), v4-preferred (A, else AAAA) or "
+        "v6-preferred (AAAA, else A)",
+        NULL, NULL, parse_dns_family),
     OPT("subscriber", "ADMIT_ROUTER_SUBSCRIBER", OPT_CUSTOM, AT(subscriber_nng), 0, 0, "auto",
         "load messages: auto (our own reader for numeric tcp:// and ipc://, nng's for the "
         "rest) or nng (nng's SUB for every worker)",
@@ -263,6 +282,7 @@ static const struct opt_field restart_fields[] = {
 static const struct opt_field live_fields[] = {
     OPT_FIELD(struct router_cfg, workers_file),
     OPT_FIELD(struct router_cfg, dns_interval_ms),
+    OPT_FIELD(struct router_cfg, dns_family),
     OPT_FIELD_AS("active_decode_blocks_threshold", struct router_cfg,
                  t.active_decode_blocks_threshold),
     OPT_FIELD_AS("active_prefill_tokens_threshold", struct router_cfg,

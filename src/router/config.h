@@ -24,6 +24,10 @@
 #include <stddef.h>
 #include <stdio.h>
 
+/* --dns-family: A records, AAAA records, or one and then the other when the first has none
+ * (a dual-stack pod's two addresses are one worker, so never both at once). */
+enum rc_dns_family { RC_DNS_V4, RC_DNS_V6, RC_DNS_V4_PREFERRED, RC_DNS_V6_PREFERRED };
+
 struct router_cfg {
     struct opt_list workers;    /* "PROXY_URL=PUB_URL", each checked */
     char workers_file[512];     /* a file of workers, re-read on SIGHUP ("" = none) */
@@ -31,6 +35,7 @@ struct router_cfg {
     struct opt_list worker_dns; /* "NAME:HTTP_PORT:PUB_PORT", each checked */
     unsigned dns_interval_ms;   /* the names are resolved again this often */
     char dns_nameserver[NETADDR_HOST_MAX + 8]; /* "IP:PORT" for evdns; "" = resolv.conf */
+    enum rc_dns_family dns_family;             /* which records a name's workers come from */
     int subscriber_nng;             /* --subscriber=nng: nng's SUB for every worker (else auto) */
     unsigned load_batch_ms;         /* auto's reader: passes this often (0: on each message) */
     struct opt_list models;         /* models whose thresholds /busy_threshold may change */

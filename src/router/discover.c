@@ -30,6 +30,7 @@ struct dname {
     char name[WLIST_DNS_NAME_MAX + 1];
     unsigned http_port, pub_port;
     struct evdns_request *req; /* the lookup running, or NULL */
+    int second;                /* it asks for the --dns-family's other records */
     struct wlist cur;          /* the workers of its last answer with addresses */
     uint64_t results[LOOKUP_RESULTS];
     int bad;           /* lookups that failed or came back empty since the last good one */
@@ -150,6 +151,19 @@ static void drop(struct dname *n)
     free(n);
 }
 
+/* Whether a lookup asks for AAAA records: the family's first kind, or its second. */
+static int asks_v6(enum rc_dns_family f, int second)
+{
+    int first_v6 = f == RC_DNS_V6 || f == RC_DNS_V6_PREFERRED;
+
+    return second ? !first_v6 : first_v6;
+}
+
+static const char *const no_records[] = {"no A record", "no AAAA record", "no A or AAAA record",
+                                         "no AAAA or A record"};
+
+static int start_lookup(struct dname *n, int second);
+
 static void on_answer(int result, char type, int count, int ttl, void *addresses, void *arg)
 {
     struct dname *n = arg;
@@ -164,20 +178,34 @@ static void on_answer(int result, char type, int count, int ttl, void *addresses
     }
     if (result == DNS_ERR_CANCEL || result == DNS_ERR_SHUTDOWN)
         return;
-    if (result == DNS_ERR_NONE && type == DNS_IPv4_A && count > 0) {
+    if (result == DNS_ERR_NONE && (type == DNS_IPv4_A || type == DNS_IPv6_AAAA) && count > 0) {
         n->results[LOOKUP_OK]++;
         if (n->bad > 0)
             log_info("dns %s: resolves again after %d bad lookups", n->name, n->bad);
         n->bad = 0;
         n->why[0] = '\0';
-        wlist_from_ipv4(addresses, (size_t) count, n->http_port, n->pub_port, &next);
+        if (type == DNS_IPv4_A)
+            wlist_from_ipv4(addresses, (size_t) count, n->http_port, n->pub_port, &next);
+        else
+            wlist_from_ipv6(addresses, (size_t) count, n->http_port, n->pub_port, &next);
         snprintf(what, sizeof what, "dns %s", n->name);
         apply(n->d, what, &n->cur, &next, 0, NULL, 0);
         return;
     }
-    if (result == DNS_ERR_NONE || result == DNS_ERR_NOTEXIST || result == DNS_ERR_NODATA) {
+    if (result == DNS_ERR_NONE || result == DNS_ERR_NODATA) {
+        enum rc_dns_family f = n->d->cfg->dns_family;
+
+        /* The name has none of the first kind: the preferred families ask for the other. */
+        if (!n->second && (f == RC_DNS_V4_PREFERRED || f == RC_DNS_V6_PREFERRED) &&
+            start_lookup(n, 1) == 0)
+            return;
         n->results[LOOKUP_EMPTY]++;
-        bad_lookup(n, result == DNS_ERR_NOTEXIST ? "no such name (NXDOMAIN)" : "no A record");
+        bad_lookup(n, no_records[f]);
+        return;
+    }
+    if (result == DNS_ERR_NOTEXIST) {
+        n->results[LOOKUP_EMPTY]++;
+        bad_lookup(n, "no such name (NXDOMAIN)");
         return;
     }
     n->results[LOOKUP_FAILED]++;
@@ -185,12 +213,21 @@ static void on_answer(int result, char type, int count, int ttl, void *addresses
     bad_lookup(n, why);
 }
 
+/* Asks for the name's first (or second) kind of records; 0, or -1 when evdns would not. */
+static int start_lookup(struct dname *n, int second)
+{
+    n->second = second;
+    n->req = asks_v6(n->d->cfg->dns_family, second)
+                 ? evdns_base_resolve_ipv6(n->d->dns, n->name, 0, on_answer, n)
+                 : evdns_base_resolve_ipv4(n->d->dns, n->name, 0, on_answer, n);
+    return n->req != NULL ? 0 : -1;
+}
+
 static void resolve(struct dname *n)
 {
     if (n->req != NULL)
         return; /* still running: its answer is as new as a second one would be */
-    n->req = evdns_base_resolve_ipv4(n->d->dns, n->name, 0, on_answer, n);
-    if (n->req == NULL) {
+    if (start_lookup(n, 0) != 0) {
         n->results[LOOKUP_FAILED]++;
         bad_lookup(n, "lookup could not start");
     }

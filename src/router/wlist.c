@@ -5,6 +5,7 @@
 #include "core/opt.h"
 #include "core/xmalloc.h"
 
+#include <arpa/inet.h>
 #include <ctype.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -381,6 +382,22 @@ int wlist_dns_spec(const char *spec, char *name, unsigned *http_port, unsigned *
     memcpy(name, spec, n);
     name[n] = '\0';
     return 0;
+}
+
+void wlist_from_ipv6(const void *addrs, size_t n, unsigned http_port, unsigned pub_port,
+                     struct wlist *out)
+{
+    const unsigned char *a = addrs;
+
+    wlist_free(out);
+    for (size_t i = 0; i < n; i++, a += 16) {
+        char ip[INET6_ADDRSTRLEN], item[2 * INET6_ADDRSTRLEN + 40];
+
+        if (inet_ntop(AF_INET6, a, ip, sizeof ip) == NULL)
+            continue;
+        snprintf(item, sizeof item, "http://[%s]:%u=tcp://[%s]:%u", ip, http_port, ip, pub_port);
+        wlist_add(out, item);
+    }
 }
 
 void wlist_from_ipv4(const void *addrs, size_t n, unsigned http_port, unsigned pub_port,

@@ -74,5 +74,9 @@ int wlist_dns_spec(const char *spec, char *name, unsigned *http_port, unsigned *
  *  (4 bytes each, in network order, as evdns gives them) into out (emptied first) */
 void wlist_from_ipv4(const void *addrs, size_t n, unsigned http_port, unsigned pub_port,
                      struct wlist *out);
+/** the same for IPv6 addresses (16 bytes each): "http://[A]:HTTP_PORT=tcp://[A]:PUB_PORT",
+ *  A in its shortest form (RFC 5952, as inet_ntop writes it) */
+void wlist_from_ipv6(const void *addrs, size_t n, unsigned http_port, unsigned pub_port,
+                     struct wlist *out);
 
 #endif

@@ -17,6 +17,7 @@ import socket
 import struct
 import tempfile
 import threading
+import time
 
 from harness import Admitd, Mock, RawClient, Tap, chat_body, request, wait_for
 from test_router import MODEL, worker
@@ -42,7 +43,8 @@ class DnsServer:
         self.sock.bind(("127.0.0.1", 0))
         self.sock.settimeout(0.2)
         self.port = self.sock.getsockname()[1]
-        self.records = {}
+        self.records = {}   # name -> IPv4 addresses (A)
+        self.records6 = {}  # name -> IPv6 addresses (AAAA)
         self.mode = "answer"
         self.queries = 0
         self._stop = False
@@ -86,16 +88,23 @@ class DnsServer:
             return None
         if mode == "servfail":
             rcode = 2
-        elif mode == "nxdomain" or (mode == "answer" and name not in self.records):
+        elif mode == "nxdomain" or (mode == "answer" and name not in self.records and
+                                    name not in self.records6):
             rcode = 3
         elif mode == "answer" and qtype == 1:
-            answers = list(self.records[name])
+            answers = list(self.records.get(name, []))
+        elif mode == "answer" and qtype == 28:
+            answers = list(self.records6.get(name, []))
         head = struct.pack("!HHHHHH", qid, 0x8180 | (flags & 0x0100) | rcode, 1, len(answers),
                            0, 0)
         out = head + q[12:end]
         for a in answers:
-            # The name as a pointer to the question's, type A, class IN, TTL 1 s.
-            out += struct.pack("!HHHIH", 0xC00C, 1, 1, 1, 4) + socket.inet_aton(a)
+            # The name as a pointer to the question's, type A (or AAAA), class IN, TTL 1 s.
+            if qtype == 28:
+                out += struct.pack("!HHHIH", 0xC00C, 28, 1, 1, 16) + socket.inet_pton(
+                    socket.AF_INET6, a)
+            else:
+                out += struct.pack("!HHHIH", 0xC00C, 1, 1, 1, 4) + socket.inet_aton(a)
         return out
 
     def stop(self):
@@ -108,13 +117,16 @@ def free_ports(addrs, n=2):
     """n TCP ports free on every address in addrs (bound and released: the window until the
     workers bind them is short, and a clash fails the worker's start loudly)."""
     ports = []
+    def family(a):
+        return socket.AF_INET6 if ":" in a else socket.AF_INET
+
     while len(ports) < n:
-        s = socket.socket()
+        s = socket.socket(family(addrs[0]))
         s.bind((addrs[0], 0))
         p = s.getsockname()[1]
         ok = p not in ports
         for a in addrs[1:]:
-            t = socket.socket()
+            t = socket.socket(family(a))
             try:
                 t.bind((a, p))
             except OSError:
@@ -224,6 +236,62 @@ def test_dns_discovery():
         ad.stop()
         mock.stop()
     dns.stop()
+
+
+def test_dns_families():
+    """--dns-family: AAAA records make workers at [ADDR] (one on ::1 takes requests); the
+    family changes on SIGHUP (v4: the name has no A record, its worker stays, as after any
+    empty answer); the preferred families ask for the other kind only when the name has none
+    of the first, so a dual-stack name is followed by one family, never both."""
+    http_port, pub_port = free_ports(["127.0.0.1", "::1"])
+    dns = DnsServer()
+    dns.records6["six.test"] = ["::1"]
+    dns.records["dual.test"] = ["127.0.0.1"]
+    dns.records6["dual.test"] = ["::1"]
+    mock, ad = dns_worker("[::1]", http_port, pub_port, "--speedup-ratio", "0")
+    six = "[::1]:%d" % http_port
+    cfg = os.path.join(tempfile.mkdtemp(), "router.yaml")
+
+    def config(family):
+        write(cfg, "worker_dns: \"six.test:%d:%d\"\ndns_family: %s\n"
+              "dns_nameserver: \"127.0.0.1:%d\"\ndns_interval_ms: 300\n" %
+              (http_port, pub_port, family, dns.port))
+
+    def six_lookups(result):
+        return rt.metrics().get('admit_router_dns_lookups_total{name="six.test",result="%s"}'
+                                % result, 0)
+
+    config("v6")
+    rt = Router("--config", cfg)
+    rt.wait_routable(1)
+    assert list(by_url(rt)) == [six], rt.workers()
+    short_request(rt)
+    assert served(mock) == 1
+    empty = six_lookups("empty")
+    config("v4")
+    rt.proc.p.send_signal(signal.SIGHUP)
+    wait_for(lambda: six_lookups("empty") >= empty + 2, 10, "lookups of A records, empty")
+    assert list(by_url(rt)) == [six] and rt.workers()[0]["state"] == "active", rt.workers()
+    config("v6-preferred")
+    rt.proc.p.send_signal(signal.SIGHUP)
+    ok = six_lookups("ok")
+    wait_for(lambda: six_lookups("ok") >= ok + 2, 10, "AAAA lookups again")
+    rt.stop()
+    # v4-preferred: six.test has no A record, so its AAAA is taken; dual.test has both: its
+    # A alone (no worker listens there: it is followed, never routable).
+    rt = Router("--worker-dns", "six.test:%d:%d" % (http_port, pub_port),
+                "--worker-dns", "dual.test:%d:%d" % (http_port + 1, pub_port + 1),
+                "--dns-family", "v4-preferred", "--dns-nameserver", "127.0.0.1:%d" % dns.port,
+                "--dns-interval-ms", "300")
+    rt.wait_routable(1)
+    want = sorted([six, "127.0.0.1:%d" % (http_port + 1)])
+    wait_for(lambda: sorted(by_url(rt)) == want, 10, "one worker per name")
+    time.sleep(1)  # three more rounds of lookups: still one family each
+    assert sorted(by_url(rt)) == want, rt.workers()
+    rt.stop()
+    dns.stop()
+    ad.stop()
+    mock.stop()
 
 
 def test_dns_bad_lookups():
@@ -393,6 +461,7 @@ def test_check_config():
 if __name__ == "__main__":
     tap = Tap()
     tap.run("DNS: workers follow the answer; one leaves mid-stream", test_dns_discovery)
+    tap.run("DNS: AAAA records, the preferred families", test_dns_families)
     tap.run("DNS: empty answers and failed lookups keep the workers; a good one is followed",
             test_dns_bad_lookups)
     tap.run("DNS: a retired worker named again is revived with its booking", test_dns_revive)

@@ -75,6 +75,26 @@ static void test_defaults(void **state)
     assert_int_equal(c.metrics_listen.port, 9092);
     assert_int_equal(c.subscriber_nng, 0); /* auto */
     assert_int_equal(c.load_batch_ms, 2);
+    assert_int_equal(c.dns_family, RC_DNS_V4);
+    router_cfg_free(&c);
+}
+
+/* --dns-family names one of four, from a flag or the environment. */
+static void test_dns_family(void **state)
+{
+    static struct router_cfg c;
+    const char *const env[] = {"ADMIT_ROUTER_DNS_FAMILY", "v6-preferred", NULL};
+
+    (void) state;
+    assert_int_equal(parse(&c, NULL, "--worker=" W1, "--dns-family=v6", NULL), OPT_RUN);
+    assert_int_equal(c.dns_family, RC_DNS_V6);
+    assert_int_equal(parse(&c, NULL, "--worker=" W1, "--dns-family=v4-preferred", NULL), OPT_RUN);
+    assert_int_equal(c.dns_family, RC_DNS_V4_PREFERRED);
+    assert_int_equal(parse(&c, env, "--worker=" W1, NULL), OPT_RUN);
+    assert_int_equal(c.dns_family, RC_DNS_V6_PREFERRED);
+    assert_int_equal(parse(&c, NULL, "--worker=" W1, "--dns-family=ipv6", NULL), OPT_ERROR);
+    assert_non_null(strstr(err, "--dns-family"));
+    assert_non_null(strstr(err, "must be v4, v6, v4-preferred or v6-preferred"));
     router_cfg_free(&c);
 }
 
@@ -618,6 +638,7 @@ int main(void)
         cmocka_unit_test(test_classes),       cmocka_unit_test(test_classes_example),
         cmocka_unit_test(test_usage),         cmocka_unit_test(test_discovery),
         cmocka_unit_test(test_reload),        cmocka_unit_test(test_subscriber),
+        cmocka_unit_test(test_dns_family),
     };
 
     return cmocka_run_group_tests(tests, NULL, NULL);

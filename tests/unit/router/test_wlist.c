@@ -286,6 +286,27 @@ static void test_from_ipv4(void **state)
     wlist_free(&l);
 }
 
+static void test_from_ipv6(void **state)
+{
+    unsigned char addrs[3 * 16] = {0};
+    struct wlist l = {0};
+
+    (void) state;
+    addrs[15] = 1; /* ::1 */
+    addrs[16] = 0xfd, addrs[17] = 0x00, addrs[18] = 0x0a, addrs[19] = 0xbc, addrs[31] = 0x2a;
+    memcpy(addrs + 32, addrs + 16, 16); /* the same address twice: one worker */
+    wlist_from_ipv6(addrs, 3, 8080, 5557, &l);
+    assert_list(&l, "http://[::1]:8080=tcp://[::1]:5557,"
+                    "http://[fd00:abc::2a]:8080=tcp://[fd00:abc::2a]:5557");
+    for (size_t i = 0; i < l.n; i++) {
+        char out[600], msg[300];
+
+        assert_int_equal(wlist_canon(l.items[i], out, sizeof out, msg, sizeof msg), 0);
+        assert_string_equal(out, l.items[i]);
+    }
+    wlist_free(&l);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -293,7 +314,7 @@ int main(void)
         cmocka_unit_test(test_add_remove), cmocka_unit_test(test_diff),
         cmocka_unit_test(test_file_lines), cmocka_unit_test(test_file_yaml),
         cmocka_unit_test(test_file_read),  cmocka_unit_test(test_dns_spec),
-        cmocka_unit_test(test_from_ipv4),
+        cmocka_unit_test(test_from_ipv4),  cmocka_unit_test(test_from_ipv6),
     };
 
     return cmocka_run_group_tests(tests, NULL, NULL);
