@@ -131,7 +131,11 @@ static int peer_flush(struct peer *c)
             iov[n].iov_base = m->b + skip;
             iov[n++].iov_len = m->len - skip;
         }
-        w = writev(c->fd, iov, n);
+        /* sendmsg, not writev: a subscriber that reset must not raise SIGPIPE in a process
+         * that did not ignore it (a bench, a test). */
+        struct msghdr mh = {.msg_iov = iov, .msg_iovlen = (size_t) n};
+
+        w = sendmsg(c->fd, &mh, MSG_NOSIGNAL | MSG_DONTWAIT);
         if (w < 0 && errno == EINTR)
             continue;
         if (w < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
