@@ -78,23 +78,41 @@ int net_listen(const struct hostport *hp, char *err, size_t errlen)
     return fd;
 }
 
+int net_pick(const struct addrinfo *res, struct sockaddr_storage *addr, socklen_t *len)
+{
+    const struct addrinfo *pick = NULL;
+
+    for (const struct addrinfo *ai = res; ai != NULL; ai = ai->ai_next)
+        if (pick == NULL || (ai->ai_family == AF_INET && pick->ai_family != AF_INET))
+            pick = ai;
+    if (pick == NULL || pick->ai_addrlen > sizeof *addr)
+        return -1;
+    memcpy(addr, pick->ai_addr, pick->ai_addrlen);
+    *len = pick->ai_addrlen;
+    return 0;
+}
+
+int net_is_numeric(const char *host)
+{
+    unsigned char bin[16];
+
+    return inet_pton(AF_INET, host, bin) == 1 || inet_pton(AF_INET6, host, bin) == 1;
+}
+
 int net_resolve(const char *host, int port, struct sockaddr_storage *addr, socklen_t *len)
 {
-    struct addrinfo hints = {0}, *res = NULL, *ai, *pick = NULL;
+    struct addrinfo hints = {0}, *res = NULL;
     char num[16];
+    int rv;
 
     hints.ai_family = AF_UNSPEC;
     hints.ai_socktype = SOCK_STREAM;
     snprintf(num, sizeof num, "%d", port);
     if (getaddrinfo(host, num, &hints, &res) != 0 || res == NULL)
         return -1;
-    for (ai = res; ai != NULL; ai = ai->ai_next)
-        if (pick == NULL || (ai->ai_family == AF_INET && pick->ai_family != AF_INET))
-            pick = ai;
-    memcpy(addr, pick->ai_addr, pick->ai_addrlen);
-    *len = pick->ai_addrlen;
+    rv = net_pick(res, addr, len);
     freeaddrinfo(res);
-    return 0;
+    return rv;
 }
 
 int net_connect(const struct sockaddr *addr, socklen_t len, int *in_progress)

@@ -355,7 +355,7 @@ struct proxy *proxy_new(struct event_base *base, const struct proxy_opts *o,
     buf_init(&px->head);
     buf_init(&px->scratch);
     if (upstream != NULL)
-        px->up = upstream_new(base, upstream, o->upstream_timeout_ms, o->upstream_keepalive,
+        px->up = upstream_new(base, upstream, NULL, o->upstream_timeout_ms, o->upstream_keepalive,
                               UPSTREAM_IDLE_MS);
     px->l = hl_new(base, &lim, &ops, px);
     return px;

@@ -8,6 +8,7 @@
 #include "http/netsock.h"
 
 #include <errno.h>
+#include <event2/dns.h>
 #include <event2/event.h>
 #include <stdlib.h>
 #include <string.h>
@@ -29,8 +30,18 @@ struct uconn {
     struct uconn *next;     /* in the idle list or the spare list */
 };
 
+/* A lookup in flight: u is NULL once the pool that started it is gone (the answer is then
+ * dropped), so that the lookup can end after it. */
+struct ulookup {
+    struct upstream *u;
+    struct evdns_getaddrinfo_request *req;
+};
+
 struct upstream {
     struct event_base *base;
+    struct evdns_base *dns;   /* NULL: names are looked up with getaddrinfo, blocking */
+    struct ulookup *lookup;   /* the name's lookup in flight, or NULL */
+    struct timeval failed_at; /* when the last lookup failed (upstream_resolved waits 1 s) */
     struct http_url url;
     const struct timeval *timeout; /* a common timeout: O(1) to arm */
     struct timeval timeout_tv;
@@ -44,11 +55,55 @@ struct upstream {
     struct event *reaper; /* expires idle connections */
 };
 
-/* Looks the engine's address up: at start, and again after a failure (net_resolve prefers
- * IPv4). */
+/* Lookups started and not answered yet, in every pool (and those whose pool is gone). */
+static unsigned lookups_pending;
+
+static void on_lookup(int result, struct evutil_addrinfo *res, void *arg)
+{
+    struct ulookup *l = arg;
+    struct upstream *u = l->u;
+
+    lookups_pending--;
+    if (u != NULL) {
+        u->lookup = NULL;
+        if (result != 0 || net_pick(res, &u->addr, &u->addrlen) != 0) {
+            u->addrlen = 0; /* looked up again at the next connect */
+            event_base_gettimeofday_cached(u->base, &u->failed_at);
+        }
+    }
+    if (res != NULL)
+        evutil_freeaddrinfo(res);
+    free(l);
+}
+
+/* Looks the engine's address up: at start, and again after a failure (IPv4 preferred, as
+ * net_resolve does). A numeric address is parsed at once; a name, with a resolver, is asked
+ * without waiting (0 only once its answer is in); without one, with getaddrinfo. */
 static int resolve(struct upstream *u)
 {
-    return net_resolve(u->url.host, u->url.port, &u->addr, &u->addrlen);
+    struct evutil_addrinfo hints = {.ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM};
+    struct ulookup *l;
+    struct evdns_getaddrinfo_request *req;
+    char port[16];
+
+    if (u->dns == NULL || net_is_numeric(u->url.host))
+        return net_resolve(u->url.host, u->url.port, &u->addr, &u->addrlen);
+    if (u->lookup != NULL)
+        return -1; /* its answer is as new as another's would be */
+    snprintf(port, sizeof port, "%d", u->url.port);
+    l = xcalloc(1, sizeof *l);
+    l->u = u;
+    u->lookup = l;
+    lookups_pending++;
+    req = evdns_getaddrinfo(u->dns, u->url.host, port, &hints, on_lookup, l);
+    if (req != NULL && u->lookup == l) {
+        l->req = req;
+    } else if (u->lookup == l) { /* refused without an answer: nothing will call on_lookup */
+        u->lookup = NULL;
+        lookups_pending--;
+        free(l);
+    } /* else it answered already, from the hosts file or at once */
+    return u->addrlen > 0 ? 0 : -1;
 }
 
 static void free_conn(struct uconn *c)
@@ -164,12 +219,14 @@ static void on_timeout(evutil_socket_t fd, short what, void *arg)
 }
 
 struct upstream *upstream_new(struct event_base *base, const struct http_url *url,
-                              unsigned timeout_ms, unsigned max_idle, unsigned idle_ms)
+                              struct evdns_base *dns, unsigned timeout_ms, unsigned max_idle,
+                              unsigned idle_ms)
 {
     struct upstream *u = xcalloc(1, sizeof *u);
     struct timeval tv = {timeout_ms / 1000, (timeout_ms % 1000) * 1000};
 
     u->base = base;
+    u->dns = dns;
     u->url = *url;
     u->timeout = event_base_init_common_timeout(base, &tv);
     u->timeout_tv = tv;
@@ -188,6 +245,13 @@ void upstream_free(struct upstream *u)
 {
     if (u == NULL)
         return;
+    if (u->lookup != NULL) {
+        struct evdns_getaddrinfo_request *req = u->lookup->req;
+
+        u->lookup->u = NULL; /* its answer, now or later, frees it and nothing else */
+        u->lookup = NULL;
+        evdns_getaddrinfo_cancel(req);
+    }
     while (u->idle != NULL) {
         struct uconn *c = u->idle;
         u->idle = c->next;
@@ -307,6 +371,24 @@ void uconn_drop(struct uconn *c)
 const char *upstream_hostport(const struct upstream *u)
 {
     return u->url.hostport;
+}
+
+int upstream_resolved(struct upstream *u)
+{
+    struct timeval now, next = {1, 0};
+
+    if (u->addrlen > 0)
+        return 1;
+    event_base_gettimeofday_cached(u->base, &now);
+    timeradd(&u->failed_at, &next, &next);
+    if (u->lookup == NULL && !timercmp(&now, &next, <))
+        resolve(u);
+    return u->addrlen > 0;
+}
+
+unsigned upstream_lookups_pending(void)
+{
+    return lookups_pending;
 }
 
 unsigned upstream_idle_count(const struct upstream *u)

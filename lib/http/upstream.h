@@ -20,6 +20,7 @@
 #include <sys/uio.h>
 
 struct event_base;
+struct evdns_base;
 struct upstream;
 struct uconn;
 
@@ -35,9 +36,12 @@ enum uc_event {
 typedef void (*uconn_cb)(void *arg, enum uc_event ev);
 
 /** a pool for one engine; timeout_ms bounds connecting and silence; the address is looked up
- *  now (and again at the next connect if that fails) */
+ *  now (and again at the next connect if that fails): a name with dns's evdns, without
+ *  waiting (until its answer is in, a connect fails at once with EHOSTUNREACH), or with
+ *  getaddrinfo, blocking, when dns is NULL (admitd's engine, at start) */
 struct upstream *upstream_new(struct event_base *base, const struct http_url *url,
-                              unsigned timeout_ms, unsigned max_idle, unsigned idle_ms);
+                              struct evdns_base *dns, unsigned timeout_ms, unsigned max_idle,
+                              unsigned idle_ms);
 /** closes every idle connection and frees; connections in use must have been given back */
 void upstream_free(struct upstream *u);
 /** an idle connection (*reused = 1) or a new one, connecting; its events go to cb with arg
@@ -65,5 +69,12 @@ void uconn_drop(struct uconn *c);
 const char *upstream_hostport(const struct upstream *u);
 /** number of idle connections now (for tests and metrics) */
 unsigned upstream_idle_count(const struct upstream *u);
+
+/** 1 when the engine's address is known; else 0, with a lookup started unless one runs or
+ *  the last failed less than a second ago */
+int upstream_resolved(struct upstream *u);
+/** name lookups not answered yet, in every pool: an evdns base with one pending cannot be
+ *  freed without losing what evdns allocated for it (its answer comes from the loop) */
+unsigned upstream_lookups_pending(void);
 
 #endif

@@ -1,5 +1,6 @@
 /* discover: the workers file and DNS names, followed on the loop (see discover.h). */
 #include "discover.h"
+#include "resolver.h"
 #include "router.h"
 #include "wlist.h"
 #include "core/log.h"
@@ -15,8 +16,6 @@
 
 /* A name that keeps failing is logged again at most this often. */
 #define DNS_LOG_EVERY_MS 60000
-/* Attempts per lookup; each waits the resolver's timeout (below). */
-#define DNS_ATTEMPTS "2"
 
 /* Room for one entry split into its URLs. */
 #define PROXY_MAX (NETADDR_HOST_MAX + 16)
@@ -242,57 +241,11 @@ void discover_resolve_now(struct discover *d)
             resolve(d->names[i]);
 }
 
-/* evdns's own messages (a nameserver down, back up): ours say what matters, at warn. */
-static void evdns_log(int is_warning, const char *msg)
-{
-    log_debug("evdns%s: %s", is_warning ? " (warning)" : "", msg);
-}
-
 static void on_tick(evutil_socket_t fd, short what, void *arg)
 {
     (void) fd;
     (void) what;
     discover_resolve_now(arg);
-}
-
-/* A lookup waits half the interval at each attempt, between 0.5 and 5 s, so that a dead
- * server is known within about an interval. */
-static void set_timeout(struct evdns_base *dns, unsigned interval_ms)
-{
-    unsigned wait_ms = interval_ms / 2;
-    char timeout[32];
-
-    if (wait_ms < 500)
-        wait_ms = 500;
-    if (wait_ms > 5000)
-        wait_ms = 5000;
-    snprintf(timeout, sizeof timeout, "%u.%03u", wait_ms / 1000, wait_ms % 1000);
-    evdns_base_set_option(dns, "timeout:", timeout);
-}
-
-/* The resolver: cfg's nameserver alone, else /etc/resolv.conf's (its search domains and
- * ndots too, which Kubernetes' short Service names need). */
-static struct evdns_base *resolver(struct event_base *base, const struct router_cfg *cfg, char *err,
-                                   size_t errlen)
-{
-    int own = cfg->dns_nameserver[0] != '\0';
-    struct evdns_base *dns = evdns_base_new(base, (own ? 0 : EVDNS_BASE_INITIALIZE_NAMESERVERS) |
-                                                      EVDNS_BASE_DISABLE_WHEN_INACTIVE);
-
-    if (dns == NULL) {
-        snprintf(err, errlen, "cannot set up the DNS resolver");
-        return NULL;
-    }
-    evdns_set_log_fn(evdns_log);
-    if (own && evdns_base_nameserver_ip_add(dns, cfg->dns_nameserver) != 0) {
-        snprintf(err, errlen, "--dns-nameserver %s: not a nameserver evdns takes",
-                 cfg->dns_nameserver);
-        evdns_base_free(dns, 0);
-        return NULL;
-    }
-    set_timeout(dns, cfg->dns_interval_ms);
-    evdns_base_set_option(dns, "attempts:", DNS_ATTEMPTS);
-    return dns;
 }
 
 /* The name followed (not leaving) with these ports, or NULL. */
@@ -370,9 +323,9 @@ static int schedule(struct discover *d, const struct router_cfg *cfg, char *err,
         event_del(d->tick);
         return 0;
     }
-    if (d->dns == NULL && (d->dns = resolver(d->base, cfg, err, errlen)) == NULL)
+    if (d->dns == NULL && (d->dns = resolver_new(d->base, cfg, err, errlen)) == NULL)
         return -1;
-    set_timeout(d->dns, cfg->dns_interval_ms);
+    resolver_set_interval(d->dns, cfg->dns_interval_ms);
     event_add(d->tick, &tv); /* again: the interval starts over */
     return 0;
 }
@@ -388,7 +341,7 @@ struct discover *discover_new(struct event_base *base, struct router *r,
     d->tick = event_new(base, -1, EV_PERSIST, on_tick, d);
     if (d->tick == NULL)
         fatal("event_new failed");
-    if (cfg->worker_dns.n > 0 && (d->dns = resolver(base, cfg, err, errlen)) == NULL) {
+    if (cfg->worker_dns.n > 0 && (d->dns = resolver_new(base, cfg, err, errlen)) == NULL) {
         discover_free(d);
         return NULL;
     }

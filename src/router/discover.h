@@ -8,12 +8,12 @@
  * retired only when none names it any more.
  *
  * DNS is libevent's evdns, on the router's loop: no thread, and no blocking getaddrinfo. Each
- * name is asked for its A records; every address is a worker, http://ADDR:HTTP_PORT with its
- * publisher tcp://ADDR:PUB_PORT. A name whose answer has addresses is the whole truth (as
- * Envoy's STRICT_DNS); a lookup that fails (timeout, SERVFAIL, refused) or comes back empty
- * (NXDOMAIN, no A record) changes nothing, as HAProxy's "hold" keeps the last valid answer:
- * one bad lookup is no outage. Every result is counted and a bad run is logged, rate-limited.
- * A lookup still running when the next is due is left to finish, not doubled. */
+ * name is asked for its A records (or AAAA, --dns-family); every address is a worker,
+ * http://ADDR:HTTP_PORT with its publisher tcp://ADDR:PUB_PORT. A name whose answer has addresses
+ * is the whole truth (as Envoy's STRICT_DNS); a lookup that fails (timeout, SERVFAIL, refused) or
+ * comes back empty (NXDOMAIN, no A record) changes nothing, as HAProxy's "hold" keeps the last
+ * valid answer: one bad lookup is no outage. Every result is counted and a bad run is logged,
+ * rate-limited. A lookup still running when the next is due is left to finish, not doubled. */
 #ifndef ADMIT_DISCOVER_H
 #define ADMIT_DISCOVER_H
 

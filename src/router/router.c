@@ -7,10 +7,13 @@
 #include "core/ratewin.h"
 #include "core/tokcount.h"
 #include "core/xmalloc.h"
+#include "resolver.h"
+#include "http/netsock.h"
 #include "http/proxy.h"
 #include "http/upstream.h"
 #include "pubsub/subscribe.h"
 
+#include <event2/dns.h>
 #include <event2/event.h>
 #include <jansson.h>
 #include <stdio.h>
@@ -41,6 +44,7 @@ static void bury(struct router *r, struct rworker *w)
     w->worker_id[0] = '\0';
     w->last_ms = 0;
     w->bad_messages = 0;
+    w->unresolved_said = 0;
     r->removed++;
     log_info("worker %s removed: its last request ended", w->proxy_url);
 }
@@ -499,8 +503,17 @@ int router_add_worker(struct router *r, const char *proxy_url, const char *pub_u
         admit_load_models_unknown(&unknown);
         rmodels_set(r->models, w->idx, &unknown, NULL, NULL);
     }
-    w->up =
-        upstream_new(r->base, &url, r->cfg->upstream_timeout_ms, r->cfg->upstream_keepalive, 4000);
+    /* A name is looked up on the loop without waiting: a worker added on SIGHUP, or one whose
+     * lookup failed, must not stop every other request while a DNS server is slow. */
+    if (!net_is_numeric(url.host) && r->dns == NULL) {
+        char why[256];
+
+        if ((r->dns = resolver_new(r->base, r->cfg, why, sizeof why)) == NULL)
+            log_warn("worker %s: %s; its name is looked up with getaddrinfo, blocking",
+                     url.hostport, why);
+    }
+    w->up = upstream_new(r->base, &url, net_is_numeric(url.host) ? NULL : r->dns,
+                         r->cfg->upstream_timeout_ms, r->cfg->upstream_keepalive, 4000);
     w->state = RW_ACTIVE;
     w->holds = 1;
     r->added++;
@@ -555,6 +568,9 @@ unsigned router_routable(struct router *r)
     return n;
 }
 
+/* Reachable, so that what a resolver still holds at exit is not reported as lost. */
+static struct evdns_base *dns_left_at_exit;
+
 void router_free(struct router *r)
 {
     if (r == NULL)
@@ -566,6 +582,13 @@ void router_free(struct router *r)
         free(r->w[k]);
     }
     free(r->w);
+    /* After the pools, each of which cancelled its own lookup. A cancelled lookup is answered
+     * from the loop, which runs no more: with one pending, evdns's records for it would be
+     * lost, so the resolver is left to the exit, as nng's sockets are. */
+    if (r->dns != NULL && upstream_lookups_pending() == 0)
+        evdns_base_free(r->dns, 0);
+    else if (r->dns != NULL)
+        dns_left_at_exit = r->dns;
     rq_free(r);
     sel_free(r->sel);
     rmodels_free(r->models);

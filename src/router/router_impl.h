@@ -48,6 +48,7 @@ struct rworker {
     struct subscriber *sub;
     int64_t last_ms; /* monotonic time of the newest message; 0 = never heard */
     int bad_messages;
+    int unresolved_said; /* logged that its engine's name is not looked up yet */
 };
 
 /* Per exchange, inside the proxy's allocation (zeroed at arrival). */
@@ -84,6 +85,7 @@ struct router {
     struct proxy *px;
     struct metrics *m;
     const struct router_cfg *cfg; /* replaced by each reload (router_reconfigure) */
+    struct evdns_base *dns;       /* the workers' host names' resolver, made for the first */
     struct bt_registry *bt;
     struct sel *sel;
     struct rmodels *models; /* which workers serve which model (router_models.c) */

@@ -9,6 +9,7 @@
 #include "router_impl.h"
 #include "core/log.h"
 #include "core/prom.h"
+#include "http/upstream.h"
 #include "pubsub/subscribe.h"
 
 #include <stdio.h>
@@ -46,6 +47,19 @@ static void on_message(void *arg, const void *msg, size_t len)
         if (w->bad_messages++ < 5)
             log_warn("worker %s sent an invalid load message: %s", w->proxy_url, err);
         return;
+    }
+    /* A worker whose engine's host name has no address yet is not routable: its load is
+     * taken from the first message after the lookup answered (which this starts again). */
+    if (!upstream_resolved(w->up)) {
+        if (!w->unresolved_said++)
+            log_warn("worker %s: its host name is not looked up yet; it is not routable until it "
+                     "is",
+                     w->proxy_url);
+        return;
+    }
+    if (w->unresolved_said) {
+        log_info("worker %s: its host name is looked up; routable from now on", w->proxy_url);
+        w->unresolved_said = 0;
     }
     w->last_ms = router_now_ms();
     if (strcmp(w->worker_id, m.worker_id) != 0)

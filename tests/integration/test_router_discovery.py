@@ -440,6 +440,51 @@ def test_workers_file():
         m.stop()
 
 
+def test_worker_host_names():
+    """A worker named by host name: its engine's address is looked up on the router's loop
+    without waiting. While the DNS server does not answer, that worker is not routable (its
+    load messages wait for the address) and every request goes to the others, served as
+    usual; once the server answers, the worker is routable and served."""
+    http_port, pub_port = free_ports(ADDRS[:2])
+    dns = DnsServer()
+    dns.records["w1.test"] = [ADDRS[0]]
+    fleet = [dns_worker(ADDRS[0], http_port, pub_port, "--speedup-ratio", "0"),
+             dns_worker(ADDRS[1], http_port, pub_port, "--speedup-ratio", "0")]
+    path = os.path.join(tempfile.mkdtemp(), "workers")
+    w1 = "http://w1.test:%d=tcp://%s:%d" % (http_port, ADDRS[0], pub_port)
+    w2 = "http://w2.test:%d=tcp://%s:%d" % (http_port, ADDRS[1], pub_port)
+    write(path, w1 + "\n")
+    # Lookups wait 4 s per attempt, twice: a blocking one would stop the router for 8 s.
+    rt = Router("--workers-file", path, "--dns-nameserver", "127.0.0.1:%d" % dns.port,
+                "--dns-interval-ms", "8000")
+    rt.wait_routable(1)
+    short_request(rt)
+    assert served(fleet[0][0]) == 1
+    dns.mode = "silent"
+    write(path, w1 + "\n" + w2 + "\n")
+    rt.proc.p.send_signal(signal.SIGHUP)
+    rt.proc.wait_line(r"worker w2\.test:%d: its host name is not looked up yet" % http_port, 10)
+    t0 = time.monotonic()
+    for _ in range(6):
+        short_request(rt)  # all to w1: w2 is not routable
+    took = time.monotonic() - t0
+    assert served(fleet[0][0]) == 7 and served(fleet[1][0]) == 0, [served(m) for m, _ in fleet]
+    assert took < 4, took  # far below one lookup attempt: nothing waited for the DNS server
+    w = by_url(rt)["w2.test:%d" % http_port]
+    assert not w["routable"], w
+    dns.mode = "answer"
+    dns.records["w2.test"] = [ADDRS[1]]
+    rt.wait_routable(2)
+    status, _, body = request(rt.addr, "POST", "/v1/chat/completions", chat_body(max_tokens=1),
+                              headers={"X-Admit-Worker": "w2.test:%d" % http_port})
+    assert status == 200 and served(fleet[1][0]) == 1, (status, body)
+    rt.stop()
+    for mock, ad in fleet:
+        ad.stop()
+        mock.stop()
+    dns.stop()
+
+
 def test_check_config():
     import subprocess
     router = os.environ.get("ADMIT_ROUTER", "build/admit-router")
@@ -466,5 +511,7 @@ if __name__ == "__main__":
             test_dns_bad_lookups)
     tap.run("DNS: a retired worker named again is revived with its booking", test_dns_revive)
     tap.run("workers file: edited and SIGHUP, a bad line, the YAML form", test_workers_file)
+    tap.run("workers named by host name: looked up without stopping the loop",
+            test_worker_host_names)
     tap.run("workers file and DNS names in --check-config", test_check_config)
     tap.done()
