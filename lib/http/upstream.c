@@ -34,7 +34,6 @@ struct uconn {
  * dropped), so that the lookup can end after it. */
 struct ulookup {
     struct upstream *u;
-    struct evdns_getaddrinfo_request *req;
 };
 
 struct upstream {
@@ -96,9 +95,7 @@ static int resolve(struct upstream *u)
     u->lookup = l;
     lookups_pending++;
     req = evdns_getaddrinfo(u->dns, u->url.host, port, &hints, on_lookup, l);
-    if (req != NULL && u->lookup == l) {
-        l->req = req;
-    } else if (u->lookup == l) { /* refused without an answer: nothing will call on_lookup */
+    if (req == NULL && u->lookup == l) { /* refused without an answer: no on_lookup comes */
         u->lookup = NULL;
         lookups_pending--;
         free(l);
@@ -245,12 +242,13 @@ void upstream_free(struct upstream *u)
 {
     if (u == NULL)
         return;
+    /* A lookup in flight is left to end: its answer, now or later, frees it and touches
+     * nothing else. Not cancelled: a cancel is answered from the loop, and one still queued
+     * when the loop stops for good would take evdns's records with it, unreachable. Left
+     * running, they stay in the resolver's own lists (see upstream_lookups_pending). */
     if (u->lookup != NULL) {
-        struct evdns_getaddrinfo_request *req = u->lookup->req;
-
-        u->lookup->u = NULL; /* its answer, now or later, frees it and nothing else */
+        u->lookup->u = NULL;
         u->lookup = NULL;
-        evdns_getaddrinfo_cancel(req);
     }
     while (u->idle != NULL) {
         struct uconn *c = u->idle;

@@ -569,7 +569,7 @@ unsigned router_routable(struct router *r)
 }
 
 /* Reachable, so that what a resolver still holds at exit is not reported as lost. */
-static struct evdns_base *dns_left_at_exit;
+static struct evdns_base *volatile dns_left_at_exit; /* volatile: never read, kept */
 
 void router_free(struct router *r)
 {
@@ -582,9 +582,9 @@ void router_free(struct router *r)
         free(r->w[k]);
     }
     free(r->w);
-    /* After the pools, each of which cancelled its own lookup. A cancelled lookup is answered
-     * from the loop, which runs no more: with one pending, evdns's records for it would be
-     * lost, so the resolver is left to the exit, as nng's sockets are. */
+    /* After the pools, each of which left its lookup to end. One still pending is answered
+     * from the loop, which runs no more: freeing the resolver would lose what evdns holds
+     * for it, so the resolver is left to the exit, as nng's sockets are. */
     if (r->dns != NULL && upstream_lookups_pending() == 0)
         evdns_base_free(r->dns, 0);
     else if (r->dns != NULL)

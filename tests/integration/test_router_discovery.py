@@ -478,6 +478,12 @@ def test_worker_host_names():
     status, _, body = request(rt.addr, "POST", "/v1/chat/completions", chat_body(max_tokens=1),
                               headers={"X-Admit-Worker": "w2.test:%d" % http_port})
     assert status == 200 and served(fleet[1][0]) == 1, (status, body)
+    # A lookup still waiting when the router stops: it exits 0, nothing reported lost.
+    dns.mode = "silent"
+    write(path, "%s\n%s\nhttp://w3.test:%d=tcp://%s:%d\n" % (w1, w2, http_port, ADDRS[1],
+                                                             pub_port))
+    rt.proc.p.send_signal(signal.SIGHUP)
+    rt.proc.wait_line(r"workers file %s read: 3 workers" % path, 10)
     rt.stop()
     for mock, ad in fleet:
         ad.stop()
