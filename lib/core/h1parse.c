@@ -252,6 +252,26 @@ static int store_field(struct h1_parser *p, const unsigned char *b, size_t line,
 
 /* The state lives in locals while the bytes last (the compiler keeps them in registers:
  * stores through p could alias the input, which is read as bytes), and in p between calls. */
+int h1_parse_final(struct h1_parser *p, struct h1_header *slots, size_t nslots, size_t max_head,
+                   enum h1_method req, const char *buf, size_t len, size_t *used)
+{
+    int rv;
+
+    *used = 0;
+    for (;;) {
+        /* Whole, from its first byte: a head split over reads is parsed again. */
+        h1_resp_init(p, slots, nslots, max_head, req);
+        if ((rv = h1_parse(p, buf + *used, len - *used)) != H1_DONE)
+            return rv;
+        *used += p->head_len;
+        if (p->status >= 200)
+            return H1_DONE;
+        if (p->status == 101)
+            return h1p_fail(p, 502, "101 without an upgrade asked for", 0);
+        /* 1xx: an interim answer (100 Continue); the final one follows. */
+    }
+}
+
 int h1_parse(struct h1_parser *p, const char *buf, size_t len)
 {
     const unsigned char *b = (const unsigned char *) buf;

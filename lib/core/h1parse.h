@@ -123,6 +123,11 @@ void h1_resp_init(struct h1_parser *p, struct h1_header *slots, size_t nslots, s
 /** parses buf[0..len), the same buffer as the last call, maybe grown; returns H1_DONE (head
  *  complete, head_len bytes), H1_AGAIN (need more) or H1_ERROR (err_status, err_reason) */
 int h1_parse(struct h1_parser *p, const char *buf, size_t len);
+/** parses the final response head at buf[0..len) past any 1xx interim ones (a 101 is refused:
+ *  no upgrade is ever asked for), with h1_resp_init's arguments; *used is the bytes of the
+ *  heads taken, interim ones included even with H1_AGAIN; returns as h1_parse */
+int h1_parse_final(struct h1_parser *p, struct h1_header *slots, size_t nslots, size_t max_head,
+                   enum h1_method req, const char *buf, size_t len, size_t *used);
 /** the first field line of a classified name, or NULL */
 const struct h1_header *h1_get(const struct h1_parser *p, enum h1_hid id);
 /** the first field line called name (case-insensitive), or NULL */

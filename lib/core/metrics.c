@@ -41,10 +41,20 @@ static void labelled(struct buf *out, const char *name, const char *type, const 
     }
 }
 
+static void single(struct buf *out, const char *name, const char *type, const char *help, double v)
+{
+    prom_family(out, name, type, help);
+    prom_sample(out, name, NULL, v);
+}
+
 static void gauge(struct buf *out, const char *name, const char *help, double v)
 {
-    prom_family(out, name, "gauge", help);
-    prom_sample(out, name, NULL, v);
+    single(out, name, "gauge", help, v);
+}
+
+static void counter(struct buf *out, const char *name, const char *help, uint64_t v)
+{
+    single(out, name, "counter", help, (double) v);
 }
 
 /* The booked load per data-parallel rank, as published in load messages. */
@@ -107,9 +117,9 @@ void metrics_render(const struct metrics_view *v, struct buf *out)
              "kind", uerr_names, m->upstream_errors, UERR__COUNT);
     prom_hist_write(out, "admitd_queue_wait_seconds",
                     "Time from arrival to an engine slot, for admitted requests", &m->queue_wait);
-    prom_family(out, "admitd_bypass_requests_total", "counter",
-                "Requests passed to the engine without taking a slot (GET, HEAD, OPTIONS)");
-    prom_sample(out, "admitd_bypass_requests_total", NULL, (double) m->requests_bypass);
+    counter(out, "admitd_bypass_requests_total",
+            "Requests passed to the engine without taking a slot (GET, HEAD, OPTIONS)",
+            m->requests_bypass);
     gauge(out, "admitd_bypass_requests_in_flight",
           "Requests passing to the engine without a slot, in flight now", m->inflight_bypass);
     gauge(out, "admitd_engine_ready", "1 when the last engine health probe succeeded",
@@ -126,25 +136,22 @@ void metrics_render(const struct metrics_view *v, struct buf *out)
                  "Scrapes of the engine's /v1/models by result (too_many: sent as unknown)",
                  "result", results, m->models_scrapes, 3);
     }
-    prom_family(out, "admitd_drain_cancelled_total", "counter",
-                "Requests cancelled because --drain-timeout-ms ran out");
-    prom_sample(out, "admitd_drain_cancelled_total", NULL, (double) m->drain_cancelled);
-    prom_family(out, "admitd_limit_changes_total", "counter",
-                "Live changes of N or Q applied (POST /admission, SIGHUP)");
-    prom_sample(out, "admitd_limit_changes_total", NULL, (double) m->limit_changes);
-    prom_family(out, "admitd_load_messages_total", "counter", "Load messages published");
-    prom_sample(out, "admitd_load_messages_total", NULL, (double) m->load_messages);
+    counter(out, "admitd_drain_cancelled_total",
+            "Requests cancelled because --drain-timeout-ms ran out", m->drain_cancelled);
+    counter(out, "admitd_limit_changes_total",
+            "Live changes of N or Q applied (POST /admission, SIGHUP)", m->limit_changes);
+    counter(out, "admitd_load_messages_total", "Load messages published", m->load_messages);
     if (m->load_pub_seen) {
-        prom_family(out, "admitd_load_subscribers", "gauge",
-                    "Subscribers (routers, monitors) the load publisher sends to now");
-        prom_sample(out, "admitd_load_subscribers", NULL, (double) m->load_subscribers);
-        prom_family(out, "admitd_load_dropped_total", "counter",
-                    "Load messages not sent to a subscriber that fell behind (its oldest queued)");
-        prom_sample(out, "admitd_load_dropped_total", NULL, (double) m->load_dropped);
-        prom_family(out, "admitd_load_bad_subscribers_total", "counter",
-                    "Connections to the load publisher dropped for breaking the SP protocol "
-                    "(a wrong header, none in time, data after it)");
-        prom_sample(out, "admitd_load_bad_subscribers_total", NULL, (double) m->load_bad_peers);
+        gauge(out, "admitd_load_subscribers",
+              "Subscribers (routers, monitors) the load publisher sends to now",
+              m->load_subscribers);
+        counter(out, "admitd_load_dropped_total",
+                "Load messages not sent to a subscriber that fell behind (its oldest queued)",
+                m->load_dropped);
+        counter(out, "admitd_load_bad_subscribers_total",
+                "Connections to the load publisher dropped for breaking the SP protocol "
+                "(a wrong header, none in time, data after it)",
+                m->load_bad_peers);
     }
     if (v->book != NULL)
         booked(out, v->book);

@@ -34,6 +34,17 @@ void spframe_hello(uint16_t self, unsigned char out[SPFRAME_HELLO_LEN])
     out[7] = 0;
 }
 
+size_t spframe_prefix(enum spframe_mode mode, size_t len, unsigned char out[SPFRAME_PREFIX_MAX])
+{
+    size_t n = 0;
+
+    if (mode == SPFRAME_IPC)
+        out[n++] = 0x01;
+    for (int i = 7; i >= 0; i--)
+        out[n++] = (unsigned char) ((uint64_t) len >> (8 * i));
+    return n;
+}
+
 /* The peer's header, all 8 bytes of it at b. As nng does, the whole header is awaited
  * before it is judged (a peer that trickles it is cut off by the caller's deadline). */
 static enum spframe_result take_hello(struct spframe *f, const unsigned char *b,

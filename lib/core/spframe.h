@@ -70,6 +70,8 @@ struct spframe_unit {
 void spframe_init(struct spframe *f, enum spframe_mode mode, uint16_t peer, size_t max);
 /** writes the header announcing protocol self into out */
 void spframe_hello(uint16_t self, unsigned char out[SPFRAME_HELLO_LEN]);
+/** writes the framing that goes before a body of len bytes into out; its length */
+size_t spframe_prefix(enum spframe_mode mode, size_t len, unsigned char out[SPFRAME_PREFIX_MAX]);
 /** the next unit at the start of buf[0..len); u->used bytes of it are taken (0 with
  *  SPFRAME_NEED and with an error, after which f must not be used until spframe_init) */
 enum spframe_result spframe_next(struct spframe *f, const void *buf, size_t len,

@@ -1,6 +1,7 @@
 /* ioconn: eager writes, one read per readiness, events embedded in the connection. */
 #include "http/ioconn.h"
 #include "core/xmalloc.h"
+#include "http/netsock.h"
 
 #include <errno.h>
 #include <event2/event.h>
@@ -100,6 +101,22 @@ void ioc_await_connect(struct ioconn *io)
         event_add(&io->wev, NULL);
         io->writing = 1;
     }
+}
+
+int ioc_connect(struct ioconn *io, struct event_base *base, const struct sockaddr *addr,
+                socklen_t len, ioc_cb cb, int *in_progress)
+{
+    int pending = 0, fd = net_connect(addr, len, &pending);
+
+    if (fd < 0)
+        return -1;
+    ioc_init(io, base, fd, cb);
+    ioc_read(io, 1);
+    if (pending)
+        ioc_await_connect(io);
+    if (in_progress != NULL)
+        *in_progress = pending;
+    return 0;
 }
 
 int ioc_connect_error(struct ioconn *io)

@@ -47,6 +47,11 @@ void ioc_init(struct ioconn *io, struct event_base *base, int fd, ioc_cb cb);
 void ioc_read(struct ioconn *io, int on);
 /** arms the write event to hear when a connect in progress completes */
 void ioc_await_connect(struct ioconn *io);
+/** a non-blocking connect to addr (TCP_NODELAY) set up on io, read event armed and, while it
+ *  is in progress (*in_progress 1, when not NULL), the write event too (writes wait in the
+ *  spill buffer); 0, or -1 with errno and io untouched */
+int ioc_connect(struct ioconn *io, struct event_base *base, const struct sockaddr *addr,
+                socklen_t len, ioc_cb cb, int *in_progress);
 /** 0 once a connect finished well, or the errno it failed with */
 int ioc_connect_error(struct ioconn *io);
 /** reads once into in, up to max bytes held; the buffer may grow or move its bytes to the

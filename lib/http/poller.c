@@ -95,16 +95,11 @@ static int send_request(struct poller *p)
 
     p->reused = p->io.fd >= 0;
     if (!p->reused) {
-        int fd, in_progress = 0;
-
         if (p->addrlen == 0 && net_resolve(p->url.host, p->url.port, &p->addr, &p->addrlen) != 0)
             return -1; /* looked up again at the next poll */
-        if ((fd = net_connect((struct sockaddr *) &p->addr, p->addrlen, &in_progress)) < 0)
-            return -1;
-        ioc_init(&p->io, p->base, fd, on_io);
-        ioc_read(&p->io, 1);
-        if (in_progress)
-            ioc_await_connect(&p->io); /* the request waits in the spill buffer */
+        if (ioc_connect(&p->io, p->base, (struct sockaddr *) &p->addr, p->addrlen, on_io, NULL) !=
+            0)
+            return -1; /* the request waits in the spill buffer while the connect runs */
     }
     p->state = P_HEAD;
     p->got = 0;
@@ -136,25 +131,17 @@ static void refuse(struct poller *p, const char *why)
     finish(p, 0);
 }
 
-/* Parses the answer's head from its first byte (a head split over reads is parsed again:
- * engines send theirs in one piece), past any 1xx interim answers. */
+/* Parses the answer's head, past any 1xx interim answers, and sets the body up. */
 static int parse_head(struct poller *p)
 {
     struct iobuf *in = &p->io.in;
-    int rv;
+    size_t used;
+    int rv = h1_parse_final(&p->rp, p->slots, POLLER_HEADERS, POLLER_HEAD_MAX, H1_M_GET,
+                            in->p + in->off, in->len - in->off, &used);
 
-    for (;;) {
-        h1_resp_init(&p->rp, p->slots, POLLER_HEADERS, POLLER_HEAD_MAX, H1_M_GET);
-        if ((rv = h1_parse(&p->rp, in->p + in->off, in->len - in->off)) != H1_DONE)
-            return rv;
-        in->off += p->rp.head_len;
-        if (p->rp.status == 101) {
-            p->rp.err_reason = "101 without an upgrade asked for";
-            return H1_ERROR;
-        }
-        if (p->rp.status >= 200)
-            break;
-    }
+    in->off += used;
+    if (rv != H1_DONE)
+        return rv;
     if (p->rp.framing == H1_BODY_LENGTH && p->rp.content_length > POLLER_MAX_BODY) {
         p->rp.err_reason = "Content-Length over the poller's limit";
         return H1_ERROR;

@@ -234,30 +234,19 @@ void px_relay(struct pxreq *x)
     }
     uconn_touch(x->uc);
     if (x->state == X_UPSTREAM && !x->retry_pending) {
-        for (;;) {
-            int rv;
+        size_t used;
+        /* In the proxy's shared slots (engines send their heads in one piece). */
+        int rv = h1_parse_final(&x->rp, px->rslots, PX_RESP_HEADERS, PX_RESP_HEAD_MAX,
+                                x->req.method == HTTP_HEAD ? H1_M_HEAD : H1_M_GET, in->p + in->off,
+                                in->len - in->off, &used);
 
-            /* Whole, from the first byte, in the proxy's shared slots (a head split over
-             * reads is parsed again: engines send theirs in one piece). */
-            h1_resp_init(&x->rp, px->rslots, PX_RESP_HEADERS, PX_RESP_HEAD_MAX,
-                         x->req.method == HTTP_HEAD ? H1_M_HEAD : H1_M_GET);
-            rv = h1_parse(&x->rp, in->p + in->off, in->len - in->off);
-
-            if (rv == H1_AGAIN)
-                return;
-            if (rv == H1_ERROR) {
-                log_debug("engine reply refused: %s", x->rp.err_reason);
-                px_upstream_failed(x, UERR_INVALID);
-                return;
-            }
-            in->off += x->rp.head_len;
-            if (x->rp.status >= 200)
-                break;
-            if (x->rp.status == 101) {
-                px_upstream_failed(x, UERR_INVALID); /* no upgrade was asked for */
-                return;
-            }
-            /* 1xx: an interim answer (100 Continue); the real one follows. */
+        in->off += used;
+        if (rv == H1_AGAIN)
+            return;
+        if (rv == H1_ERROR) {
+            log_debug("engine reply refused: %s", x->rp.err_reason);
+            px_upstream_failed(x, UERR_INVALID);
+            return;
         }
         if (x->rp.framing == H1_BODY_LENGTH)
             x->body_left = x->rp.content_length;

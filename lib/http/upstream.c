@@ -268,7 +268,6 @@ void upstream_free(struct upstream *u)
 struct uconn *upstream_get(struct upstream *u, uconn_cb cb, void *arg, int *reused)
 {
     struct uconn *c = u->idle;
-    int fd, in_progress = 0;
 
     if (c != NULL) {
         u->idle = c->next;
@@ -282,24 +281,22 @@ struct uconn *upstream_get(struct upstream *u, uconn_cb cb, void *arg, int *reus
             errno = EHOSTUNREACH;
             return NULL;
         }
-        fd = net_connect((struct sockaddr *) &u->addr, u->addrlen, &in_progress);
-        if (fd < 0)
-            return NULL;
         if ((c = u->spare) != NULL)
             u->spare = c->next;
         else
             c = xcalloc(1, sizeof *c);
+        if (ioc_connect(&c->io, u->base, (struct sockaddr *) &u->addr, u->addrlen, on_io,
+                        &c->connecting) != 0) {
+            c->next = u->spare; /* kept for the next connect */
+            u->spare = c;
+            return NULL;
+        }
         c->u = u;
         c->next = NULL;
         c->idle = 0;
         c->conn_err = 0;
-        ioc_init(&c->io, u->base, fd, on_io);
         event_assign(&c->tmo, u->base, -1, 0, on_timeout, c);
         c->tmo_on = 0;
-        c->connecting = in_progress;
-        ioc_read(&c->io, 1);
-        if (in_progress)
-            ioc_await_connect(&c->io);
     }
     c->cb = cb;
     c->arg = arg;

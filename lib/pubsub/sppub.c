@@ -68,18 +68,6 @@ struct sppub {
     unsigned char hello[SPFRAME_HELLO_LEN];
 };
 
-/* The framing before a body: tcp, an 8-byte big-endian length; ipc, 0x01 and the same. */
-static size_t frame_prefix(enum spframe_mode mode, size_t len, unsigned char *out)
-{
-    size_t n = 0;
-
-    if (mode == SPFRAME_IPC)
-        out[n++] = 0x01;
-    for (int i = 7; i >= 0; i--)
-        out[n++] = (unsigned char) ((uint64_t) len >> (8 * i));
-    return n;
-}
-
 static void peer_drop(struct peer *c, enum log_level level, const char *why)
 {
     struct sppub *p = c->pub;
@@ -233,7 +221,7 @@ int sppub_send(struct sppub *p, const void *msg, size_t len)
 
     if (len > SPPUB_MSG_MAX)
         return -1;
-    plen = frame_prefix(p->mode, len, pre);
+    plen = spframe_prefix(p->mode, len, pre);
     for (struct peer *c = p->peers, *next; c != NULL; c = next) {
         next = c->next; /* c may be dropped */
         if (c->open)
@@ -364,9 +352,10 @@ static void on_accept(evutil_socket_t lfd, short what, void *arg)
             if (errno == EMFILE || errno == ENFILE || errno == ENOBUFS || errno == ENOMEM) {
                 struct timeval tv = {0, ACCEPT_PAUSE_MS * 1000};
 
-                if (!p->starved++)
+                if (!p->starved)
                     log_warn("load publisher %s: cannot accept: %s (trying again every %d ms)",
                              p->url, strerror(errno), ACCEPT_PAUSE_MS);
+                p->starved = 1;
                 event_del(&p->accept_ev);
                 evtimer_add(&p->pause, &tv);
             }

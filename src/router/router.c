@@ -512,8 +512,8 @@ int router_add_worker(struct router *r, const char *proxy_url, const char *pub_u
             log_warn("worker %s: %s; its name is looked up with getaddrinfo, blocking",
                      url.hostport, why);
     }
-    w->up = upstream_new(r->base, &url, net_is_numeric(url.host) ? NULL : r->dns,
-                         r->cfg->upstream_timeout_ms, r->cfg->upstream_keepalive, 4000);
+    w->up = upstream_new(r->base, &url, r->dns, r->cfg->upstream_timeout_ms,
+                         r->cfg->upstream_keepalive, 4000);
     w->state = RW_ACTIVE;
     w->holds = 1;
     r->added++;

@@ -384,33 +384,34 @@ int wlist_dns_spec(const char *spec, char *name, unsigned *http_port, unsigned *
     return 0;
 }
 
+/* The workers of n addresses of family af (4 or 16 bytes each, network order, as evdns gives
+ * them), each written by inet_ntop: an IPv6 one in brackets. */
+static void from_addrs(int af, const void *addrs, size_t n, unsigned http_port, unsigned pub_port,
+                       struct wlist *out)
+{
+    const unsigned char *a = addrs;
+    size_t step = af == AF_INET6 ? 16 : 4;
+    const char *fmt = af == AF_INET6 ? "http://[%s]:%u=tcp://[%s]:%u" : "http://%s:%u=tcp://%s:%u";
+
+    wlist_free(out);
+    for (size_t i = 0; i < n; i++, a += step) {
+        char ip[INET6_ADDRSTRLEN], item[2 * INET6_ADDRSTRLEN + 40];
+
+        if (inet_ntop(af, a, ip, sizeof ip) == NULL)
+            continue;
+        snprintf(item, sizeof item, fmt, ip, http_port, ip, pub_port);
+        wlist_add(out, item);
+    }
+}
+
 void wlist_from_ipv6(const void *addrs, size_t n, unsigned http_port, unsigned pub_port,
                      struct wlist *out)
 {
-    const unsigned char *a = addrs;
-
-    wlist_free(out);
-    for (size_t i = 0; i < n; i++, a += 16) {
-        char ip[INET6_ADDRSTRLEN], item[2 * INET6_ADDRSTRLEN + 40];
-
-        if (inet_ntop(AF_INET6, a, ip, sizeof ip) == NULL)
-            continue;
-        snprintf(item, sizeof item, "http://[%s]:%u=tcp://[%s]:%u", ip, http_port, ip, pub_port);
-        wlist_add(out, item);
-    }
+    from_addrs(AF_INET6, addrs, n, http_port, pub_port, out);
 }
 
 void wlist_from_ipv4(const void *addrs, size_t n, unsigned http_port, unsigned pub_port,
                      struct wlist *out)
 {
-    const unsigned char *a = addrs;
-
-    wlist_free(out);
-    for (size_t i = 0; i < n; i++, a += 4) {
-        char item[96];
-
-        snprintf(item, sizeof item, "http://%u.%u.%u.%u:%u=tcp://%u.%u.%u.%u:%u", a[0], a[1], a[2],
-                 a[3], http_port, a[0], a[1], a[2], a[3], pub_port);
-        wlist_add(out, item);
-    }
+    from_addrs(AF_INET, addrs, n, http_port, pub_port, out);
 }
