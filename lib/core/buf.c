@@ -71,3 +71,47 @@ void buf_printf(struct buf *b, const char *fmt, ...)
     va_end(ap);
     b->len += (size_t) n;
 }
+
+void buf_pool_init(struct buf_pool *p)
+{
+    p->n = 0;
+    p->lent = 0;
+}
+
+struct buf *buf_pool_take(struct buf_pool *p)
+{
+    struct buf *b;
+
+    if (p->n > 0) {
+        b = p->spare[--p->n];
+    } else {
+        b = xmalloc(sizeof *b);
+        buf_init(b);
+    }
+    p->lent++;
+    return b;
+}
+
+void buf_pool_give(struct buf_pool *p, struct buf *b)
+{
+    p->lent--;
+    if (b->cap > BUF_POOL_KEEP_BYTES)
+        buf_free(b); /* one huge head must not pin its memory for ever */
+    buf_reset(b);
+    if (p->n < BUF_POOL_KEEP) {
+        p->spare[p->n++] = b;
+        return;
+    }
+    buf_free(b);
+    free(b);
+}
+
+void buf_pool_free(struct buf_pool *p)
+{
+    while (p->n > 0) {
+        struct buf *b = p->spare[--p->n];
+
+        buf_free(b);
+        free(b);
+    }
+}

@@ -137,7 +137,8 @@ void metrics_render(const struct metrics_view *v, struct buf *out)
                  "result", results, m->models_scrapes, 3);
     }
     counter(out, "admitd_drain_cancelled_total",
-            "Requests cancelled because --drain-timeout-ms ran out", m->drain_cancelled);
+            "Requests ended because --drain-timeout-ms ran out (queued: 503; at the engine: cut)",
+            m->drain_cancelled);
     counter(out, "admitd_limit_changes_total",
             "Live changes of N or Q applied (POST /admission, SIGHUP)", m->limit_changes);
     counter(out, "admitd_load_messages_total", "Load messages published", m->load_messages);

@@ -14,6 +14,7 @@ struct drain {
     struct metrics *m;
     struct event *timer; /* armed while draining with work in flight */
     int active;
+    int timed_out; /* the timeout ended what was left: drain_check has nothing to say */
 };
 
 struct drain *drain_new(struct event_base *base, struct proxy *px, struct metrics *m)
@@ -29,12 +30,16 @@ struct drain *drain_new(struct event_base *base, struct proxy *px, struct metric
 static void on_timeout(evutil_socket_t fd, short what, void *arg)
 {
     struct drain *d = arg;
-    unsigned n = proxy_cancel_all(d->px);
+    unsigned held, n;
 
     (void) fd;
     (void) what;
+    d->timed_out = 1;
+    n = proxy_cancel_all(d->px, &held);
     d->m->drain_cancelled += n;
-    log_warn("drain timeout: cancelled %u request%s still in flight", n, n == 1 ? "" : "s");
+    log_warn("drain timeout: cancelled %u request%s still in flight (%u still queued: answered "
+             "503)",
+             n, n == 1 ? "" : "s", held);
     event_base_loopbreak(d->base);
 }
 
@@ -67,7 +72,7 @@ int drain_active(const struct drain *d)
 
 void drain_check(struct drain *d)
 {
-    if (d->active && proxy_active(d->px) == 0) {
+    if (d->active && !d->timed_out && proxy_active(d->px) == 0) {
         log_info("drained: nothing in flight, exiting");
         event_base_loopbreak(d->base);
     }

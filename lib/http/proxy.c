@@ -170,12 +170,12 @@ void proxy_answer(struct pxreq *x, int status, const char *json, size_t len, int
 static void answer_error(struct pxreq *x, int status, const char *type, const char *msg,
                          int retry_after, const char *reason, enum outcome o, int close)
 {
-    struct buf *b = &x->px->scratch;
+    struct proxy *px = x->px;
+    struct buf *b = buf_pool_take(&px->bufs);
 
-    /* The body is written (or copied) before px_finish can start another answer. */
-    buf_reset(b);
     httpu_error_json(b, status, type, msg);
     answer(x, status, b->data, b->len, retry_after, reason, o, close);
+    buf_pool_give(&px->bufs, b);
 }
 
 void proxy_answer_error(struct pxreq *x, int status, const char *type, const char *msg,
@@ -352,8 +352,7 @@ struct proxy *proxy_new(struct event_base *base, const struct proxy_opts *o,
     px->o = o;
     px->m = m;
     TAILQ_INIT(&px->live);
-    buf_init(&px->head);
-    buf_init(&px->scratch);
+    buf_pool_init(&px->bufs);
     if (upstream != NULL)
         px->up = upstream_new(base, upstream, NULL, o->upstream_timeout_ms, o->upstream_keepalive,
                               UPSTREAM_IDLE_MS);
@@ -393,22 +392,33 @@ void proxy_drain(struct proxy *px, const char *msg)
     px->drain_msg = msg;
 }
 
-/* Cancels every exchange: engine requests are cancelled, clients are cut off (they see a
- * reset or an unfinished stream, not a clean end). Returns how many there were. */
-unsigned proxy_cancel_all(struct proxy *px)
+/* Cancels every exchange. A request still held by admission never reached an engine: it
+ * gets the drain's 503 (Retry-After, Connection: close), as new requests do, since another
+ * worker can serve it. The others are cut off: their engine requests cancelled, their clients
+ * see a reset or an unfinished stream, never a clean end. */
+unsigned proxy_cancel_all(struct proxy *px, unsigned *held)
 {
     struct pxreq *x;
-    unsigned n = 0;
+    unsigned n = 0, h = 0;
 
     px->closing = 1; /* nothing is let through while the queue is emptied */
     while ((x = TAILQ_FIRST(&px->live)) != NULL) {
         x->refs++;
-        px_cancel_upstream(x);
-        px_close_client(x, OUT_CANCELLED);
+        if (x->state == X_HELD && x->c != NULL) {
+            answer_error(x, 503, "unavailable_error",
+                         px->draining ? px->drain_msg : "Server unavailable: shutting down",
+                         px_retry_after(px), "draining", OUT_DRAINING, 1);
+            h++;
+        } else {
+            px_cancel_upstream(x);
+            px_close_client(x, OUT_CANCELLED);
+        }
         px_unhold(x);
         n++;
     }
     px->closing = 0;
+    if (held != NULL)
+        *held = h;
     return n;
 }
 
@@ -416,7 +426,7 @@ void proxy_free(struct proxy *px)
 {
     if (px == NULL)
         return;
-    proxy_cancel_all(px);
+    proxy_cancel_all(px, NULL);
     px->closing = 1;
     hl_free(px->l);
     upstream_free(px->up);
@@ -426,7 +436,6 @@ void proxy_free(struct proxy *px)
         px->spare = x->next_spare;
         free(x);
     }
-    buf_free(&px->head);
-    buf_free(&px->scratch);
+    buf_pool_free(&px->bufs);
     free(px);
 }

@@ -72,11 +72,12 @@ struct proxy_admission {
 struct proxy_route {
     /* picks an engine for exchange x (its admission state is the router's to use, when the
      * router brings its own admission hooks); exclude is the one that just refused (or
-     * NULL); NULL when none can take the request, with the status and message to answer,
-     * and busy = 1 when that is an overload answer (every engine busy) rather than "none
+     * NULL); NULL when none can take the request, with the status to answer and its message
+     * written into msg (msglen bytes, the caller's: no buffer is shared across calls), and
+     * busy = 1 when that is an overload answer (every engine busy) rather than "none
      * available" */
     struct upstream *(*pick)(void *arg, struct pxreq *x, const struct http_req *r,
-                             const struct upstream *exclude, int *status, const char **msg,
+                             const struct upstream *exclude, int *status, char *msg, size_t msglen,
                              int *busy);
     /* the engine answered with its overload status before anything was sent */
     void (*overloaded)(void *arg, struct upstream *up);
@@ -103,8 +104,10 @@ unsigned proxy_active(const struct proxy *px);
 int proxy_closing(const struct proxy *px);
 /** stops taking work: new requests get 503 with msg (static storage); the rest go on */
 void proxy_drain(struct proxy *px, const char *msg);
-/** cancels every exchange at once; returns how many there were */
-unsigned proxy_cancel_all(struct proxy *px);
+/** ends every exchange at once: one still held by admission is answered 503 (the drain's
+ *  message), the others are cut; returns how many there were, and in *held (when not NULL)
+ *  how many of them were answered */
+unsigned proxy_cancel_all(struct proxy *px, unsigned *held);
 /** aborts every exchange and frees everything (the hooks' owners must still be alive) */
 void proxy_free(struct proxy *px);
 

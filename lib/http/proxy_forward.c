@@ -61,17 +61,15 @@ void px_upstream_failed(struct pxreq *x, enum upstream_error e)
     /* Mid-reply: the client must see an error, never a clean end. The connection is
      * closed without the final chunk; an SSE client also gets an error event first. */
     if (x->sse && x->state == X_STREAMING && x->c != NULL) {
-        struct buf *b = &px->scratch;
-        struct buf *ev = &px->head;
+        struct buf *b = buf_pool_take(&px->bufs);
+        struct buf *ev = buf_pool_take(&px->bufs);
         struct iovec v[3];
         char size[24];
         int n = 0;
 
-        buf_reset(b);
         httpu_error_json(b, 502, "upstream_error",
                          e == UERR_TIMEOUT ? "Gateway timeout: engine stream stalled"
                                            : "Bad gateway: engine stream broke");
-        buf_reset(ev);
         buf_printf(ev, "event: error\ndata: %s\n\n", b->data);
         if (x->out_chunked) {
             v[n].iov_base = size;
@@ -84,6 +82,8 @@ void px_upstream_failed(struct pxreq *x, enum upstream_error e)
             v[n++].iov_len = 2;
         }
         x->end = hc_write(x->c, v, n) == 0 ? PX_END_CLOSE : PX_END_ABORT;
+        buf_pool_give(&px->bufs, ev);
+        buf_pool_give(&px->bufs, b);
         px_finish(x, e == UERR_TIMEOUT ? OUT_TIMEOUT : OUT_UPSTREAM_ERROR);
         return;
     }
@@ -133,12 +133,13 @@ static struct upstream *choose(struct pxreq *x)
 {
     struct proxy *px = x->px;
     int status = 503, busy = 0;
-    const char *msg = "Server unavailable: no worker available";
+    char msg[256] = "Server unavailable: no worker available";
     struct upstream *up;
 
     if (px->route.pick == NULL)
         return px->up;
-    up = px->route.pick(px->route.arg, x, &x->req, x->retried ? x->up : NULL, &status, &msg, &busy);
+    up = px->route.pick(px->route.arg, x, &x->req, x->retried ? x->up : NULL, &status, msg,
+                        sizeof msg, &busy);
     if (up == NULL) {
         if (busy)
             proxy_answer_error(x, status, "overloaded_error", msg, px_retry_after(px), "all-busy",
@@ -174,7 +175,6 @@ static void build_head(struct pxreq *x, struct buf *h)
     enum http_method m = x->req.method;
     char len[24];
 
-    buf_reset(h);
     buf_puts(h, http_method_name(m));
     buf_append(h, " ", 1);
     buf_puts(h, x->req.target);
@@ -205,6 +205,7 @@ void px_start_upstream(struct pxreq *x)
 {
     struct proxy *px = x->px;
     struct upstream *up;
+    struct buf *head;
     struct iovec v[2];
     int reused, attempt;
 
@@ -224,9 +225,12 @@ void px_start_upstream(struct pxreq *x)
             sse_init(&x->sse_count);
         }
     }
-    build_head(x, &px->head);
-    v[0].iov_base = px->head.data;
-    v[0].iov_len = px->head.len;
+    /* Built, written (what the socket does not take is copied) and given back with no hook
+     * in between. */
+    head = buf_pool_take(&px->bufs);
+    build_head(x, head);
+    v[0].iov_base = head->data;
+    v[0].iov_len = head->len;
     v[1].iov_base = (void *) (size_t) x->req.body;
     v[1].iov_len = x->req.body_len;
     x->body_left = 0;
@@ -234,6 +238,7 @@ void px_start_upstream(struct pxreq *x)
     for (attempt = 0;; attempt++) {
         x->uc = upstream_get(up, on_engine, x, &reused);
         if (x->uc == NULL) {
+            buf_pool_give(&px->bufs, head);
             /* Refused at once (a dead engine on this host): answered from the loop, as a
              * refusal that takes a moment is, not from inside the call that let this
              * request through, which may be the end of the one before it. Otherwise a
@@ -243,13 +248,16 @@ void px_start_upstream(struct pxreq *x)
             x->later_on = 1;
             return;
         }
-        if (uconn_write(x->uc, v, 2) == 0)
+        if (uconn_write(x->uc, v, 2) == 0) {
+            buf_pool_give(&px->bufs, head);
             return;
+        }
         /* A pooled connection the engine closed before we wrote a byte: nothing of this
          * request reached it, so a fresh connection may carry it. Once written, never. */
         uconn_drop(x->uc);
         x->uc = NULL;
         if (!reused || attempt > 0) {
+            buf_pool_give(&px->bufs, head);
             px_upstream_failed(x, UERR_BROKEN);
             return;
         }

@@ -108,10 +108,14 @@ struct proxy {
     struct proxy_route route; /* router mode when route.pick is set */
     int draining;             /* new requests get 503; the rest finish */
     const char *drain_msg;    /* what those 503s say (static storage) */
-    struct buf head;          /* request and reply heads, built one at a time */
-    struct buf scratch;       /* error bodies */
+    /* Request and reply heads and error bodies are built in buffers lent from here, one per
+     * use: never in one buffer that every exchange shares. A head is built, then hooks run
+     * (an admission hook may start another exchange, which builds a head of its own), then
+     * it is written: a shared buffer would send one client another's request. */
+    struct buf_pool bufs;
     /* The engine replies' field lines: a reply head is parsed whole in one call and its
-     * fields are used in that call only, so one set serves every exchange. */
+     * fields are read in that call only, before any hook runs (px_relay), so one set serves
+     * every exchange. */
     struct h1_header rslots[PX_RESP_HEADERS];
 };
 

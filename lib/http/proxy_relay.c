@@ -36,15 +36,42 @@ static int is_refusal(const struct pxreq *x, const struct h1_header *why, int st
     return why->value.len >= 6 && memcmp(why->value.p, "queue-", 6) == 0;
 }
 
+/* The Content-Length the client gets: one line, never the engine's repeated ones ("5" twice,
+ * or "5, 5": the parser refused differing values, and strict clients such as Node's llhttp
+ * refuse a repeated one). None for a reply that may not have one (1xx, 204). */
+static void put_content_length(const struct h1_parser *rp, struct buf *h)
+{
+    const struct h1_header *cl = h1_get(rp, H1_H_CONTENT_LENGTH);
+    char num[24];
+    size_t n = 0;
+
+    if (rp->framing == H1_BODY_LENGTH) {
+        n = httpu_fmt_uint(num, rp->content_length);
+    } else if (cl != NULL && rp->status >= 200 && rp->status != 204) {
+        /* HEAD's answer or a 304: the length of what a GET would get, its first value's
+         * digits (the parser checked that every value is the same number). */
+        while (n < cl->value.len && n < sizeof num && cl->value.p[n] >= '0' &&
+               cl->value.p[n] <= '9') {
+            num[n] = cl->value.p[n];
+            n++;
+        }
+    }
+    if (n == 0)
+        return;
+    buf_append(h, "Content-Length: ", 16);
+    buf_append(h, num, n);
+    buf_append(h, "\r\n", 2);
+}
+
 /* The client's reply head, from the engine's: its status line and fields minus the
- * hop-by-hop ones, with admitd's framing and connection fields. */
+ * hop-by-hop ones, with admitd's framing and connection fields. It reads the engine's field
+ * lines, so it runs in the call that parsed them (they are in the proxy's shared slots). */
 static void build_reply_head(struct pxreq *x, struct buf *h)
 {
     const struct h1_parser *rp = &x->rp;
     const struct h1_parser *cp = hc_head(x->c);
     char num[24];
 
-    buf_reset(h);
     buf_append(h, "HTTP/1.1 ", 9);
     buf_append(h, num, httpu_fmt_uint(num, (unsigned) rp->status));
     buf_append(h, " ", 1);
@@ -53,10 +80,11 @@ static void build_reply_head(struct pxreq *x, struct buf *h)
     for (size_t i = 0; i < rp->nhdr; i++) {
         const struct h1_header *f = &rp->hdr[i];
 
-        if (px_hop_by_hop(rp, f))
+        if (f->id == H1_H_CONTENT_LENGTH || px_hop_by_hop(rp, f))
             continue;
         buf_append(h, f->name.p, f->line_len); /* the line as it came, its CRLF included */
     }
+    put_content_length(rp, h);
     if (x->has_wait) {
         /* Tells clients and load balancers how long admission held the request, in ms
          * with one decimal. */
@@ -86,29 +114,41 @@ static void build_reply_head(struct pxreq *x, struct buf *h)
     buf_append(h, "\r\n", 2);
 }
 
-/* The reply head is parsed: 0 to go on with the body, -1 if x ended. */
-static int on_head(struct pxreq *x)
+/* The reply head is parsed: everything its field lines decide is read here, in the call that
+ * parsed them (the slots are shared), before any hook runs. Returns the client's reply head
+ * in a buffer lent from the pool, or NULL when the reply is a refusal to drop (its body is
+ * read and thrown away, then another worker is tried). */
+static struct buf *on_head(struct pxreq *x)
 {
     struct proxy *px = x->px;
     const struct h1_header *why = h1_find(&x->rp, "X-Admitd-Reason");
     const struct h1_header *ct = h1_get(&x->rp, H1_H_CONTENT_TYPE);
+    int refused_again;
+    struct buf *head;
 
+    /* RFC 9112 9.6: after "Connection: close" (or an HTTP/1.0 reply without keep-alive) the
+     * connection carries no other request, whether or not the engine closes it at once. */
+    if (!x->rp.keep_alive)
+        x->reusable = 0;
     if (px->route.pick != NULL && !x->retried && is_refusal(x, why, 1)) {
-        x->retry_pending = 1; /* its body is read and dropped, then another worker */
-        return 0;
+        x->retry_pending = 1;
+        return NULL;
     }
-    if (px->route.refused != NULL && x->retried && is_refusal(x, why, 0)) {
+    refused_again = px->route.refused != NULL && x->retried && is_refusal(x, why, 0);
+    x->sse =
+        ct != NULL && ct->value.len >= 17 && strncasecmp(ct->value.p, "text/event-stream", 17) == 0;
+    head = buf_pool_take(&px->bufs);
+    build_reply_head(x, head);
+    /* The shared slots go on to other exchanges: nothing reads these fields again. */
+    x->rp.hdr = NULL;
+    x->rp.nhdr = 0;
+    if (refused_again) {
         /* The second refusal goes to the client; that worker is skipped too, as the first. */
         if (px->route.overloaded != NULL)
             px->route.overloaded(px->route.arg, x->up);
         px->route.refused(px->route.arg, &x->req);
     }
-    x->sse =
-        ct != NULL && ct->value.len >= 17 && strncasecmp(ct->value.p, "text/event-stream", 17) == 0;
-    x->state = X_STREAMING;
-    x->status = x->rp.status;
-    build_reply_head(x, &px->head);
-    return 0;
+    return head;
 }
 
 /* Body bytes of this read, decoded in place at in->p + in->off: their length, and *done
@@ -147,17 +187,17 @@ static long take_body(struct pxreq *x, struct iobuf *in, int eof, int *done)
     return 0;
 }
 
-/* Writes the head (if not sent yet) and this read's body bytes to the client in one call. */
-static int emit(struct pxreq *x, const char *data, size_t len, int done, int with_head)
+/* Writes the head (when given: not sent yet) and this read's body bytes to the client in one
+ * call. */
+static int emit(struct pxreq *x, const struct buf *head, const char *data, size_t len, int done)
 {
-    struct proxy *px = x->px;
     struct iovec v[5];
     char size[26];
     int n = 0, body = x->req.method != HTTP_HEAD;
 
-    if (with_head) {
-        v[n].iov_base = px->head.data;
-        v[n++].iov_len = px->head.len;
+    if (head != NULL) {
+        v[n].iov_base = head->data;
+        v[n++].iov_len = head->len;
     }
     if (body && len > 0) {
         if (x->out_chunked) {
@@ -210,11 +250,29 @@ static void reply_done(struct pxreq *x)
     px_finish(x, OUT_OK);
 }
 
+/* Body bytes went to the client: the admission hears of them. Called after they are
+ * written, never between building a head and writing it. */
+static void tell_output(struct pxreq *x, const char *data, long dlen)
+{
+    struct proxy *px = x->px;
+    int first = !x->got_body;
+
+    if (first) {
+        x->got_body = 1;
+        clock_gettime(CLOCK_MONOTONIC, &x->t_first);
+    }
+    x->bytes += (uint64_t) dlen;
+    if (x->count_tokens)
+        px->adm.output(px->adm.arg, x, first,
+                       x->sse ? sse_feed(&x->sse_count, data, (size_t) dlen) : 0);
+}
+
 void px_relay(struct pxreq *x)
 {
     struct proxy *px = x->px;
     struct iobuf *in = uconn_in(x->uc);
-    int eof = 0, done = 0, with_head = 0;
+    struct buf *head = NULL; /* the client's reply head, while it is not written */
+    int eof = 0, done = 0, rc;
     ssize_t n;
     long dlen;
     const char *data;
@@ -252,38 +310,37 @@ void px_relay(struct pxreq *x)
             x->body_left = x->rp.content_length;
         else if (x->rp.framing == H1_BODY_CHUNKED)
             h1c_init(&x->rck, UINT64_MAX);
-        if (on_head(x) != 0)
-            return;
-        /* The shared slots go on to other exchanges: nothing reads these fields again. */
-        x->rp.hdr = NULL;
-        x->rp.nhdr = 0;
-        with_head = !x->retry_pending;
+        head = on_head(x);
     }
     data = in->p + in->off; /* take_body leaves the body bytes here, decoded */
     dlen = take_body(x, in, eof, &done);
     if (dlen < 0) {
+        /* A broken body. With the head still unwritten (it came in the same read) the state
+         * is X_UPSTREAM: the client gets a clean 502, not a head cut short. */
+        if (head != NULL)
+            buf_pool_give(&px->bufs, head);
         px_upstream_failed(x, UERR_INVALID);
         return;
     }
     if (!x->retry_pending && x->c != NULL) {
-        if (dlen > 0) {
-            int first = !x->got_body;
-
-            if (first) {
-                x->got_body = 1;
-                clock_gettime(CLOCK_MONOTONIC, &x->t_first);
-            }
-            x->bytes += (uint64_t) dlen;
-            if (x->count_tokens)
-                px->adm.output(px->adm.arg, x, first,
-                               x->sse ? sse_feed(&x->sse_count, data, (size_t) dlen) : 0);
+        rc = emit(x, head, data, dlen > 0 ? (size_t) dlen : 0, done);
+        if (head != NULL) {
+            buf_pool_give(&px->bufs, head);
+            head = NULL;
+            x->state = X_STREAMING; /* from here on, a failure cuts the reply visibly */
+            x->status = x->rp.status;
         }
-        if (emit(x, data, (size_t) dlen, done, with_head) != 0) {
+        if (rc != 0) {
             /* The client is gone: the engine is told by the close. */
             px->m->cancelled[STAGE_STREAMING]++;
             px_cancel_upstream(x);
             px_close_client(x, OUT_CANCELLED);
             return;
+        }
+        if (dlen > 0) {
+            tell_output(x, data, dlen);
+            if (x->finished)
+                return; /* a hook ended it (the caller holds a reference) */
         }
         /* Backpressure: a slow client must not make admitd buffer the whole reply. */
         if (!x->paused && hc_pending(x->c) > px->o->stream_buffer_bytes) {
@@ -291,6 +348,8 @@ void px_relay(struct pxreq *x)
             uconn_pause(x->uc, 1);
         }
     }
+    if (head != NULL)
+        buf_pool_give(&px->bufs, head); /* the client left before its head could go */
     if (in->off == in->len)
         in->off = in->len = 0; /* all taken: the next read starts at the front */
     if (done)

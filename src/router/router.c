@@ -148,7 +148,9 @@ static void on_output(void *arg, struct pxreq *x, int first, unsigned tokens)
     sel_output(r->sel, &q->bk, tokens);
     if (first) {
         sel_first_token(r->sel, &q->bk);
-        rq_kick(r); /* its prefill is over: room for a waiting request, perhaps */
+        /* Its prefill is over: room for a waiting request, perhaps. Not dispatched here:
+         * this is x's relay, which goes on after the hook returns. */
+        rq_kick_soon(r);
     }
 }
 
@@ -270,7 +272,7 @@ void router_read_request(struct router *r, struct rreq *q, const struct http_req
 }
 
 static struct upstream *pick(void *arg, struct pxreq *x, const struct http_req *req,
-                             const struct upstream *exclude, int *status, const char **msg,
+                             const struct upstream *exclude, int *status, char *msg, size_t msglen,
                              int *busy)
 {
     struct router *r = arg;
@@ -282,10 +284,9 @@ static struct upstream *pick(void *arg, struct pxreq *x, const struct http_req *
 
     router_read_request(r, q, req);
     if (q->pinned == -2) {
-        snprintf(r->msg, sizeof r->msg, "Server unavailable: no worker named %.128s",
+        snprintf(msg, msglen, "Server unavailable: no worker named %.128s",
                  http_req_header(req, ROUTER_PIN_HEADER));
         *status = 503;
-        *msg = r->msg;
         r->rejected_no_worker++;
         return NULL;
     }
@@ -305,7 +306,7 @@ static struct upstream *pick(void *arg, struct pxreq *x, const struct http_req *
         return r->w[w]->up;
     case SEL_ALL_BUSY:
         *status = r->cfg->overload_status;
-        *msg = "All workers are busy, please retry later";
+        snprintf(msg, msglen, "All workers are busy, please retry later");
         *busy = 1;
         r->rejected_all_busy++;
         rq_count_busy(r, q);
@@ -315,12 +316,11 @@ static struct upstream *pick(void *arg, struct pxreq *x, const struct http_req *
         break;
     }
     *status = 503;
-    *msg = "Server unavailable: no worker available";
-    if (elig != NULL) {
-        snprintf(r->msg, sizeof r->msg, "Server unavailable: no worker serving %.128s is available",
+    if (elig != NULL)
+        snprintf(msg, msglen, "Server unavailable: no worker serving %.128s is available",
                  q->model);
-        *msg = r->msg;
-    }
+    else
+        snprintf(msg, msglen, "Server unavailable: no worker available");
     r->rejected_no_worker++;
     return NULL;
 }

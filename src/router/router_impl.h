@@ -110,7 +110,7 @@ struct router {
     int dispatching;                /* inside rq_kick: a nested kick only asks for another turn */
     int kick_again;
     struct event *tick; /* re-tries dispatch now and then while requests wait */
-    char msg[ADMIT_LOAD_WORKER_ID_MAX + 96]; /* the answer of a pick that found none */
+    struct event *kick; /* a dispatch asked for from inside a relay: run from the loop */
 };
 
 /** the monotonic clock in ms, as selection sees it */
@@ -140,6 +140,9 @@ void rq_expired(struct router *r, struct pxreq *x, struct rreq *q);
 void rq_finish(struct router *r, struct rreq *q);
 /** dispatches what can go now; every caller that may have made room calls it */
 void rq_kick(struct router *r);
+/** the same from the event loop, soon (this loop pass): for callers inside another
+ *  exchange's relay, which must not start other exchanges in the middle of its own */
+void rq_kick_soon(struct router *r);
 /** a request of a class got the reject answer (every worker busy) */
 void rq_count_busy(struct router *r, const struct rreq *q);
 /** appends the queue's families (nothing without classes) */

@@ -74,6 +74,19 @@ static void on_tick(evutil_socket_t fd, short what, void *arg)
     rq_kick(arg);
 }
 
+static void on_kick(evutil_socket_t fd, short what, void *arg)
+{
+    (void) fd;
+    (void) what;
+    rq_kick(arg);
+}
+
+void rq_kick_soon(struct router *r)
+{
+    if (r->q != NULL && !event_pending(r->kick, EV_TIMEOUT, NULL))
+        event_active(r->kick, EV_TIMEOUT, 0);
+}
+
 static void arm_tick(struct router *r)
 {
     struct timeval tv = {0, RQ_TICK_MS * 1000};
@@ -115,7 +128,8 @@ int rq_init(struct router *r, char *err, size_t errlen)
 {
     /* The tick is there without classes too: a reload may bring some. */
     r->tick = evtimer_new(r->base, on_tick, r);
-    if (r->tick == NULL)
+    r->kick = evtimer_new(r->base, on_kick, r);
+    if (r->tick == NULL || r->kick == NULL)
         fatal("evtimer_new failed");
     if (r->cfg->classes.n > 0 && set_up(r, &r->cfg->classes) != 0) {
         snprintf(err, errlen, "policy classes: invalid class definitions");
@@ -128,6 +142,8 @@ void rq_free(struct router *r)
 {
     if (r->tick != NULL)
         event_free(r->tick);
+    if (r->kick != NULL)
+        event_free(r->kick);
     classq_free(r->q);
     free(r->qc);
     free(r->cviews);
