@@ -3,6 +3,7 @@
  * jansson's "0.90000000000000002") and a model name containing NUL survives the echo. */
 #include "core/bt_api.h"
 
+#include "core/httputil.h"
 #include "core/xmalloc.h"
 
 #include <jansson.h>
@@ -12,7 +13,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <strings.h>
 
 /* Largest token threshold accepted: 2^53 - 1, exact in every JSON implementation. */
 #define BT_INT_MAX 9007199254740991LL
@@ -209,22 +209,6 @@ static int bt_list(const struct bt_registry *r, struct buf *out)
     return 200;
 }
 
-/* Media type application/json, case-insensitive, parameters allowed. */
-static int bt_is_json(const char *ct)
-{
-    static const char want[] = "application/json";
-    size_t n = sizeof want - 1;
-
-    if (ct == NULL)
-        return 0;
-    ct += strspn(ct, " \t");
-    if (strncasecmp(ct, want, n) != 0)
-        return 0;
-    ct += n;
-    ct += strspn(ct, " \t");
-    return *ct == '\0' || *ct == ';';
-}
-
 /* Reads one optional number field into *v; a JSON null is "not given". 1 given, 0 not, -1 bad. */
 static int bt_get_number(const json_t *root, const char *key, double *v)
 {
@@ -317,7 +301,7 @@ int bt_api_handle(struct bt_registry *r, const char *method, const char *content
         return bt_list(r, out);
     if (method == NULL || strcmp(method, "POST") != 0)
         return bt_error(out, 405, "Method not allowed");
-    if (!bt_is_json(content_type))
+    if (!httpu_is_json(content_type))
         return bt_error(out, 415, "Expected request with `Content-Type: application/json`");
     if (len > BT_API_BODY_MAX)
         return bt_error(out, 413, "Request body larger than %d bytes", BT_API_BODY_MAX);

@@ -130,23 +130,41 @@ void busy_load_of(const struct admit_load *m, struct busy_load *out)
     out->observed = 1;
 }
 
+/* The newest known value of one number: v when known (>= least), else what was kept. */
+static void keep_known(int64_t *kept, int64_t v, int64_t least)
+{
+    if (v >= least)
+        *kept = v;
+}
+
+void busy_latch_note(struct busy_latch *l, const struct admit_load *m)
+{
+    keep_known(&l->prefill_tokens, m->active_prefill_tokens, 0);
+    keep_known(&l->kv_used_blocks, m->kv_used_blocks, 0);
+    keep_known(&l->active_decode_blocks, m->active_decode_blocks, 0);
+    keep_known(&l->kv_total_blocks, m->kv_total_blocks, 1);
+    keep_known(&l->max_num_batched_tokens, m->max_num_batched_tokens, 1);
+}
+
+void busy_latch_row(const struct busy_latch *l, struct busy_load *load, struct busy_capacity *cap)
+{
+    load->prefill_tokens = l->prefill_tokens;
+    load->decode_blocks =
+        l->kv_used_blocks > l->active_decode_blocks ? l->kv_used_blocks : l->active_decode_blocks;
+    load->requests = -1;
+    load->observed = 1;
+    cap->max_num_batched_tokens = l->max_num_batched_tokens;
+    cap->kv_total_blocks = l->kv_total_blocks;
+    cap->kv_block_size = -1;
+}
+
 int busy_rank(const struct busy_thresholds *t, const struct admit_load *m, struct busy_latch *l)
 {
     struct busy_capacity c;
-    struct busy_load row, decode_only;
+    struct busy_load row;
 
-    busy_capacity_of(m, &c);
-    busy_load_of(m, &row);
-    decode_only = row;
-    decode_only.prefill_tokens = -1;
-    /* Every message carries both decode signals, so setting and clearing the latch are
-     * decided by the same message; the latch keeps the rule explicit should one ever be
-     * missing (unknown counts as at or below). With the signal unset or no capacity to
-     * judge it against (kv_total_blocks unknown or 0) nothing is decided, and the latch is
-     * left for the next message that carries one: a restart's capacity-less message must
-     * not read as "released". */
-    if (!isnan(t->active_decode_blocks_threshold) && c.kv_total_blocks > 0)
-        l->decode = !has_room(&decode_only, &c, t);
+    busy_latch_note(l, m);
+    busy_latch_row(l, &row, &c);
     return !has_room(&row, &c, t);
 }
 

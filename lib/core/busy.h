@@ -15,7 +15,9 @@
  *  - decode: decode blocks / kv_total_blocks > active_decode_blocks_threshold, when
  *    kv_total_blocks is known (> 0); unknown capacity skips the signal, never means full.
  * Unknown load (negative) never takes room away: refusing work because a number is missing
- * would turn a metrics hiccup into an outage.
+ * would turn a metrics hiccup into an outage. Nor does it give room back: the monitor judges
+ * what workers publish through its latch (struct busy_latch), which keeps each number as last
+ * known, so a rank full by a signal stays full until that signal is known and under.
  *
  * has_room() is busy_limits() (thresholds and capacity become the most a rank may hold) then
  * busy_within() (the comparison): a caller that judges many rows against the same thresholds
@@ -86,9 +88,20 @@ int worker_is_full(const struct busy_load *l, const struct busy_capacity *c, siz
 
 /* ---- worker-published load (the router's monitor, admit-top) -------------------------- */
 
-/* Per (worker, rank) memory of the monitor: the decode latch. Zero-initialise. */
+/* Per (worker, rank) memory of the monitor, its latch: each number the judgement reads, as
+ * the newest message that knew it said. A message with a signal unknown (a failed engine
+ * scrape sends kv_used_blocks and kv_total_blocks as null) leaves that signal as it was, so a
+ * rank marked busy by a signal stays busy until a message in which that signal is known and
+ * at or below its threshold: a worker the engine reported full is not released on admitd's
+ * own bookings alone. The numbers, not verdicts, are kept, so that any thresholds (several
+ * sets, changed live) judge the same memory. Zero-initialise: a rank never heard from is
+ * idle, with no capacity known. */
 struct busy_latch {
-    int decode; /* 1 while the decode signal holds the rank busy */
+    int64_t prefill_tokens;         /* active_prefill_tokens */
+    int64_t kv_used_blocks;         /* the engine's KV blocks in use */
+    int64_t active_decode_blocks;   /* admitd's booked blocks */
+    int64_t kv_total_blocks;        /* what the decode signals are judged against; 0 = unknown */
+    int64_t max_num_batched_tokens; /* the prefill fraction's budget; 0 = unknown (default) */
 };
 
 /** the capacity a load message reports */
@@ -96,9 +109,15 @@ void busy_capacity_of(const struct admit_load *m, struct busy_capacity *out);
 /** the load row a message publishes: its prefill tokens, and the larger of its two decode
  *  signals (kv_used_blocks, active_decode_blocks), either one being over meaning over */
 void busy_load_of(const struct admit_load *m, struct busy_load *out);
-/** one rank by its message: updates the latch (set when the decode signal is over, cleared
- *  only when every signal it judges is at or below; left as it is when the signal is unset or
- *  kv_total_blocks unknown) and says whether the rank is busy */
+/** records in l every number the judgement reads that m knows (a count >= 0, a capacity
+ *  > 0); those m does not know keep their last known value */
+void busy_latch_note(struct busy_latch *l, const struct admit_load *m);
+/** the load row and capacity the monitor judges a rank by: l's numbers, as busy_load_of() and
+ *  busy_capacity_of() make them of a message (kv_block_size unknown: the judgement does not
+ *  read it) */
+void busy_latch_row(const struct busy_latch *l, struct busy_load *load, struct busy_capacity *cap);
+/** one rank by its message: notes m in the latch, then says whether the rank is busy by what
+ *  the latch holds (has_room(), the one rule, on busy_latch_row()) */
 int busy_rank(const struct busy_thresholds *t, const struct admit_load *m, struct busy_latch *l);
 /** a worker's n rank messages: busy only when every one is busy (n == 0: not); updates latches */
 int busy_worker(const struct busy_thresholds *t, const struct admit_load *ranks, size_t n,

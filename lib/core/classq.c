@@ -35,7 +35,8 @@ struct classq {
     size_t total;
     uint64_t seq;
     size_t cursor; /* where the next ring walk starts: the class after the last to dispatch */
-    int carry;     /* the class that dispatched last while it kept credit, or -1 */
+    int carry;     /* the class whose turn it is: the last to dispatch, while it has credit and
+                    * requests (kept across calls, even those where it was not ready); or -1 */
     int busy;      /* a dispatch is running: calls from its callbacks return at once */
 };
 
@@ -365,14 +366,30 @@ static struct classq_entry *take(struct classq *q, size_t i)
     return e;
 }
 
+/* The class whose turn it is, or -1: the carried class while it still has requests and
+ * credit (a removal may have emptied it since, and so zeroed its credit). */
+static int carried_class(struct classq *q)
+{
+    const struct cq_class *c = class_at(q, q->carry);
+
+    if (c == NULL || c->depth == 0 || c->deficit <= 0)
+        q->carry = -1;
+    return q->carry;
+}
+
 /* One step of the round robin: the next entry to go, already out of its queue, or NULL
- * when no non-empty class is ready. */
+ * when no non-empty class is ready.
+ *
+ * The turn (carry) outlives a step in which its class was not ready: under tight capacity
+ * the gate closes behind every dispatch, and a turn lost there would hand the next opening
+ * to the ring, so that classes alternated whatever their quanta. It ends only when the class
+ * runs out of credit or requests (take), when its head costs more than its credit, or when
+ * another class dispatches (take, for that class). */
 static struct classq_entry *step(struct classq *q, classq_ready_fn ready, void *arg)
 {
-    int carried = q->carry;
+    int carried = carried_class(q);
     int64_t rounds = INT64_MAX;
 
-    q->carry = -1;
     if (q->total == 0)
         return NULL;
     if (carried >= 0) {
@@ -381,6 +398,8 @@ static struct classq_entry *step(struct classq *q, classq_ready_fn ready, void *
         c->cand = candidate(q, (size_t) carried, ready, arg);
         if (c->cand != 0 && c->cand <= c->deficit)
             return take(q, (size_t) carried);
+        if (c->cand != 0)
+            q->carry = -1; /* ready but unaffordable: its turn is over, the ring goes on */
     }
     for (size_t k = 0; k < q->n; k++) {
         size_t i = (q->cursor + k) % q->n;

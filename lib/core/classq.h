@@ -10,7 +10,13 @@
  *
  * Across classes (classq_dispatch), each step picks one entry:
  *  - the class that dispatched last goes on while it still has credit and its next head is
- *    ready and affordable (its deficit covers the head's cost): credit is not topped up;
+ *    ready and affordable (its deficit covers the head's cost): credit is not topped up.
+ *    It keeps that turn while it has requests and credit, whatever ready() said in between:
+ *    a step (or a whole call) in which it is not ready and no other class goes leaves the
+ *    turn with it, so that under tight capacity, where every dispatch closes the gate until
+ *    a request ends, the next opening still goes to it and the shares follow the quanta at
+ *    any capacity, one request at a time included. The turn ends when its head costs more
+ *    than its credit, when it runs out of credit or requests, or when another class goes;
  *  - otherwise the ring is walked once from the class after the last to dispatch. A class
  *    whose head is ready dispatches on the credit it has if that covers the head, else earns
  *    one quantum for the visit and dispatches if that is enough;

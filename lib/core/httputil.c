@@ -262,6 +262,25 @@ void httpu_date(time_t t, char out[HTTPU_DATE_LEN])
     memcpy(p, " GMT", 5);
 }
 
+/* RFC 9110 8.3.1: media-type = type "/" subtype parameters, with parameters introduced by
+ * OWS ";". The whole type is compared, not a prefix: application/jsonp (JavaScript) and
+ * application/json-seq (RFC 7464, a stream of documents) are other types. */
+int httpu_is_json(const char *content_type)
+{
+    static const char want[] = "application/json";
+    const size_t n = sizeof want - 1;
+    const char *p = content_type;
+
+    if (p == NULL)
+        return 0;
+    p += strspn(p, " \t");
+    if (strncasecmp(p, want, n) != 0)
+        return 0;
+    p += n;
+    p += strspn(p, " \t");
+    return *p == '\0' || *p == ';';
+}
+
 int httpu_bearer_ok(const char *authorization, const char *token)
 {
     const char *got;

@@ -34,6 +34,10 @@ void httpu_date(time_t t, char out[HTTPU_DATE_LEN]);
 /** true when authorization is "Bearer <token>"; compares in time independent of where
  *  the strings differ (no timing oracle for the token) */
 int httpu_bearer_ok(const char *authorization, const char *token);
+/** true when a Content-Type value's media type is application/json: the whole type, any
+ *  case, blanks around it, parameters after ';' ("Application/JSON; charset=utf-8"); not
+ *  NULL, application/jsonp, application/json-seq or text/json. Every JSON endpoint's rule */
+int httpu_is_json(const char *content_type);
 /** writes {"error":"msg"} and a newline into out: the shape of admin and /admission errors */
 void httpu_error_field_json(struct buf *out, const char *msg);
 /** writes v in decimal into out (no NUL); returns the length: the hot path's printf */

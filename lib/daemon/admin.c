@@ -9,7 +9,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <strings.h>
 
 struct admin {
     struct hsrv *srv;
@@ -64,7 +63,7 @@ static void on_admission(struct admin *a, const struct http_req *req, struct htt
         reply_error(rep, status, why);
         return;
     }
-    if (ct == NULL || strncasecmp(ct, "application/json", 16) != 0) {
+    if (!httpu_is_json(ct)) {
         reply_error(rep, 415, "the body must be application/json");
         return;
     }

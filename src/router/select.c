@@ -303,6 +303,7 @@ void sel_message(struct sel *s, int wi, const struct admit_load *m, int64_t now_
     r->pub_decode = m->active_decode_blocks;
     r->pub_kv_used = m->kv_used_blocks;
     r->pub_requests = m->engine_requests;
+    busy_latch_note(&r->latch, m);
     r->have_pub = 1;
     r->draining = m->state == ADMIT_LOAD_DRAINING;
     refresh_load(s, w, (unsigned) m->dp_rank); /* the published load is in its cost */
@@ -586,6 +587,7 @@ void sel_view(struct sel *s, int wi, unsigned ri, const struct busy_thresholds *
     const struct sworker *w = &s->w[wi];
     const struct busy_limits *lim;
     struct busy_load pl;
+    struct busy_capacity pc;
     unsigned j = t != NULL ? slot_use(s, t) : 0;
 
     memset(out, 0, sizeof *out);
@@ -611,8 +613,8 @@ void sel_view(struct sel *s, int wi, unsigned ri, const struct busy_thresholds *
     }
     lim = &r->lim[j];
     out->booked_room = busy_within(&out->booked, lim);
-    pl = published(r);
-    out->published_room = !r->have_pub || busy_within(&pl, lim);
+    published(r, &pl, &pc);
+    out->published_room = !r->have_pub || has_room(&pl, &pc, t);
 }
 
 void sel_booked(const struct sel *s, int wi, unsigned ri, struct busy_load *booked_out,

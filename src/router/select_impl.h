@@ -21,7 +21,8 @@ struct srank {
     struct busy_capacity cap;
     int64_t bs; /* block size bookings use */
     int64_t booked_prefill, booked_decode, booked_requests;
-    int64_t pub_prefill, pub_decode, pub_kv_used, pub_requests;
+    int64_t pub_prefill, pub_decode, pub_kv_used, pub_requests; /* the newest message's */
+    struct busy_latch latch; /* what the monitor judges: each signal as last known */
     int have_pub;
     int draining;
     struct busy_limits lim[SEL_MAX_TSETS]; /* lim[j]: slot j's thresholds on cap */
@@ -128,13 +129,13 @@ static inline struct shot *hot(const struct sel *s, const struct sworker *w)
     return &s->shots[w->first];
 }
 
-/* The published load row: prefill tokens, and the larger of the two decode signals. */
-static inline struct busy_load published(const struct srank *r)
+/* The published load row and capacity the monitor judges rank r by: its latch (core/busy.h),
+ * each signal as the newest message that knew it said, so that a message with a signal
+ * unknown does not release a rank that signal marked busy. */
+static inline void published(const struct srank *r, struct busy_load *load,
+                             struct busy_capacity *cap)
 {
-    struct busy_load l = {r->pub_prefill,
-                          r->pub_kv_used > r->pub_decode ? r->pub_kv_used : r->pub_decode,
-                          r->pub_requests, 1};
-    return l;
+    busy_latch_row(&r->latch, load, cap);
 }
 
 /* ---- the threshold slots (select_slots.c) ------------------------------------------------- */

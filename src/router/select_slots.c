@@ -114,8 +114,12 @@ static void judge(struct sel *s, struct sworker *w, unsigned from, unsigned to)
     struct busy_capacity caps[SEL_MAX_RANKS];
 
     for (unsigned i = 0; i < w->nranks; i++) {
-        rows[i] = ranks[i].have_pub ? published(&ranks[i]) : never;
-        caps[i] = ranks[i].cap;
+        if (ranks[i].have_pub) {
+            published(&ranks[i], &rows[i], &caps[i]);
+        } else {
+            rows[i] = never;
+            caps[i] = ranks[i].cap;
+        }
     }
     for (unsigned j = from; j < to; j++) {
         uint8_t bit = (uint8_t) (1u << j);

@@ -156,6 +156,15 @@ def test_live_limits():
     assert status == 400 and "error" in out
     status, out = post_admission(ad, None, headers={"Content-Type": "text/plain"}, raw=b"{}")
     assert status == 415, status
+    # The media type is application/json exactly (any case, parameters allowed): a type that
+    # only starts with it is another type, and changes nothing.
+    for ct in ("application/jsonp", "application/json-seq", "text/json"):
+        status, out = post_admission(ad, {"engine_request_limit": 2}, headers={"Content-Type": ct})
+        assert status == 415 and "application/json" in out["error"], (ct, status, out)
+    assert json.loads(request(ad.maddr, "GET", "/admission")[2])["engine_request_limit"] == 1
+    status, state = post_admission(ad, {"engine_request_limit": 2},
+                                   headers={"Content-Type": "APPLICATION/JSON; charset=utf-8"})
+    assert status == 200 and state["engine_request_limit"] == 2, (status, state)
     status, out = post_admission(ad, None, raw=b" " * 5000)
     assert status == 413, status
     ad.stop()

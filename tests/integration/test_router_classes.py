@@ -243,6 +243,69 @@ def test_classifier_plugin_demotes_a_large_prompt():
     f.stop()
 
 
+SHARES = """
+policy_classes:
+  - name: gold
+    prefill_busy_threshold: %(threshold)d
+    quantum: 300
+  - name: bronze
+    prefill_busy_threshold: %(threshold)d
+    quantum: 100
+default_policy_class: bronze
+"""
+
+
+def served(rt):
+    m = rt.metrics()
+    return tuple(m.get('admit_router_queue_dispatched_total{policy_class="%s"}' % k, 0)
+                 for k in ("gold", "bronze"))
+
+
+def shares_case(at_once):
+    """Two classes of quanta 3:1, prompts of 100 tokens (quantum 300 buys three gold for one
+    bronze), both backlogged, under class thresholds that let `at_once` prefills run at once
+    (100 x at_once <= threshold < 100 x (at_once + 1); an idle rank takes any one). The
+    requests' order is read from the router's own count of what each class sent on, from a
+    moment when both classes wait to a later one, never from timing: whenever the gate
+    opens, whatever the gate said before, the class whose turn it is keeps it, so gold
+    gets three of every four."""
+    window, per_class = 40, 70
+    f = Fleet(SHARES % {"threshold": 100 * at_once + 50}, first_ms=100)
+    rt = f.rt
+    clients = []
+    try:
+        for _ in range(per_class):
+            clients.append(send(rt.addr, 100, "gold", max_tokens=1))
+            clients.append(send(rt.addr, 100, "bronze", max_tokens=1))
+        # Every request is in: each one is either waiting or sent on.
+        wait_for(lambda: all(d + (pending(rt, k) or 0) == per_class
+                             for k, d in zip(("gold", "bronze"), served(rt))), 20,
+                 "every request queued or dispatched")
+        g0, b0 = served(rt)
+        g1, b1 = wait_for(lambda: (lambda g, b: (g, b) if g + b - g0 - b0 >= window else None)(
+            *served(rt)), 60, "%d more dispatches" % window)
+        gold, bronze = g1 - g0, b1 - b0
+        n = gold + bronze
+        # 3:1 within one round (4 requests) and a poll's worth of slack; 1:1 would be 10 off.
+        assert abs(4 * gold - 3 * n) <= 4 * 5, (at_once, gold, bronze)
+        assert pending(rt, "gold") > 0 and pending(rt, "bronze") > 0, "both stayed backlogged"
+        for k in ("gold", "bronze"):
+            for why in ("queue_full", "queue_timeout", "all_busy"):
+                assert rejected(rt, k, why) == 0, (k, why)
+    finally:
+        for c in clients:
+            c.close()
+    f.stop()
+
+
+def test_shares_one_prefill_at_a_time():
+    shares_case(1)
+
+
+def test_shares_two_prefills_at_a_time():
+    shares_case(2)
+
+
 def test_queue_metrics_pass_promtool():
     if shutil.which("promtool") is None:
         raise AssertionError("promtool is not installed (apt install prometheus)")
@@ -275,5 +338,9 @@ if __name__ == "__main__":
             test_selection_still_rejects_on_router_wide_thresholds)
     tap.run("the example classifier plugin moves a large prompt to a class with room",
             test_classifier_plugin_demotes_a_large_prompt)
+    tap.run("classes of quanta 3:1 share 3:1 with one prefill at a time",
+            test_shares_one_prefill_at_a_time)
+    tap.run("classes of quanta 3:1 share 3:1 with two prefills at a time",
+            test_shares_two_prefills_at_a_time)
     tap.run("the queue's metric families pass promtool", test_queue_metrics_pass_promtool)
     tap.done()

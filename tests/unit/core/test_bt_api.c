@@ -290,6 +290,9 @@ static void test_http_errors(void **state)
     json_decref(call(r, "POST", NULL, ok, strlen(ok), 415));
     json_decref(call(r, "POST", "text/plain", ok, strlen(ok), 415));
     json_decref(call(r, "POST", "application/jsonx", ok, strlen(ok), 415));
+    json_decref(call(r, "POST", "application/jsonp", ok, strlen(ok), 415));
+    json_decref(call(r, "POST", "application/json-seq", ok, strlen(ok), 415));
+    json_decref(call(r, "POST", "text/json", ok, strlen(ok), 415));
     json_decref(call(r, "POST", "Application/JSON; charset=utf-8", ok, strlen(ok), 200));
     json_decref(call(r, "POST", " application/json ;charset=utf-8", ok, strlen(ok), 200));
     json_decref(call(r, "PUT", CT, ok, strlen(ok), 405));

@@ -62,7 +62,9 @@ static void test_prefill_absolute(void **state)
     assert_false(busy_rank(&t, &m, &l));
     m.active_prefill_tokens = 1001;
     assert_true(busy_rank(&t, &m, &l));
-    m.active_prefill_tokens = ADMIT_LOAD_UNKNOWN;
+    m.active_prefill_tokens = ADMIT_LOAD_UNKNOWN; /* the latch keeps 1001 */
+    assert_true(busy_rank(&t, &m, &l));
+    memset(&l, 0, sizeof l); /* a rank never heard from: unknown is room */
     assert_false(busy_rank(&t, &m, &l));
     t.active_prefill_tokens_threshold = 0; /* 0 is enabled: any prefill is too much */
     m.active_prefill_tokens = 1;
@@ -122,14 +124,15 @@ static void test_decode_signals(void **state)
     assert_false(busy_rank(&t, &m, &l));
     m.kv_used_blocks = 901;
     assert_true(busy_rank(&t, &m, &l));
-    assert_true(l.decode);
     m.kv_used_blocks = 0;
     m.active_decode_blocks = 901; /* the booked signal alone */
     assert_true(busy_rank(&t, &m, &l));
-    m.active_decode_blocks = ADMIT_LOAD_UNKNOWN;
-    m.kv_used_blocks = ADMIT_LOAD_UNKNOWN;
+    m.active_decode_blocks = 900;
     assert_false(busy_rank(&t, &m, &l));
-    assert_false(l.decode);
+    m.active_decode_blocks = ADMIT_LOAD_UNKNOWN; /* never known: no load */
+    m.kv_used_blocks = ADMIT_LOAD_UNKNOWN;
+    memset(&l, 0, sizeof l);
+    assert_false(busy_rank(&t, &m, &l));
 }
 
 static void test_decode_latch(void **state)
@@ -143,21 +146,22 @@ static void test_decode_latch(void **state)
     m.kv_used_blocks = 850; /* set by the engine's signal */
     m.active_decode_blocks = 100;
     assert_true(busy_rank(&t, &m, &l));
-    assert_true(l.decode);
     m.kv_used_blocks = 700; /* engine drops, booked now over: still held */
     m.active_decode_blocks = 810;
     assert_true(busy_rank(&t, &m, &l));
-    assert_true(l.decode);
     m.active_decode_blocks = 800; /* both at or below: released */
     assert_false(busy_rank(&t, &m, &l));
-    assert_false(l.decode);
     m.active_decode_blocks = 900; /* set again by the booked signal */
     assert_true(busy_rank(&t, &m, &l));
-    m.active_decode_blocks = ADMIT_LOAD_UNKNOWN; /* unknown counts as below: released */
+    m.active_decode_blocks = ADMIT_LOAD_UNKNOWN; /* unknown is not under: still held */
+    assert_true(busy_rank(&t, &m, &l));
+    m.active_decode_blocks = 0; /* known and under: released */
     assert_false(busy_rank(&t, &m, &l));
-    assert_false(l.decode);
 }
 
+/* A message without capacity (kv_total_blocks unknown or 0, as a failed engine scrape or a
+ * restart sends) is judged against the last capacity known: it does not read as released.
+ * A rank whose capacity was never known skips the decode signal (never "full"). */
 static void test_decode_total_unknown_or_zero(void **state)
 {
     struct busy_thresholds t = unset();
@@ -168,16 +172,94 @@ static void test_decode_total_unknown_or_zero(void **state)
     t.active_decode_blocks_threshold = 0.5;
     m.kv_used_blocks = 900;
     assert_true(busy_rank(&t, &m, &l));
-    m.kv_total_blocks = 0; /* no ratio: not busy, latch left as it is */
-    assert_false(busy_rank(&t, &m, &l));
-    assert_true(l.decode);
+    m.kv_total_blocks = 0; /* no ratio in this message: the last total judges it */
+    assert_true(busy_rank(&t, &m, &l));
     m.kv_total_blocks = ADMIT_LOAD_UNKNOWN;
+    assert_true(busy_rank(&t, &m, &l));
+    m.kv_used_blocks = 100; /* known and under, against the kept total of 1000 */
     assert_false(busy_rank(&t, &m, &l));
-    assert_true(l.decode);
+    m.kv_used_blocks = 900;
+    memset(&l, 0, sizeof l); /* capacity never known: the signal is skipped */
+    assert_false(busy_rank(&t, &m, &l));
+    m.kv_total_blocks = 0;
+    assert_false(busy_rank(&t, &m, &l));
     m.kv_total_blocks = 1000;
-    m.kv_used_blocks = 100;
-    assert_false(busy_rank(&t, &m, &l));
-    assert_false(l.decode);
+    assert_true(busy_rank(&t, &m, &l));
+}
+
+/* The latch clears only once every signal it judges is known and at or below its threshold
+ * (seed 000). For each signal, a rank it alone marks busy stays busy through messages that
+ * do not know it: the signal unknown and every other one low; a failed engine scrape
+ * (kv_used_blocks, kv_total_blocks and the engine's max_num_batched_tokens null) with
+ * admitd's own bookings under; a message without capacity. A message with the signal known
+ * and under releases it. */
+static void test_latch_holds_until_known_and_under(void **state)
+{
+    enum { KV_USED, BOOKED, PREFILL };
+    static const struct {
+        const char *name;
+        int64_t abs;
+        double frac;
+        int field;
+        int64_t over;
+    } sig[] = {
+        {"kv_used_blocks", 5000, 0.9, KV_USED, 900},
+        {"active_decode_blocks", 5000, 0.9, BOOKED, 900},
+        {"active_prefill_tokens (absolute)", 3000, NAN, PREFILL, 3001},
+        {"active_prefill_tokens (fraction)", -1, 0.5, PREFILL, 2049},
+    };
+    static const char *const without[] = {"the signal unknown", "a failed engine scrape",
+                                          "no capacity"};
+
+    (void) state;
+    for (size_t k = 0; k < sizeof sig / sizeof *sig; k++) {
+        for (int how = 0; how < 3; how++) {
+            struct busy_thresholds t = unset();
+            struct admit_load m = idle_rank(), later;
+            struct busy_latch l = {0};
+            int64_t *f[2];
+
+            t.active_decode_blocks_threshold = 0.8; /* 800 of 1000 blocks */
+            t.active_prefill_tokens_threshold = sig[k].abs;
+            t.active_prefill_tokens_threshold_frac = sig[k].frac; /* of 4096 */
+            m.kv_used_blocks = m.active_decode_blocks = m.active_prefill_tokens = 100;
+            assert_false(busy_rank(&t, &m, &l));
+            later = m;
+            f[0] = sig[k].field == KV_USED  ? &m.kv_used_blocks
+                   : sig[k].field == BOOKED ? &m.active_decode_blocks
+                                            : &m.active_prefill_tokens;
+            f[1] = sig[k].field == KV_USED  ? &later.kv_used_blocks
+                   : sig[k].field == BOOKED ? &later.active_decode_blocks
+                                            : &later.active_prefill_tokens;
+            *f[0] = sig[k].over;
+            assert_true(busy_rank(&t, &m, &l));
+            if (how == 0) {
+                later.kv_used_blocks = later.active_decode_blocks = 0;
+                later.active_prefill_tokens = 0;
+                *f[1] = ADMIT_LOAD_UNKNOWN;
+            } else if (how == 1) {
+                later = m;
+                later.kv_used_blocks = ADMIT_LOAD_UNKNOWN;
+                later.kv_total_blocks = ADMIT_LOAD_UNKNOWN;
+                later.max_num_batched_tokens = ADMIT_LOAD_UNKNOWN;
+                if (sig[k].field != BOOKED) /* admitd's other bookings: under */
+                    later.active_decode_blocks = 0;
+                if (sig[k].field != PREFILL)
+                    later.active_prefill_tokens = 0;
+            } else {
+                later = m;
+                later.kv_total_blocks = 0;
+                later.max_num_batched_tokens = 0;
+            }
+            for (int i = 0; i < 3; i++)
+                if (!busy_rank(&t, &later, &l))
+                    fail_msg("busy by %s, released by %s", sig[k].name, without[how]);
+            assert_false(busy_has_room(&t, &later, 1, &l));
+            later = idle_rank(); /* known and under */
+            assert_false(busy_rank(&t, &later, &l));
+            assert_true(busy_has_room(&t, &later, 1, &l));
+        }
+    }
 }
 
 static void test_combinations(void **state)
@@ -220,16 +302,16 @@ static void test_multi_rank(void **state)
     r[1].kv_used_blocks = 600;
     assert_false(busy_worker(&t, r, 3, l));
     assert_true(busy_has_room(&t, r, 3, l));
-    assert_true(l[0].decode); /* every rank's latch is updated */
-    assert_true(l[1].decode);
-    assert_false(l[2].decode);
+    assert_int_equal(l[0].kv_used_blocks, 600); /* every rank's latch is updated */
+    assert_int_equal(l[1].kv_used_blocks, 600);
+    assert_int_equal(l[2].kv_used_blocks, 0);
     r[2].active_decode_blocks = 501;
     assert_true(busy_worker(&t, r, 3, l));
     assert_false(busy_has_room(&t, r, 3, l));
     assert_true(busy_worker(&t, r, 2, l)); /* rank 2 never heard of: not passed */
     r[1].kv_used_blocks = 10;
     assert_true(busy_has_room(&t, r, 3, l));
-    assert_false(l[1].decode);
+    assert_int_equal(l[1].kv_used_blocks, 10);
 }
 
 static void test_validate(void **state)
@@ -540,6 +622,7 @@ int main(void)
         cmocka_unit_test(test_prefill_frac_default_capacity),
         cmocka_unit_test(test_decode_signals),
         cmocka_unit_test(test_decode_latch),
+        cmocka_unit_test(test_latch_holds_until_known_and_under),
         cmocka_unit_test(test_decode_total_unknown_or_zero),
         cmocka_unit_test(test_combinations),
         cmocka_unit_test(test_multi_rank),

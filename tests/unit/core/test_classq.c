@@ -205,6 +205,62 @@ static void test_equal_quanta_alternate(void **state)
     classq_free(q);
 }
 
+/* Shares under tight capacity: a fleet that runs cap requests at once (ready() says yes
+ * while fewer run), two classes always backlogged, requests ending one at a time and each end
+ * followed by a dispatch call, as the router's gate and rq_kick() are. Over 400 dispatches,
+ * counted at every 100, class 0's share is its quantum's, within one round of the ring (the
+ * requests one pair of quanta buys), at every capacity from one request at a time to more
+ * than a round. With the turn lost each time the gate closed behind a dispatch, a capacity
+ * of one or two alternated the classes 1:1, whatever the quanta. */
+static void test_shares_hold_at_every_capacity(void **state)
+{
+    static const struct {
+        int64_t qa, qb, prompt;
+        enum classq_policy policy;
+    } cases[] = {
+        {3, 1, 1, CLASSQ_FCFS},         {4, 1, 1, CLASSQ_FCFS},
+        {1, 1, 1, CLASSQ_FCFS},         {300, 100, 100, CLASSQ_FCFS},
+        {400, 100, 100, CLASSQ_WSPT},   {900, 300, 100, CLASSQ_FCFS},
+        {1000, 1000, 100, CLASSQ_WSPT}, {3072, 1024, 1000, CLASSQ_FCFS},
+    };
+    enum { TOTAL = 400, STEP = 100 };
+    struct ctx c;
+
+    (void) state;
+    for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++) {
+        struct classq_def defs[2] = {{cases[k].qa, cases[k].policy, 0},
+                                     {cases[k].qb, cases[k].policy, 0}};
+        int64_t round = (cases[k].qa + cases[k].qb) / cases[k].prompt; /* requests a round */
+
+        for (int64_t cap = 1; cap <= round + 2; cap++) {
+            struct classq *q = mk(&c, reqs, 2 * (TOTAL + (size_t) cap), defs, 2);
+
+            for (int i = 0; i < TOTAL + cap; i++) {
+                push_ok(q, 0, &reqs[2 * i], cases[k].prompt);
+                push_ok(q, 1, &reqs[2 * i + 1], cases[k].prompt);
+            }
+            c.room = cap; /* the gate: dispatches it takes before it closes */
+            assert_int_equal(dispatch(&c), cap);
+            while (c.n < TOTAL) {
+                c.room++; /* one request ends: room for one */
+                assert_int_equal(dispatch(&c), 1);
+            }
+            for (int n = STEP; n <= TOTAL; n += STEP) {
+                int a = count_in(&c, n, 0);
+                int64_t want = n * cases[k].qa / (cases[k].qa + cases[k].qb);
+
+                if (a < want - round || a > want + round)
+                    fail_msg("quanta %lld:%lld, prompt %lld, capacity %lld: class 0 had %d of "
+                             "the first %d dispatches, want %lld +- %lld",
+                             (long long) cases[k].qa, (long long) cases[k].qb,
+                             (long long) cases[k].prompt, (long long) cap, a, n, (long long) want,
+                             (long long) round);
+            }
+            classq_free(q);
+        }
+    }
+}
+
 /* ---- order within a class -------------------------------------------------------------- */
 
 static void test_fcfs_nobody_overtakes(void **state)
@@ -884,6 +940,7 @@ int main(void)
         cmocka_unit_test(test_shares_follow_quanta),
         cmocka_unit_test(test_shares_are_in_tokens),
         cmocka_unit_test(test_equal_quanta_alternate),
+        cmocka_unit_test(test_shares_hold_at_every_capacity),
         cmocka_unit_test(test_fcfs_nobody_overtakes),
         cmocka_unit_test(test_wspt_cost_then_arrival),
         cmocka_unit_test(test_limit_boundary),

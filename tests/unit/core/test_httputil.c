@@ -125,6 +125,47 @@ static void test_bearer_token(void **state)
     assert_false(httpu_bearer_ok("Bearer ", tok));
 }
 
+/* The media type is application/json exactly: any case, blanks around it, parameters after
+ * ';'. Types that merely start with it are other types. */
+static void test_is_json(void **state)
+{
+    static const char *const yes[] = {
+        "application/json",
+        "APPLICATION/JSON",
+        "Application/Json",
+        "application/json; charset=utf-8",
+        "application/json;charset=UTF-8",
+        " application/json ;charset=utf-8",
+        "\tapplication/json\t",
+        "application/json;",
+    };
+    static const char *const no[] = {
+        "application/jsonp",
+        "application/json-seq",
+        "application/jsonp; charset=utf-8",
+        "application/json+ld",
+        "application/json5",
+        "application/json charset=utf-8",
+        "application/json,text/plain",
+        "text/json",
+        "application/jso",
+        "application/",
+        "json",
+        "xapplication/json",
+        "",
+        " ",
+    };
+
+    (void) state;
+    for (size_t i = 0; i < sizeof yes / sizeof *yes; i++)
+        if (!httpu_is_json(yes[i]))
+            fail_msg("refused as JSON: \"%s\"", yes[i]);
+    for (size_t i = 0; i < sizeof no / sizeof *no; i++)
+        if (httpu_is_json(no[i]))
+            fail_msg("taken as JSON: \"%s\"", no[i]);
+    assert_false(httpu_is_json(NULL));
+}
+
 static void test_http_date(void **state)
 {
     char d[HTTPU_DATE_LEN];
@@ -146,6 +187,7 @@ int main(void)
         cmocka_unit_test(test_hop_by_hop),       cmocka_unit_test(test_reasons),
         cmocka_unit_test(test_error_json_shape), cmocka_unit_test(test_error_json_matches_jansson),
         cmocka_unit_test(test_bearer_token),     cmocka_unit_test(test_http_date),
+        cmocka_unit_test(test_is_json),
     };
 
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -797,11 +797,80 @@ static void test_monitor_ranks(void **state)
     sel_message(s, 0, &m, 0);
     assert_true(sel_published_full(s, 0, &t));
     assert_int_equal(sel_pick(s, 0, 16, &t, -1, -1, &w, &r), SEL_ALL_BUSY);
-    m.active_decode_blocks = ADMIT_LOAD_UNKNOWN; /* unknown load is room */
+    m.active_decode_blocks = ADMIT_LOAD_UNKNOWN; /* unknown is not under: still full */
+    sel_message(s, 0, &m, 0);
+    assert_true(sel_published_full(s, 0, &t));
+    m.active_decode_blocks = 50; /* known and at the threshold: room */
     sel_message(s, 0, &m, 0);
     assert_false(sel_published_full(s, 0, &t));
     assert_int_equal(sel_pick(s, 0, 16, &t, -1, -1, &w, &r), SEL_OK);
     sel_free(s);
+}
+
+/* The monitor's latch (issue 23 item 11, seed 000): a worker marked busy by a signal stays
+ * busy until a message in which that signal is known and under. A failed engine scrape
+ * (kv_used_blocks, kv_total_blocks and max_num_batched_tokens null) with admitd's own bookings
+ * under does not release a worker the engine reported full, nor one full by the prefill
+ * fraction of its budget; nor does a message without capacity. Selection, /load's
+ * published_room and the monitor's verdict agree throughout. */
+static void test_monitor_latch(void **state)
+{
+    static const char *const names[] = {"kv_used_blocks", "active_decode_blocks",
+                                        "active_prefill_tokens (fraction)"};
+    struct busy_thresholds t = unset();
+
+    (void) state;
+    t.active_decode_blocks_threshold = 0.5;       /* 50 of 100 blocks */
+    t.active_prefill_tokens_threshold_frac = 0.9; /* 90 of the budget of 100 */
+    for (int sig = 0; sig < 3; sig++)
+        for (int how = 0; how < 2; how++) {
+            struct sel *s = view(2, 1);
+            struct admit_load m = load(0, 0), later;
+            struct sel_rank_view v;
+            int w;
+            unsigned r;
+
+            if (sig == 0)
+                m.kv_used_blocks = 60;
+            else if (sig == 1)
+                m.active_decode_blocks = 60;
+            else
+                m.active_prefill_tokens = 91;
+            sel_message(s, 0, &m, 0);
+            assert_true(sel_published_full(s, 0, &t));
+            later = m;
+            if (how == 0) { /* a failed engine scrape */
+                later.kv_used_blocks = ADMIT_LOAD_UNKNOWN;
+                later.kv_total_blocks = ADMIT_LOAD_UNKNOWN;
+                later.max_num_batched_tokens = ADMIT_LOAD_UNKNOWN;
+                if (sig != 1) /* admitd's own bookings under */
+                    later.active_decode_blocks = 10;
+            } else { /* no capacity in the message */
+                later.kv_total_blocks = 0;
+                later.max_num_batched_tokens = 0;
+            }
+            sel_message(s, 0, &later, 0);
+            if (!sel_published_full(s, 0, &t))
+                fail_msg("busy by %s, released by %s", names[sig],
+                         how == 0 ? "a failed engine scrape" : "a message without capacity");
+            sel_view(s, 0, 0, &t, &v);
+            assert_false(v.published_room);
+            for (int i = 0; i < 3; i++) { /* w0 is skipped, w1 chosen */
+                assert_int_equal(sel_pick(s, 0, 16, &t, -1, -1, &w, &r), SEL_OK);
+                assert_int_equal(w, 1);
+            }
+            assert_int_equal(sel_pick(s, 0, 16, &t, -1, 0, &w, &r), SEL_ALL_BUSY);
+            /* The newest message is what /load reports; the latch is what is judged. */
+            assert_int_equal(v.pub_kv_used_blocks, later.kv_used_blocks);
+            /* Known and under: released. */
+            later = load(0, 0);
+            sel_message(s, 0, &later, 0);
+            assert_false(sel_published_full(s, 0, &t));
+            sel_view(s, 0, 0, &t, &v);
+            assert_true(v.published_room);
+            assert_int_equal(sel_pick(s, 0, 16, &t, -1, 0, &w, &r), SEL_OK);
+            sel_free(s);
+        }
 }
 
 /* New thresholds are in force from the next pick: for the monitor and for the projection. */
@@ -1760,6 +1829,7 @@ int main(void)
         cmocka_unit_test(test_reset_reuses_index),
         cmocka_unit_test(test_monitor_published),
         cmocka_unit_test(test_monitor_ranks),
+        cmocka_unit_test(test_monitor_latch),
         cmocka_unit_test(test_thresholds_change),
         cmocka_unit_test(test_block_size),
         cmocka_unit_test(test_block_size_restarts),
