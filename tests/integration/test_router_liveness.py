@@ -91,7 +91,8 @@ def test_killed_worker_costs_no_request(via):
         assert status == 200 and got == marker, (marker, status, body)
     rt.proc.wait_line(r"worker %s lost: " % re.escape(listen), 10)
     assert not routable_of(rt, url)  # skipped: it has not published since
-    assert rt.metrics()['admit_router_worker_changes_total{change="lost"}'] == 1, rt.metrics()
+    # (Once, or again if a message it sent before it died was read after a refusal.)
+    assert rt.metrics()['admit_router_worker_changes_total{change="lost"}'] >= 1, rt.metrics()
     # Back on the same addresses: routable once it publishes, and used again.
     back = Admitd(mocks[0].url, "--heartbeat-ms", "100", "--listen", listen, "--publish", pub,
                   *NO_MODELS)
