@@ -82,6 +82,10 @@ struct admit_load {
 
 /** sets every numeric field to unknown, state serving, worker id empty */
 void admit_load_init(struct admit_load *m);
+/** 1 when id is a worker id as admitd takes one (its --worker-id): 1 to
+ *  ADMIT_LOAD_WORKER_ID_MAX bytes of printable ASCII other than space, '"' and '\\'. The
+ *  wire carries any string; admit-router refuses a message whose id breaks this rule */
+int admit_load_worker_id_ok(const char *id);
 /** the wire name of a state ("serving", "draining") */
 const char *admit_load_state_name(enum admit_load_state s);
 /** writes "kv_metrics {...}" into buf; returns its length, or -1 if it does not fit */

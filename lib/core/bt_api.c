@@ -28,6 +28,7 @@ struct bt_model {
     char *name;
     struct busy_thresholds t;
     unsigned set; /* BT_SET_* */
+    int learned;  /* from a worker's list alone, not from the config: bt_registry_forget() */
 };
 
 struct bt_registry {
@@ -63,25 +64,57 @@ static struct bt_model *bt_find(const struct bt_registry *r, const char *name, s
     return NULL;
 }
 
-void bt_registry_add_model(struct bt_registry *r, const char *model)
+/* Registers model (learned or declared); one there already is returned as it is. NULL when
+ * the registry is full or the name is not UTF-8. */
+static struct bt_model *bt_add(struct bt_registry *r, const char *model, int learned)
 {
+    struct bt_model *m = bt_find(r, model, strlen(model));
     json_t *probe;
 
-    if (bt_find(r, model, strlen(model)) != NULL || r->n >= BT_API_MODELS_MAX)
-        return;
+    if (m != NULL || r->n >= BT_API_MODELS_MAX)
+        return m;
     /* A name that is not UTF-8 could never arrive in a JSON request nor be listed as JSON. */
     probe = json_string(model);
     if (probe == NULL)
-        return;
+        return NULL;
     json_decref(probe);
     if (r->n == r->cap) {
         r->cap = r->cap ? r->cap * 2 : 8;
         r->models = xrealloc(r->models, r->cap * sizeof *r->models);
     }
-    r->models[r->n].name = xstrdup(model);
-    r->models[r->n].t = r->defaults;
-    r->models[r->n].set = 0;
-    r->n++;
+    m = &r->models[r->n++];
+    m->name = xstrdup(model);
+    m->t = r->defaults;
+    m->set = 0;
+    m->learned = learned;
+    return m;
+}
+
+void bt_registry_add_model(struct bt_registry *r, const char *model)
+{
+    struct bt_model *m = bt_add(r, model, 0);
+
+    if (m != NULL)
+        m->learned = 0; /* declared now, if a worker's list brought it first */
+}
+
+int bt_registry_learn(struct bt_registry *r, const char *model)
+{
+    return bt_add(r, model, 1) != NULL ? 0 : -1;
+}
+
+void bt_registry_forget(struct bt_registry *r, const char *model)
+{
+    struct bt_model *m = bt_find(r, model, strlen(model));
+    size_t i;
+
+    /* What an operator named stays: a model of the config, or one a POST set. */
+    if (m == NULL || !m->learned || m->set != 0)
+        return;
+    i = (size_t) (m - r->models);
+    free(m->name);
+    memmove(m, m + 1, (r->n - i - 1) * sizeof *m); /* the order GET lists them in stays */
+    r->n--;
 }
 
 void bt_registry_set_defaults(struct bt_registry *r, const struct busy_thresholds *defaults)

@@ -22,7 +22,9 @@
 
 /* Largest request body accepted, in bytes. */
 #define BT_API_BODY_MAX (64 * 1024)
-/* Most models a registry holds; further registrations are ignored. */
+/* Most models a registry holds; further registrations are ignored. Those learned from the
+ * workers' lists are forgotten when no worker lists them (bt_registry_forget), so a worker
+ * holds at most the ADMIT_LOAD_MODELS_MAX names of its newest list. */
 #define BT_API_MODELS_MAX 1024
 
 /* A registry of thresholds per model name (small: searched linearly). */
@@ -32,8 +34,14 @@ struct bt_registry;
 struct bt_registry *bt_registry_new(const struct busy_thresholds *defaults);
 /** frees the registry (NULL is fine) */
 void bt_registry_free(struct bt_registry *r);
-/** registers a model the router knows (from its config); twice is once */
+/** registers a model the router knows (from its config), for good; twice is once */
 void bt_registry_add_model(struct bt_registry *r, const char *model);
+/** registers a model a worker serves (bt_registry_forget may take it back); one registered
+ *  already stays as it is. 0, or -1 when the registry is full or the name is not UTF-8 */
+int bt_registry_learn(struct bt_registry *r, const char *model);
+/** no worker serves model any more: a learned one goes, unless a POST set one of its
+ *  thresholds (an operator's word, kept as the config's models are) */
+void bt_registry_forget(struct bt_registry *r, const char *model);
 /** replaces the defaults (a reload of the config): every model's thresholds follow them, but
  *  for the fields a POST set for that model, which keep the value it set */
 void bt_registry_set_defaults(struct bt_registry *r, const struct busy_thresholds *defaults);

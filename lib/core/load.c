@@ -35,6 +35,17 @@ void admit_load_init(struct admit_load *m)
     m->models.n = ADMIT_LOAD_UNKNOWN; /* and the rest 0: admit_load_models_unknown() */
 }
 
+int admit_load_worker_id_ok(const char *id)
+{
+    size_t n = 0;
+
+    for (; id[n] != '\0'; n++)
+        if ((unsigned char) id[n] < 0x21 || (unsigned char) id[n] > 0x7e || id[n] == '"' ||
+            id[n] == '\\')
+            return 0;
+    return n >= 1 && n <= ADMIT_LOAD_WORKER_ID_MAX;
+}
+
 /* ---- model lists ---------------------------------------------------------------------- */
 
 void admit_load_models_unknown(struct admit_load_models *l)

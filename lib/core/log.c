@@ -42,6 +42,41 @@ static void json_escape(char *out, size_t cap, const char *s)
     out[n] = '\0';
 }
 
+const char *log_esc(const char *s, char *out, size_t cap)
+{
+    static const char hex[] = "0123456789abcdef";
+    size_t n = 0;
+
+    if (cap < 4) {
+        if (cap > 0)
+            out[0] = '\0';
+        return out;
+    }
+    for (; *s != '\0'; s++) {
+        unsigned char c = (unsigned char) *s;
+        size_t w = c == '\\' ? 2 : c < 0x20 || c > 0x7e ? 4 : 1;
+
+        if (n + w > cap - 4) {
+            memcpy(out + n, "...", 3);
+            n += 3;
+            break;
+        }
+        if (w == 1) {
+            out[n++] = (char) c;
+        } else if (w == 2) {
+            out[n++] = '\\';
+            out[n++] = '\\';
+        } else {
+            out[n++] = '\\';
+            out[n++] = 'x';
+            out[n++] = hex[c >> 4];
+            out[n++] = hex[c & 15];
+        }
+    }
+    out[n] = '\0';
+    return out;
+}
+
 void log_set_level(enum log_level level)
 {
     log_max = level;

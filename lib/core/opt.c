@@ -8,6 +8,7 @@
  * file-only keys (opt_file_key) go to the spec's hook, from the same text, right after its
  * settings: the file is read once, so the two can never come from different versions of it. */
 #include "core/opt.h"
+#include "admit/load.h"
 #include "core/cfgfile.h"
 #include "core/log.h"
 #include "core/netaddr.h"
@@ -299,15 +300,14 @@ static int apply(const struct opt_def *d, void *obj, const char *raw, const char
         strcpy(text, raw);
         return 0;
     case OPT_ID:
-        for (const char *p = raw; *p; p++)
-            if ((unsigned char) *p < 0x21 || (unsigned char) *p > 0x7e || *p == '"' || *p == '\\')
-                return bad(d, raw, src,
-                           "must be printable ASCII without spaces, quotes or backslashes", err,
-                           errlen);
+        /* A worker id's rule (admit/load.h), the one admit-router holds load messages to. */
         if (raw[0] == '\0' || strlen(raw) >= d->size) {
             snprintf(err, errlen, "%s: must be 1 to %zu characters", src, d->size - 1);
             return -1;
         }
+        if (!admit_load_worker_id_ok(raw))
+            return bad(d, raw, src, "must be printable ASCII without spaces, quotes or backslashes",
+                       err, errlen);
         strcpy(text, raw);
         return 0;
     case OPT_TOKEN:

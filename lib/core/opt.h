@@ -27,7 +27,7 @@ enum opt_kind {
     OPT_PATH,     /* char[size]: a path starting with '/' */
     OPT_BOOL,     /* int 0 or 1; the flag alone means true */
     OPT_PUBURL,   /* char[size]: tcp://HOST:PORT or ipc:///PATH; "none" or "" gives "" */
-    OPT_ID,       /* char[size]: printable ASCII without blanks, quotes or backslashes */
+    OPT_ID,       /* char[size]: a worker id by admit_load_worker_id_ok (size <= 128) */
     OPT_DOUBLE,   /* double in [min, max] */
     OPT_RETRY,    /* unsigned: "auto" is 0, else seconds in [min, max] */
     OPT_TOKEN,    /* char[size]: a secret of 16 or more characters without blanks */

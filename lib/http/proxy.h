@@ -85,6 +85,10 @@ struct proxy_route {
     void (*refused)(void *arg, const struct http_req *r);
     /* answers requests the router handles itself (e.g. /busy_threshold); 1 if it did */
     int (*local)(void *arg, const struct http_req *r, struct http_reply *rep);
+    /* optional: the engine refused the connection, or a connection to it was found closed,
+     * before any byte of the request went out; the request goes on to another engine once
+     * (pick with exclude), as after an overload answer */
+    void (*unreachable)(void *arg, struct upstream *up);
     void *arg;
 };
 

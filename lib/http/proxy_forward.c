@@ -24,11 +24,32 @@ void px_cancel_upstream(struct pxreq *x)
 
 /* ---- engine failures ------------------------------------------------------------------ */
 
+/* Router mode: an engine that nothing of the request reached (a refused connect, or a
+ * connection found closed before a byte was written; never once one was) is not serving it,
+ * so the request may go to another, once, as after an overload answer; the router skips the
+ * engine (route.unreachable). 1 when it went on, 0 when the failure is the answer. */
+static int px_retry_unsent(struct pxreq *x, enum upstream_error e)
+{
+    struct proxy *px = x->px;
+
+    if (px->route.unreachable == NULL || x->retried || x->retry_pending || x->c == NULL ||
+        x->state != X_UPSTREAM)
+        return 0;
+    px->m->upstream_errors[e]++;
+    px_cancel_upstream(x);
+    x->retried = 1;
+    px->route.unreachable(px->route.arg, x->up);
+    px_start_upstream(x);
+    return 1;
+}
+
 void px_upstream_failed(struct pxreq *x, enum upstream_error e)
 {
     struct proxy *px = x->px;
     char msg[256 + NETADDR_HOST_MAX];
 
+    if (e == UERR_CONNECT && px_retry_unsent(x, e))
+        return; /* a refused connect: nothing was sent */
     px->m->upstream_errors[e]++;
     px_cancel_upstream(x);
     if (x->state == X_UPSTREAM || x->retry_pending) {
@@ -258,7 +279,8 @@ void px_start_upstream(struct pxreq *x)
         x->uc = NULL;
         if (!reused || attempt > 0) {
             buf_pool_give(&px->bufs, head);
-            px_upstream_failed(x, UERR_BROKEN);
+            if (!px_retry_unsent(x, UERR_BROKEN)) /* nothing of it was written */
+                px_upstream_failed(x, UERR_BROKEN);
             return;
         }
     }

@@ -42,6 +42,7 @@ struct spsub {
     struct event_base *base;
     char *url;
     spsub_cb cb;
+    spsub_lost_cb lost; /* NULL: nobody asked */
     void *arg;
     struct sockaddr_storage sa;
     socklen_t salen;
@@ -178,6 +179,7 @@ static void unwatch_read(struct spsub *s)
 static void drop(struct spsub *s, enum log_level first, const char *why)
 {
     unsigned ms;
+    int was_open = s->state == SP_OPEN;
 
     if (s->fd >= 0) {
         unwatch_read(s);
@@ -196,6 +198,10 @@ static void drop(struct spsub *s, enum log_level first, const char *why)
     if (log_enabled(first))
         log_msg(first, "load subscriber %s: %s; reconnecting in %u ms", s->url, why, ms);
     arm_timer(s, ms);
+    /* Last, with the subscription whole again: a router stops routing to the worker at once
+     * rather than after its missed heartbeats. */
+    if (was_open && s->lost != NULL)
+        s->lost(s->arg, why);
 }
 
 static void drop_errno(struct spsub *s, enum log_level first, const char *what, int err)
@@ -465,6 +471,11 @@ struct spsub *spsub_new(struct event_base *base, const char *url, spsub_cb cb, v
     evtimer_assign(&s->timer, base, on_timer, s);
     arm_timer(s, 0);
     return s;
+}
+
+void spsub_set_lost(struct spsub *s, spsub_lost_cb cb)
+{
+    s->lost = cb;
 }
 
 void spsub_set_timing(struct spsub *s, const struct spsub_timing *t)

@@ -56,6 +56,11 @@ struct sppoll;
 /** called for each message of the load topic; the bytes live only during the call, which
  *  may free the subscription (spsub_free) */
 typedef void (*spsub_cb)(void *arg, const void *body, size_t len);
+/** called (with the message callback's arg) when a session that was up ends: the publisher
+ *  closed or reset the connection, broke the protocol, or sent what cannot be read; why says
+ *  which. Not for connects that fail, nor when the subscription is freed. It must not free
+ *  the subscription */
+typedef void (*spsub_lost_cb)(void *arg, const char *why);
 
 /* What a subscription has seen, for metrics. Counters only grow; connected is a gauge. */
 struct spsub_stats {
@@ -81,6 +86,8 @@ int spsub_supported(const char *url, char *err, size_t errlen);
  *  with err ("cannot subscribe to URL: why") when url is not supported */
 struct spsub *spsub_new(struct event_base *base, const char *url, spsub_cb cb, void *arg, char *err,
                         size_t errlen);
+/** tells cb of each session lost from now on (NULL: none, the default) */
+void spsub_set_lost(struct spsub *s, spsub_lost_cb cb);
 /** changes the timing; takes effect from the next wait or attempt */
 void spsub_set_timing(struct spsub *s, const struct spsub_timing *t);
 /** reads the connection in p's passes (sppoll.h) from now on, NULL: on each message, by an

@@ -297,6 +297,12 @@ struct subscriber *sub_new(struct event_base *base, const char *url, const struc
     return nng_new(base, url, cb, arg, err, errlen);
 }
 
+void sub_set_lost(struct subscriber *s, sub_lost_cb cb)
+{
+    if (s->sp != NULL)
+        spsub_set_lost(s->sp, cb);
+}
+
 int sub_is_sp(const struct subscriber *s)
 {
     return s->sp != NULL;

@@ -35,11 +35,16 @@ struct sub_opts {
 
 /** called for each message received; the bytes live only during the call */
 typedef void (*sub_cb)(void *arg, const void *msg, size_t len);
+/** called when the publisher's connection, which was up, is lost (spsub_lost_cb) */
+typedef void (*sub_lost_cb)(void *arg, const char *why);
 
 /** dials url and subscribes to the load topic, as o says (NULL: the defaults); NULL with err
  *  on failure */
 struct subscriber *sub_new(struct event_base *base, const char *url, const struct sub_opts *o,
                            sub_cb cb, void *arg, char *err, size_t errlen);
+/** tells cb (with sub_new's arg) of each lost connection: spsub's at once; nng's SUB does
+ *  not say, so with it a publisher gone is noticed by its silence alone */
+void sub_set_lost(struct subscriber *s, sub_lost_cb cb);
 /** 1 when s reads through spsub, 0 through nng */
 int sub_is_sp(const struct subscriber *s);
 /** what s has received: spsub's counters; for nng only messages and bytes (nng keeps the

@@ -47,6 +47,7 @@ struct router_cfg {
     unsigned kv_block_size;         /* block size of workers that do not report theirs */
     double chars_per_token;         /* prompt text per token, for the booking */
     unsigned missed_heartbeats;     /* a worker silent this many heartbeats is not routable */
+    unsigned max_heartbeat_ms;      /* a heartbeat_ms above this counts as this */
     unsigned upstream_timeout_ms;   /* a worker silent this long: 504 (or a cut stream) */
     unsigned client_timeout_ms;     /* a client idle this long: closed */
     unsigned max_header_bytes;      /* request headers larger than this: 400 */

@@ -21,6 +21,8 @@ struct mworker {
 };
 
 struct rmodels {
+    rmodels_name_fn served, unserved; /* rmodels_set_hooks() */
+    void *arg;
     struct mname *v;
     size_t n, cap;
     uint32_t *hash; /* index + 1 into v, 0 = empty; open addressing, hcap a power of two */
@@ -102,8 +104,8 @@ static void compact(struct rmodels *m)
     rehash(m, m->hcap);
 }
 
-/* The id of name, added if new (and told to fn); the caller made room (fits()). */
-static long intern(struct rmodels *m, const char *name, rmodels_new_name_fn fn, void *arg)
+/* The id of name, added if new; the caller made room (fits()). */
+static long intern(struct rmodels *m, const char *name)
 {
     long id = lookup(m, name);
     struct mname *n;
@@ -131,8 +133,6 @@ static long intern(struct rmodels *m, const char *name, rmodels_new_name_fn fn, 
             i = (i + 1) & (m->hcap - 1);
         m->hash[i] = (uint32_t) m->n;
     }
-    if (fn != NULL)
-        fn(arg, name);
     return (long) m->n - 1;
 }
 
@@ -188,9 +188,42 @@ static void remove_known(struct rmodels *m, int w)
     }
 }
 
+/* Worker w's list went from was to its list now: the hooks hear of the names it brought
+ * that no other worker lists, and of those it dropped that no worker lists any more. A name
+ * the table forgot to make room (compact()) is listed by none. A list holds at most
+ * ADMIT_LOAD_MODELS_MAX names, and lists change seldom: the lookups are cheap enough. */
+static void tell(const struct rmodels *m, int w, const struct admit_load_models *was)
+{
+    const struct admit_load_models *now = &m->w[w].list;
+    int known = m->w[w].present && !m->w[w].unknown;
+
+    for (const char *p = admit_load_models_next(was, NULL); p != NULL && m->unserved != NULL;
+         p = admit_load_models_next(was, p)) {
+        long id = lookup(m, p);
+
+        if (id < 0 || m->v[id].nserves == 0)
+            m->unserved(m->arg, p);
+    }
+    for (const char *p = known ? admit_load_models_next(now, NULL) : NULL;
+         p != NULL && m->served != NULL; p = admit_load_models_next(now, p)) {
+        long id = lookup(m, p);
+
+        if (id >= 0 && m->v[id].nserves == 1 && !admit_load_models_has(was, p))
+            m->served(m->arg, p);
+    }
+}
+
 struct rmodels *rmodels_new(void)
 {
     return xcalloc(1, sizeof(struct rmodels));
+}
+
+void rmodels_set_hooks(struct rmodels *m, rmodels_name_fn served, rmodels_name_fn unserved,
+                       void *arg)
+{
+    m->served = served;
+    m->unserved = unserved;
+    m->arg = arg;
 }
 
 void rmodels_free(struct rmodels *m)
@@ -254,10 +287,10 @@ static int fits(struct rmodels *m, const struct admit_load_models *l)
     return m->n + misses(m, l) <= RMODELS_NAMES_MAX;
 }
 
-int rmodels_set(struct rmodels *m, int w, const struct admit_load_models *l, rmodels_new_name_fn fn,
-                void *arg)
+int rmodels_set(struct rmodels *m, int w, const struct admit_load_models *l)
 {
     struct mworker *mw;
+    struct admit_load_models was;
     long ids[ADMIT_LOAD_MODELS_MAX];
     int n = 0;
 
@@ -274,17 +307,19 @@ int rmodels_set(struct rmodels *m, int w, const struct admit_load_models *l, rmo
     } else if (admit_load_models_equal(&mw->list, l)) {
         return 0; /* the same list again: nearly every message */
     }
+    was = mw->unknown ? unknown_list : mw->list; /* the names it served, for tell() */
     if (!mw->unknown)
         remove_known(m, w);
     mw->list = *l;
     /* Unknown, or more names than the table holds: it takes any model. */
     if (l->n < 0 || !fits(m, l)) {
         make_unknown(m, w);
+        tell(m, w, &was);
         return 1;
     }
     for (const char *p = admit_load_models_next(l, NULL); p != NULL && n < ADMIT_LOAD_MODELS_MAX;
          p = admit_load_models_next(l, p))
-        ids[n++] = intern(m, p, fn, arg);
+        ids[n++] = intern(m, p);
     make_known(m, w);
     for (int i = 0; i < n; i++) {
         struct mname *mn = &m->v[ids[i]];
@@ -293,16 +328,19 @@ int rmodels_set(struct rmodels *m, int w, const struct admit_load_models *l, rmo
         mn->nserves++;
         mn->nelig++;
     }
+    tell(m, w, &was);
     return 1;
 }
 
 void rmodels_drop(struct rmodels *m, int w)
 {
     struct mworker *mw;
+    struct admit_load_models was;
 
     if (w < 0 || w >= m->nw || !m->w[w].present)
         return;
     mw = &m->w[w];
+    was = mw->unknown ? unknown_list : mw->list;
     if (mw->unknown) {
         mw->unknown = 0;
         bit_clear(m->unknown, w);
@@ -317,6 +355,7 @@ void rmodels_drop(struct rmodels *m, int w)
     mw->list = unknown_list;
     mw->present = 0;
     m->npresent--;
+    tell(m, w, &was);
 }
 
 enum rmodels_verdict rmodels_eligible(const struct rmodels *m, const char *model,

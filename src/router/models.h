@@ -13,6 +13,10 @@
  * allocated per request. The bitsets change only when a worker's list does, which a message
  * that repeats it costs one comparison to find out.
  *
+ * The owner hears of each name that a list begins to hold and of each that no list holds any
+ * more (rmodels_set_hooks()): admit-router's /busy_threshold follows the lists with them, so
+ * that names a worker stopped listing do not pile up there.
+ *
  * Pure: no sockets, no clock, so that it is unit-tested on its own. */
 #ifndef ADMIT_ROUTER_MODELS_H
 #define ADMIT_ROUTER_MODELS_H
@@ -35,19 +39,23 @@ enum rmodels_verdict {
 
 struct rmodels;
 
-/** called with each name the router has not seen in any list before */
-typedef void (*rmodels_new_name_fn)(void *arg, const char *name);
+/** called with a name that worker lists begin or cease to hold (rmodels_set_hooks) */
+typedef void (*rmodels_name_fn)(void *arg, const char *name);
 
 /** an empty table (no workers) */
 struct rmodels *rmodels_new(void);
 /** frees it; NULL is a no-op */
 void rmodels_free(struct rmodels *m);
+/** served hears of each name that a list now holds and none held before it; unserved, of
+ *  each name that no list holds any more (a list changed or unknown, a worker dropped); either
+ *  may be NULL. Called from rmodels_set() and rmodels_drop(), after the change */
+void rmodels_set_hooks(struct rmodels *m, rmodels_name_fn served, rmodels_name_fn unserved,
+                       void *arg);
 /** makes workers 0 .. n-1 known to the table: each one added is unknown (accepts any) */
 void rmodels_reserve(struct rmodels *m, int n);
-/** worker w's newest list (l->n < 0: unknown, accepts any model); new names go to fn (may be
- *  NULL) first; 1 when the worker's list changed, 0 when it was the same */
-int rmodels_set(struct rmodels *m, int w, const struct admit_load_models *l, rmodels_new_name_fn fn,
-                void *arg);
+/** worker w's newest list (l->n < 0: unknown, accepts any model), told to the hooks; 1 when
+ *  the worker's list changed, 0 when it was the same */
+int rmodels_set(struct rmodels *m, int w, const struct admit_load_models *l);
 /** worker w is gone for good: it neither serves nor accepts anything (rmodels_reserve() or
  *  rmodels_set() brings it back, unknown) */
 void rmodels_drop(struct rmodels *m, int w);

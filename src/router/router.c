@@ -45,6 +45,8 @@ static void bury(struct router *r, struct rworker *w)
     w->last_ms = 0;
     w->bad_messages = 0;
     w->unresolved_said = 0;
+    w->lost = 0;
+    w->id_said = 0;
     r->removed++;
     log_info("worker %s removed: its last request ended", w->proxy_url);
 }
@@ -337,6 +339,23 @@ static void overloaded(void *arg, struct upstream *up)
              OVERLOAD_MARK_MS);
 }
 
+/* Nothing of a request reached worker up: a refused connect, or a connection found closed
+ * before the first byte (the proxy sends the request to another worker, once). It is lost
+ * until it publishes again, as when its publisher's connection ends: one refusal is enough
+ * (HAProxy's observe layer4 with on-error mark-down, whose check here is the worker's next
+ * load message, a heartbeat away), since a refused connect costs a request nothing but a
+ * killed worker would otherwise take its share until its missed heartbeats. */
+static void unreachable(void *arg, struct upstream *up)
+{
+    struct router *r = arg;
+    int k = index_of(r, up);
+
+    if (k >= 0)
+        rl_lost(r, r->w[k],
+                "its engine's port refused a connection, or closed it before a request "
+                "was sent");
+}
+
 static void refused(void *arg, const struct http_req *req)
 {
     struct router *r = arg;
@@ -374,7 +393,12 @@ struct router *router_new(struct event_base *base, struct proxy *px, struct metr
 {
     struct router *r = xcalloc(1, sizeof *r);
     char err[512];
-    struct proxy_route route = {pick, overloaded, refused, local, r};
+    struct proxy_route route = {.pick = pick,
+                                .overloaded = overloaded,
+                                .refused = refused,
+                                .local = local,
+                                .unreachable = unreachable,
+                                .arg = r};
     struct proxy_admission hooks = {
         .begin = on_begin,
         .arrive = on_arrive,
@@ -393,8 +417,10 @@ struct router *router_new(struct event_base *base, struct proxy *px, struct metr
     r->cfg = cfg;
     r->bt = bt_registry_new(&cfg->t);
     r->models = rmodels_new();
+    rm_init(r);
     r->sel = sel_new(cfg->missed_heartbeats ? cfg->missed_heartbeats : 3,
                      cfg->kv_block_size ? cfg->kv_block_size : 16);
+    sel_max_heartbeat(r->sel, cfg->max_heartbeat_ms);
     sel_track_output(r->sel, cfg->track_output_blocks);
     r->reap = evtimer_new(base, on_reap, r);
     if (r->reap == NULL)
@@ -428,6 +454,7 @@ void router_reconfigure(struct router *r, const struct router_cfg *c)
     for (size_t i = 0; i < c->models.n; i++)
         bt_registry_add_model(r->bt, c->models.items[i]);
     sel_track_output(r->sel, c->track_output_blocks);
+    sel_max_heartbeat(r->sel, c->max_heartbeat_ms);
     rq_reconfigure(r, &was->classes); /* and dispatches what may go now */
 }
 
@@ -456,6 +483,7 @@ static int revive(struct router *r, struct rworker *w, const char *pub_url, char
     w->state = RW_ACTIVE;
     w->holds = 1;
     w->bad_messages = 0;
+    w->lost = 0;
     sel_revive(r->sel, w->idx); /* routable at its next message */
     r->revived++;
     log_info("worker %s is back (publisher %s): %u requests still in flight there", w->proxy_url,
@@ -501,7 +529,7 @@ int router_add_worker(struct router *r, const char *proxy_url, const char *pub_u
         struct admit_load_models unknown;
 
         admit_load_models_unknown(&unknown);
-        rmodels_set(r->models, w->idx, &unknown, NULL, NULL);
+        rmodels_set(r->models, w->idx, &unknown);
     }
     /* A name is looked up on the loop without waiting: a worker added on SIGHUP, or one whose
      * lookup failed, must not stop every other request while a DNS server is slow. */

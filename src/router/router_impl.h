@@ -49,6 +49,8 @@ struct rworker {
     int64_t last_ms; /* monotonic time of the newest message; 0 = never heard */
     int bad_messages;
     int unresolved_said; /* logged that its engine's name is not looked up yet */
+    int lost;            /* rl_lost() logged it lost; its next message brings it back */
+    int id_said;         /* logged that its messages' worker_id is refused (claim()) */
 };
 
 /* Per exchange, inside the proxy's allocation (zeroed at arrival). */
@@ -95,8 +97,11 @@ struct router {
     size_t nrejects;
     uint64_t rejected_all_busy, rejected_no_worker, rejected_unknown_model;
     uint64_t added, revived, retired, removed; /* workers that came and went */
+    uint64_t lost, back;                       /* workers lost (rl_lost), and back */
     struct spsub_stats load_gone; /* what the subscribers of workers retired since counted */
     uint64_t load_invalid;        /* load messages that did not decode */
+    uint64_t load_bad_id;         /* ... whose worker_id breaks admitd's rule */
+    uint64_t load_id_taken;       /* ... whose worker_id another live worker holds */
     struct event *reap; /* frees retired workers whose last request ended (not in its callback) */
     void (*on_change)(void *arg);
     void *on_change_arg;
@@ -155,12 +160,18 @@ int rl_subscribe(struct router *r, struct rworker *w, const char *pub_url, char 
                  size_t errlen);
 /** closes w's subscriber (never blocking for long), keeping what it counted */
 void rl_unsubscribe(struct router *r, struct rworker *w);
+/** active worker w is lost (why: its publisher's connection ended, its engine refused a
+ *  connection): not routable until its next message; logged once, until it is back */
+void rl_lost(struct router *r, struct rworker *w, const char *why);
 /** appends the load intake's families (admit_router_load_*) */
 void rl_render_metrics(struct router *r, struct buf *out);
 
 /* ---- router_models.c: the models the workers serve -------------------------------------- */
 
-/** a load message of worker idx arrived: its model list (new names join /busy_threshold) */
+/** sets the models' hooks up: a name a worker serves joins /busy_threshold, one no worker
+ *  lists any more leaves it (unless the config names it or a POST set it) */
+void rm_init(struct router *r);
+/** a load message of worker idx arrived: its model list */
 void rm_message(struct router *r, int idx, const struct admit_load *m);
 /** the workers q's model may go to, for sel_pick_in(); NULL: any (no model, pinned, or every
  *  worker takes it) */

@@ -3,9 +3,10 @@
  * selection view and the models, and counting the intake for /metrics.
  *
  * The counters are those of the subscribers (spsub's, summed over the workers) and the
- * router's own for messages that do not decode. A worker's subscriber goes when the worker
- * is retired; what it had counted is kept in the router (load_gone), so the families, which
- * are counters, never go down as workers come and go. */
+ * router's own for messages it refuses: those that do not decode, and those whose worker_id
+ * is not one admitd would take or is another live worker's (claim()). A worker's subscriber goes
+ * when the worker is retired; what it had counted is kept in the router (load_gone), so the
+ * families, which are counters, never go down as workers come and go. */
 #include "router_impl.h"
 #include "core/log.h"
 #include "core/prom.h"
@@ -33,7 +34,63 @@ static void stats_add(struct spsub_stats *sum, const struct spsub_stats *add)
     sum->connected += add->connected;
 }
 
-/* A message of worker arg: into the selection view and its models, or counted as invalid. */
+/* Worker w's messages name the worker id `id`, which its newest accepted one did not: may
+ * it? An id belongs to the first worker that claims it, for as long as that worker is active
+ * and heard within its missed heartbeats (lost or not: one restarting in place keeps it);
+ * another worker's messages that claim it are refused (counted, logged once), so that two
+ * workers never show as one in the metrics nor share a pin. Then it passes on: a worker that
+ * left, or went silent, and whose id a new one takes (a pod rescheduled elsewhere), loses it,
+ * and its next message must claim it again. 0 when w may, -1 when it may not. */
+static int claim(struct router *r, struct rworker *w, const char *id)
+{
+    int64_t now = router_now_ms();
+
+    for (size_t k = 0; k < r->n; k++) {
+        struct rworker *o = r->w[k];
+
+        if (o == w || o->state == RW_FREE || strcmp(o->worker_id, id) != 0)
+            continue;
+        if (o->state == RW_ACTIVE && sel_heard(r->sel, o->idx, now)) {
+            if (!w->id_said)
+                log_warn("worker %s names itself %s, the worker_id of worker %s: its load "
+                         "messages are ignored while that one's are heard",
+                         w->proxy_url, LOG_ESC(id), o->proxy_url);
+            w->id_said = 1;
+            return -1;
+        }
+        log_info("worker_id %s passes from worker %s (%s) to worker %s", LOG_ESC(id), o->proxy_url,
+                 o->state == RW_ACTIVE ? "silent" : "retired", w->proxy_url);
+        o->worker_id[0] = '\0';
+    }
+    w->id_said = 0;
+    return 0;
+}
+
+void rl_lost(struct router *r, struct rworker *w, const char *why)
+{
+    if (w->state != RW_ACTIVE)
+        return;
+    sel_lost(r->sel, w->idx);
+    if (w->lost)
+        return;
+    w->lost = 1;
+    r->lost++;
+    log_warn("worker %s lost: %s; not routable until it publishes again", w->proxy_url, why);
+}
+
+/* Worker arg's publisher connection, which was up, ended (spsub's; nng's SUB does not say):
+ * the worker is not routable until it publishes again, rather than for its missed
+ * heartbeats, when a killed worker refuses every request sent its way. */
+static void on_lost(void *arg, const char *why)
+{
+    struct rworker *w = arg;
+    char msg[200];
+
+    snprintf(msg, sizeof msg, "its load publisher's connection ended (%s)", why);
+    rl_lost(w->r, w, msg);
+}
+
+/* A message of worker arg: into the selection view and its models, or counted as refused. */
 static void on_message(void *arg, const void *msg, size_t len)
 {
     struct rworker *w = arg;
@@ -45,7 +102,24 @@ static void on_message(void *arg, const void *msg, size_t len)
     if (admit_load_decode(msg, len, &m, err, sizeof err) != 0) {
         w->r->load_invalid++;
         if (w->bad_messages++ < 5)
-            log_warn("worker %s sent an invalid load message: %s", w->proxy_url, err);
+            log_warn("worker %s sent an invalid load message: %s", w->proxy_url, LOG_ESC(err));
+        return;
+    }
+    /* admitd's own rule for an id (its --worker-id): an id the wire allows but admitd would
+     * not take (a newline, a quote, a blank) could forge log lines and metrics labels. */
+    if (!admit_load_worker_id_ok(m.worker_id)) {
+        w->r->load_bad_id++;
+        if (!w->id_said)
+            log_warn("worker %s sent a load message whose worker_id %s is not printable ASCII "
+                     "without spaces, quotes or backslashes: ignored",
+                     w->proxy_url, LOG_ESC(m.worker_id));
+        w->id_said = 1;
+        return;
+    }
+    if (strcmp(w->worker_id, m.worker_id) == 0) {
+        w->id_said = 0; /* its own id again: the next refusal is news */
+    } else if (claim(w->r, w, m.worker_id) != 0) {
+        w->r->load_id_taken++;
         return;
     }
     /* A worker whose engine's host name has no address yet is not routable: its load is
@@ -65,6 +139,11 @@ static void on_message(void *arg, const void *msg, size_t len)
     if (strcmp(w->worker_id, m.worker_id) != 0)
         snprintf(w->worker_id, sizeof w->worker_id, "%s", m.worker_id);
     sel_message(w->r->sel, w->idx, &m, w->last_ms);
+    if (w->lost) {
+        w->lost = 0;
+        w->r->back++;
+        log_info("worker %s back: it publishes again", w->proxy_url);
+    }
     rm_message(w->r, w->idx, &m);
     rq_kick(w->r); /* its room may have changed */
 }
@@ -74,7 +153,10 @@ int rl_subscribe(struct router *r, struct rworker *w, const char *pub_url, char 
     struct sub_opts o = {r->cfg->subscriber_nng ? SUB_NNG : SUB_AUTO, r->cfg->load_batch_ms};
 
     w->sub = sub_new(r->base, pub_url, &o, on_message, w, err, errlen);
-    return w->sub != NULL ? 0 : -1;
+    if (w->sub == NULL)
+        return -1;
+    sub_set_lost(w->sub, on_lost);
+    return 0;
 }
 
 void rl_unsubscribe(struct router *r, struct rworker *w)
@@ -102,9 +184,10 @@ void rl_render_metrics(struct router *r, struct buf *out)
 {
     struct spsub_stats t = r->load_gone, st;
     unsigned sp = 0, nng = 0;
-    static const char *const reasons[] = {"oversized", "bad_header", "timeout", "invalid",
-                                          "other_topic"};
-    uint64_t refused[5];
+    static const char *const reasons[] = {"oversized",      "bad_header",  "timeout",
+                                          "invalid",        "other_topic", "bad_worker_id",
+                                          "worker_id_taken"};
+    uint64_t refused[7];
 
     t.connected = 0;
     for (size_t k = 0; k < r->n; k++) {
@@ -128,11 +211,14 @@ void rl_render_metrics(struct router *r, struct buf *out)
     refused[2] = t.timeouts;
     refused[3] = r->load_invalid;
     refused[4] = t.filtered;
+    refused[5] = r->load_bad_id;
+    refused[6] = r->load_id_taken;
     prom_family(out, "admit_router_load_refused_total", "counter",
                 "Load messages or connections refused, by reason (oversized: a message over "
                 "2048 bytes, bad_header: not an SP PUB0 peer, timeout: connect or handshake "
                 "over 10 s, all three dropping the connection; invalid: a message that does not "
-                "decode; other_topic: a message of another topic)");
+                "decode; other_topic: a message of another topic; bad_worker_id: a worker_id "
+                "admitd would not take; worker_id_taken: a worker_id another live worker holds)");
     for (size_t i = 0; i < sizeof reasons / sizeof *reasons; i++) {
         char name[96];
 

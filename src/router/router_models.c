@@ -5,7 +5,8 @@
  * selection (and the class gate's) runs among the workers that take its model. A request that
  * names no model, or one every worker takes, or is pinned to a worker (X-Admit-Worker: the
  * pin names the worker, and its engine decides), is not filtered at all. A name that first
- * appears in a worker's list becomes a model of /busy_threshold. */
+ * appears in a worker's list becomes a model of /busy_threshold, and leaves it when no list
+ * holds it any more. */
 #include "router.h"
 #include "router_impl.h"
 #include "core/log.h"
@@ -15,12 +16,35 @@
 #include <stdlib.h>
 #include <string.h>
 
-static void learned(void *arg, const char *name)
+/* A name that a worker's list holds and none held before. */
+static void served(void *arg, const char *name)
 {
     struct router *r = arg;
 
-    bt_registry_add_model(r->bt, name);
-    log_info("model %s: served by a worker (its thresholds are now /busy_threshold's too)", name);
+    if (bt_registry_learn(r->bt, name) != 0)
+        log_warn("model %s: served by a worker, but /busy_threshold holds %d models already: "
+                 "it is judged by the default thresholds",
+                 LOG_ESC(name), BT_API_MODELS_MAX);
+    else
+        log_info("model %s: served by a worker (its thresholds are now /busy_threshold's too)",
+                 LOG_ESC(name));
+}
+
+/* A name that no worker's list holds any more: /busy_threshold forgets it, unless the
+ * configuration names it or a POST set its thresholds, so that lists of made-up names cannot
+ * fill the registry: a worker holds at most the ADMIT_LOAD_MODELS_MAX names of its newest
+ * list there. */
+static void unserved(void *arg, const char *name)
+{
+    struct router *r = arg;
+
+    bt_registry_forget(r->bt, name);
+    log_info("model %s: no worker lists it any more", LOG_ESC(name));
+}
+
+void rm_init(struct router *r)
+{
+    rmodels_set_hooks(r->models, served, unserved, r);
 }
 
 void rm_message(struct router *r, int idx, const struct admit_load *m)
@@ -29,18 +53,18 @@ void rm_message(struct router *r, int idx, const struct admit_load *m)
     size_t k = 0;
 
     rmodels_reserve(r->models, sel_workers(r->sel));
-    if (!rmodels_set(r->models, idx, &m->models, learned, r))
+    if (!rmodels_set(r->models, idx, &m->models))
         return; /* the same list as before: nearly every message */
     if (m->models.n < 0) {
         log_info("worker %s: its models are unknown: it takes requests for any model",
-                 m->worker_id);
+                 LOG_ESC(m->worker_id));
         return;
     }
     names[0] = '\0';
     for (const char *p = admit_load_models_next(&m->models, NULL); p != NULL && k < sizeof names;
          p = admit_load_models_next(&m->models, p))
-        k += (size_t) snprintf(names + k, sizeof names - k, "%s%s", k ? ", " : "", p);
-    log_info("worker %s serves %d model%s%s%s", m->worker_id, m->models.n,
+        k += (size_t) snprintf(names + k, sizeof names - k, "%s%s", k ? ", " : "", LOG_ESC(p));
+    log_info("worker %s serves %d model%s%s%s", LOG_ESC(m->worker_id), m->models.n,
              m->models.n == 1 ? "" : "s", m->models.n ? ": " : "", names);
 }
 

@@ -71,8 +71,8 @@ static int worker_busy(struct router *r, int k, const struct busy_thresholds *t)
         struct sel_rank_view v;
 
         sel_view(r->sel, k, i, t, &v);
-        if (v.booked_room)
-            return 0;
+        if (v.live && v.booked_room)
+            return 0; /* a rank silent past its window has no say */
     }
     return n > 0;
 }
@@ -82,8 +82,9 @@ void router_render_metrics(struct router *r, struct buf *out)
     struct busy_thresholds t;
     unsigned routable_n = 0, busy_n = 0, active_n = 0, retired_n = 0;
     int64_t now = router_now_ms();
-    static const char *const change_names[] = {"added", "revived", "retired", "removed"};
-    const uint64_t changes[] = {r->added, r->revived, r->retired, r->removed};
+    static const char *const change_names[] = {"added",   "revived", "retired",
+                                               "removed", "lost",    "back"};
+    const uint64_t changes[] = {r->added, r->revived, r->retired, r->removed, r->lost, r->back};
 
     bt_registry_get(r->bt, "", &t);
     prom_family(out, "dynamo_frontend_model_rejection_total", "counter",
@@ -135,7 +136,9 @@ void router_render_metrics(struct router *r, struct buf *out)
     prom_sample(out, "admit_router_workers{state=\"retired\"}", NULL, retired_n);
     prom_family(out, "admit_router_worker_changes_total", "counter",
                 "Workers that came and went (added, revived: named again while retired, "
-                "retired, removed: a retired worker's last request ended)");
+                "retired, removed: a retired worker's last request ended; lost: its publisher's "
+                "connection ended or its engine refused a connection, back: it published "
+                "again)");
     for (size_t i = 0; i < sizeof changes / sizeof *changes; i++) {
         char name[96];
 
@@ -169,7 +172,7 @@ static void put_string(struct buf *out, const char *v)
 
 static void render_rank(struct buf *out, const struct sel_rank_view *v, unsigned i)
 {
-    buf_printf(out, "{\"dp_rank\":%u,\"booked\":{", i);
+    buf_printf(out, "{\"dp_rank\":%u,\"alive\":%s,\"booked\":{", i, v->live ? "true" : "false");
     put_int(out, "prefill_tokens", v->booked.prefill_tokens, 0);
     put_int(out, "decode_blocks", v->booked.decode_blocks, 1);
     put_int(out, "requests", v->booked.requests, 1);

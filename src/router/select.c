@@ -22,16 +22,21 @@
 #define SEL_KEEP_BRANCH() ((void) 0)
 #endif
 
-/* Keeps worker w's cheapest rank (the first of the cheapest) and whether its ranks share a
- * block size, then its gates: after any change of a shot or a room. */
+/* Keeps worker w's cheapest live rank (the first of the cheapest) and whether its live ranks
+ * share a block size, then its gates: after any change of a shot or a room. With no live
+ * rank the worker is out, and rank 0 stands in. */
 static void summarize(struct sel *s, struct sworker *w)
 {
     const struct shot *h = hot(s, w);
-    unsigned best = 0;
+    unsigned best = 0, first = w->nranks;
 
     w->uniform = 1;
-    for (unsigned i = 1; i < w->nranks; i++) {
-        if (h[i].size != h[0].size)
+    for (unsigned i = 0; i < w->nranks; i++) {
+        if (!h[i].live)
+            continue;
+        if (first == w->nranks)
+            first = best = i;
+        if (h[i].size != h[first].size)
             w->uniform = 0;
         if (h[i].cost < h[best].cost)
             best = i;
@@ -124,6 +129,7 @@ struct sel *sel_new(unsigned missed_heartbeats, int64_t default_block_size)
     struct sel *s = xcalloc(1, sizeof *s);
 
     s->missed = missed_heartbeats ? missed_heartbeats : 3;
+    s->max_hb = SEL_MAX_HEARTBEAT_MS;
     s->default_bs = default_block_size > 0 ? default_block_size : 16;
     s->sizes_prompt = -1;
     s->compact_at = 8;
@@ -172,14 +178,35 @@ int sel_workers(const struct sel *s)
     return s->n;
 }
 
+/* Worker w's ranks are none of them live any more, until each speaks again. */
+static void drop_ranks(struct sel *s, struct sworker *w)
+{
+    for (unsigned i = 0; i < w->nranks; i++)
+        if (hot(s, w)[i].live) {
+            hot(s, w)[i].live = 0;
+            refresh_load(s, w, i);
+        }
+}
+
 void sel_retire(struct sel *s, int wi)
 {
     struct sworker *w = &s->w[wi];
 
+    drop_ranks(s, w);
     w->retired = 1;
     w->alive_until = INT64_MIN; /* not alive: the pass skips it, pinned or not */
     w->skip_until = 0;
     w->out = 1;
+}
+
+void sel_lost(struct sel *s, int wi)
+{
+    struct sworker *w = &s->w[wi];
+
+    drop_ranks(s, w); /* each rank back at its own message */
+    w->alive_until = INT64_MIN;
+    w->out = 1;
+    slot_judge(s, w);
 }
 
 void sel_revive(struct sel *s, int wi)
@@ -271,6 +298,7 @@ static void grow(struct sel *s, struct sworker *w, unsigned n)
         memset(r, 0, sizeof *r);
         r->cap.max_num_batched_tokens = r->cap.kv_total_blocks = r->cap.kv_block_size = -1;
         r->pub_prefill = r->pub_decode = r->pub_kv_used = r->pub_requests = -1;
+        r->alive_until = INT64_MIN; /* and its shot not live: not heard yet */
         r->bs = s->default_bs;
         slot_rank_limits(s, r);
     }
@@ -286,6 +314,10 @@ void sel_message(struct sel *s, int wi, const struct admit_load *m, int64_t now_
     struct srank *r;
     int64_t hb = m->heartbeat_ms > 0 ? m->heartbeat_ms : SEL_DEFAULT_HEARTBEAT_MS, span;
 
+    /* A message may claim a heartbeat of up to 2^53 - 1 ms: one such message and silence
+     * would keep a dead rank alive for ever. */
+    if (hb > s->max_hb)
+        hb = s->max_hb;
     if (m->dp_rank < 0 || m->dp_rank >= SEL_MAX_RANKS || w->retired)
         return;
     if ((unsigned) m->dp_rank >= w->nranks)
@@ -306,17 +338,38 @@ void sel_message(struct sel *s, int wi, const struct admit_load *m, int64_t now_
     busy_latch_note(&r->latch, m);
     r->have_pub = 1;
     r->draining = m->state == ADMIT_LOAD_DRAINING;
-    refresh_load(s, w, (unsigned) m->dp_rank); /* the published load is in its cost */
-    w->draining = 0;
-    for (unsigned i = 0; i < w->nranks; i++)
-        w->draining |= (uint8_t) cold(s, w)[i].draining;
-    /* Saturating: heartbeat_ms may be up to 2^53 and missed any unsigned, and a product
-     * out of int64 would be undefined. */
+    /* Saturating: max_hb may be up to 2^53 and missed any unsigned, and a product out of
+     * int64 would be undefined. */
     span = hb > INT64_MAX / (int64_t) s->missed ? INT64_MAX : hb * (int64_t) s->missed;
-    w->alive_until = now_ms > INT64_MAX - span ? INT64_MAX : now_ms + span;
-    w->skip_until = 0; /* its own word replaces our guess */
-    w->out = w->draining || w->nranks == 0;
+    r->alive_until = now_ms > INT64_MAX - span ? INT64_MAX : now_ms + span;
+    hot(s, w)[m->dp_rank].live = 1;
+    refresh_load(s, w, (unsigned) m->dp_rank); /* the published load is in its cost */
+    /* Liveness is per rank: a rank silent past its window is dropped here, at a message of
+     * another, until it speaks again (a worker silent as a whole is out by its own window).
+     * The worker lives as long as its last live rank, and drains if one of them does. */
+    w->alive_until = INT64_MIN;
+    w->draining = 0;
+    for (unsigned i = 0; i < w->nranks; i++) {
+        const struct srank *o = &cold(s, w)[i];
+
+        if (hot(s, w)[i].live && o->alive_until < now_ms) {
+            hot(s, w)[i].live = 0;
+            refresh_load(s, w, i);
+        }
+        if (!hot(s, w)[i].live)
+            continue;
+        if (o->alive_until > w->alive_until)
+            w->alive_until = o->alive_until;
+        w->draining |= (uint8_t) o->draining;
+    }
+    w->skip_until = 0;    /* its own word replaces our guess */
+    w->out = w->draining; /* it has a live rank: this one */
     slot_judge(s, w);
+}
+
+void sel_max_heartbeat(struct sel *s, int64_t ms)
+{
+    s->max_hb = ms > 0 ? ms : SEL_MAX_HEARTBEAT_MS;
 }
 
 void sel_mark_overloaded(struct sel *s, int w, int64_t until_ms)
@@ -566,6 +619,16 @@ int sel_routable(const struct sel *s, int w, int64_t now_ms)
     return sel_alive(s, w, now_ms) && s->w[w].skip_until <= now_ms;
 }
 
+int sel_heard(const struct sel *s, int wi, int64_t now_ms)
+{
+    const struct sworker *w = &s->w[wi];
+
+    for (unsigned i = 0; i < w->nranks; i++)
+        if (cold(s, w)[i].alive_until >= now_ms)
+            return 1;
+    return 0;
+}
+
 int sel_published_full(struct sel *s, int w, const struct busy_thresholds *t)
 {
     unsigned j;
@@ -601,6 +664,7 @@ void sel_view(struct sel *s, int wi, unsigned ri, const struct busy_thresholds *
     }
     const struct srank *r = &cold(s, w)[ri];
     out->booked = booked(r);
+    out->live = (int) hot(s, w)[ri].live;
     out->published = r->have_pub;
     out->pub_prefill_tokens = r->pub_prefill;
     out->pub_decode_blocks = r->pub_decode;

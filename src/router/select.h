@@ -15,10 +15,12 @@
  * cost = prefill tokens / block size + decode blocks, each the larger of booked and published
  * load plus this request, so that other routers' traffic counts as soon as it is published
  * and our own burst before it is. The lowest cost wins; ties are taken in turn. A worker
- * is a candidate when it is alive (heard from within its missed heartbeats, not draining), not
+ * is a candidate when it is alive (a rank heard from within its missed heartbeats, not
+ * draining, not lost since), not
  * skipped for a recent overload answer, not the one the request just left, and not busy by
  * what it publishes (the monitor: the same thresholds on worker-published load, which covers
- * other routers' traffic and generated tokens that this router cannot book). The room rule is
+ * other routers' traffic and generated tokens that this router cannot book); of a candidate,
+ * only the ranks heard within their own window are chosen and judged. The room rule is
  * core/busy.h's, applied through limits kept per rank for each of the last few sets of
  * thresholds used (SEL_MAX_TSETS): the router alternates between its reject thresholds, a
  * model's and a policy class's, and a set it used lately costs no pass to compute them.
@@ -35,6 +37,10 @@
 
 /* Most data-parallel ranks a worker may have (dp_rank 0..SEL_MAX_RANKS-1). */
 #define SEL_MAX_RANKS 64
+
+/* The longest heartbeat a message counts for, unless sel_max_heartbeat() says otherwise: one
+ * claiming more (up to 2^53 - 1 ms) is judged as if it said this. */
+#define SEL_MAX_HEARTBEAT_MS 60000
 
 /* Most sets of thresholds whose limits the view keeps at once; one more evicts the least
  * recently used, which then costs a pass over the fleet when it is used again. */
@@ -61,6 +67,7 @@ enum sel_result {
  * whether each check finds room under the thresholds sel_view() was given. */
 struct sel_rank_view {
     struct busy_load booked;
+    int live;                      /* heard within its window: a candidate, and judged */
     int published;                 /* a message for this rank has arrived */
     int64_t pub_prefill_tokens;    /* active_prefill_tokens of the newest message */
     int64_t pub_decode_blocks;     /* active_decode_blocks of the newest message */
@@ -91,9 +98,18 @@ void sel_revive(struct sel *s, int w);
 /** makes retired worker w, which holds no booking any more, as sel_add_worker() makes a new
  *  one (not heard from, no rank, not retired): its index is free for another worker */
 void sel_reset(struct sel *s, int w);
-/** a load message of worker w arrived at now_ms: its rank's capacity and published load,
- *  the worker's liveness and state; a rank past SEL_MAX_RANKS is ignored */
+/** a load message of worker w arrived at now_ms: its rank's capacity, published load and
+ *  liveness (live for missed heartbeats of its heartbeat, counted at most as the longest
+ *  heartbeat), the worker's state; each other rank silent past its window is dropped (out of
+ *  selection and of the monitor until it speaks again), and the worker is alive while a rank
+ *  is; a rank past SEL_MAX_RANKS is ignored */
 void sel_message(struct sel *s, int w, const struct admit_load *m, int64_t now_ms);
+/** the longest heartbeat a message counts for, from the next message on (<= 0: the default,
+ *  SEL_MAX_HEARTBEAT_MS) */
+void sel_max_heartbeat(struct sel *s, int64_t ms);
+/** worker w is lost (its publisher's connection closed, or it refused a connection): no rank
+ *  of it is live, and it is not alive, until each rank's next message; its bookings stay */
+void sel_lost(struct sel *s, int w);
 /** skips worker w until until_ms (it answered with its overload status); a message clears it */
 void sel_mark_overloaded(struct sel *s, int w, int64_t until_ms);
 /** books output blocks too: one more block each time prompt + output cross a block boundary */
@@ -126,6 +142,8 @@ void sel_release(struct sel *s, struct sel_booking *b);
 int sel_alive(const struct sel *s, int w, int64_t now_ms);
 /** 1 when alive and not skipped for an overload answer */
 int sel_routable(const struct sel *s, int w, int64_t now_ms);
+/** 1 when a rank of worker w was heard within its window at now_ms, lost, draining or not */
+int sel_heard(const struct sel *s, int w, int64_t now_ms);
 /** 1 when every rank of worker w lacks room by its published load under t (the monitor);
  *  NULL judges nothing: 0 */
 int sel_published_full(struct sel *s, int w, const struct busy_thresholds *t);

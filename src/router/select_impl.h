@@ -23,6 +23,7 @@ struct srank {
     int64_t booked_prefill, booked_decode, booked_requests;
     int64_t pub_prefill, pub_decode, pub_kv_used, pub_requests; /* the newest message's */
     struct busy_latch latch; /* what the monitor judges: each signal as last known */
+    int64_t alive_until; /* its newest message + missed heartbeats; INT64_MIN until the first */
     int have_pub;
     int draining;
     struct busy_limits lim[SEL_MAX_TSETS]; /* lim[j]: slot j's thresholds on cap */
@@ -35,7 +36,9 @@ struct srank {
 struct shot {
     int64_t cost;  /* prefill / bs + decode blocks, in SEL_COST_ONE: the cost before this request */
     uint32_t size; /* index of the rank's block size in sel.sizes */
-    uint32_t unused;
+    uint32_t live; /* heard within its window (srank.alive_until) as of its worker's newest
+                      message, and its worker not lost since: else out of the pass (its room is
+                      SEL_ROOM_DEAD), of the monitor and of its worker's cheapest rank */
 };
 
 /* A block size some rank has, and what the request being chosen for adds to the cost of such
@@ -74,17 +77,21 @@ _Static_assert(SEL_MAX_TSETS <= 8, "sworker.full has a bit for each slot");
 
 /* A worker's gate under a slot's thresholds, the one number the pass reads of it beside its
  * sworker: its cheapest rank's room when its ranks share a block size (then the request that
- * fits there goes there, see struct sworker), else one of two values below every room (a room
- * is kept >= -1, rank_room()):
+ * fits there goes there, see struct sworker), else one of two values below every room (a live
+ * rank's room is kept >= -1, rank_room()):
  *  - SEL_GATE_FULL: full by what it publishes, under the slot's thresholds (the monitor);
  *  - SEL_GATE_MIXED: its ranks have more than one block size, so the pass reads them all.
  * With thresholds a request needs its prompt (>= 0), and a gate below SEL_GATE_FULL + 1 is
- * out; with none (NULL) it needs SEL_NEED_ANY, within every room, and no gate is out: a full
- * worker's ranks are read, and all fit. So the pass compares the gate once for the fast path
- * and once for the monitor, with thresholds or without. */
+ * out; with none (NULL) it needs SEL_NEED_ANY, within every live room, and no gate is out: a full
+ * worker's ranks are read, and every live one fits. So the pass compares the gate once for the fast
+ * path and once for the monitor, with thresholds or without. */
 #define SEL_GATE_FULL  INT64_MIN
 #define SEL_GATE_MIXED (INT64_MIN + 1)
 #define SEL_NEED_ANY   (-2)
+/* The room of a rank that is not live, under every slot: below every need, SEL_NEED_ANY's
+ * too, so that the pass never takes it, thresholds or not. It is never a gate (a worker's
+ * cheapest rank is a live one, and a worker with none is out). */
+#define SEL_ROOM_DEAD (INT64_MIN + 2)
 
 /* One set of thresholds whose limits the view keeps (see select_slots.c). */
 struct sslot {
@@ -99,6 +106,7 @@ struct sel {
     struct srank **ranks; /* worker k's nranks sranks: ranks[k] */
     int n, cap;
     unsigned missed;
+    int64_t max_hb; /* a heartbeat_ms above it counts as it (sel_max_heartbeat) */
     int64_t default_bs;
     int track_output;
     int rr; /* where the next pass starts: after the last one chosen */

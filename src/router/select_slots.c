@@ -36,18 +36,22 @@ static int64_t room(int64_t limit, int64_t booked)
 }
 
 /* The most prompt tokens rank r takes under limits l; -1: none (any shortfall is -1, so that
- * every room is above the gates' two values). most is INT64_MAX / r->bs, the same under every
- * slot's limits: a division that a booking makes once, not once a slot.
+ * every room is above the gates' two values); SEL_ROOM_DEAD when it is not live (its shot's
+ * live), whatever its load. most is INT64_MAX / r->bs, the same under every slot's limits: a
+ * division that a booking makes once, not once a slot.
  *
  * The projection's two limits are one number of prompt tokens. booked + prompt > limit is
  * prompt > limit - booked; and for the decode limit, with D = limit - booked blocks left,
  * ceil(prompt / bs) > D is exactly prompt > D x bs (D >= 0, bs >= 1). The prompt fits when
  * it is within both, so within the smaller. */
-static int64_t rank_room(const struct srank *r, const struct busy_limits *l, int64_t most)
+static int64_t rank_room(const struct srank *r, uint32_t live, const struct busy_limits *l,
+                         int64_t most)
 {
     int64_t prefill = room(l->prefill_tokens, r->booked_prefill);
     int64_t blocks = room(l->decode_blocks, r->booked_decode), decode, fit;
 
+    if (!live)
+        return SEL_ROOM_DEAD;
     if (blocks < 0)
         decode = -1;
     else /* saturating: beyond INT64_MAX tokens every prompt fits */
@@ -81,7 +85,7 @@ void slot_rooms(struct sel *s, const struct sworker *w, unsigned i)
     int64_t most = INT64_MAX / r->bs;
 
     for (unsigned j = 0; j < s->nslots; j++)
-        s->slot[j].room[w->first + i] = rank_room(r, &r->lim[j], most);
+        s->slot[j].room[w->first + i] = rank_room(r, hot(s, w)[i].live, &r->lim[j], most);
 }
 
 void slot_rank_limits(struct sel *s, struct srank *r)
@@ -104,27 +108,25 @@ static int same_thresholds(const struct busy_thresholds *a, const struct busy_th
                      b->active_prefill_tokens_threshold_frac);
 }
 
-/* The monitor's verdict on worker w under slots from .. to - 1: full when every rank it
- * published lacks room (a rank never heard from is free). The caller sets its gates. */
+/* The monitor's verdict on worker w under slots from .. to - 1: full when every live rank
+ * lacks room by what it published. A rank silent past its window is no longer judged: its
+ * last numbers (idle, perhaps) must not keep its worker open. The caller sets its gates. */
 static void judge(struct sel *s, struct sworker *w, unsigned from, unsigned to)
 {
-    static const struct busy_load never = {-1, -1, -1, 0}; /* not heard from: room */
     const struct srank *ranks = cold(s, w);
     struct busy_load rows[SEL_MAX_RANKS];
     struct busy_capacity caps[SEL_MAX_RANKS];
+    size_t n = 0;
 
-    for (unsigned i = 0; i < w->nranks; i++) {
-        if (ranks[i].have_pub) {
-            published(&ranks[i], &rows[i], &caps[i]);
-        } else {
-            rows[i] = never;
-            caps[i] = ranks[i].cap;
+    for (unsigned i = 0; i < w->nranks; i++)
+        if (hot(s, w)[i].live) { /* heard, then: it published */
+            published(&ranks[i], &rows[n], &caps[n]);
+            n++;
         }
-    }
     for (unsigned j = from; j < to; j++) {
         uint8_t bit = (uint8_t) (1u << j);
 
-        if (worker_is_full(rows, caps, w->nranks, &s->slot[j].t)) /* the one rule, core/busy.h */
+        if (worker_is_full(rows, caps, n, &s->slot[j].t)) /* the one rule, core/busy.h */
             w->full |= bit;
         else
             w->full &= (uint8_t) ~bit;
@@ -150,7 +152,7 @@ static void fill_slot(struct sel *s, unsigned j)
         for (unsigned i = 0; i < w->nranks; i++) {
             busy_limits(&ranks[i].cap, &sl->t, &ranks[i].lim[j]);
             sl->room[w->first + i] =
-                rank_room(&ranks[i], &ranks[i].lim[j], INT64_MAX / ranks[i].bs);
+                rank_room(&ranks[i], hot(s, w)[i].live, &ranks[i].lim[j], INT64_MAX / ranks[i].bs);
         }
         judge(s, w, j, j + 1);
         sl->gate[k] = gate_of(s, w, j);

@@ -48,10 +48,12 @@ ROUTER_ROWS = {"admit_router_workers": ("state", ("configured", "routable", "bus
                "admit_router_rejections_total": ("reason",
                                                  ("all_busy", "no_worker", "model_not_found")),
                "admit_router_worker_changes_total": ("change",
-                                                     ("added", "revived", "retired", "removed")),
+                                                     ("added", "revived", "retired", "removed",
+                                                      "lost", "back")),
                "admit_router_dns_lookups_total": ("result", ("ok", "failed", "empty")),
                "admit_router_load_refused_total": ("reason", ("oversized", "bad_header", "timeout",
-                                                              "invalid", "other_topic")),
+                                                              "invalid", "other_topic",
+                                                              "bad_worker_id", "worker_id_taken")),
                "admit_router_load_subscribers": ("via", ("spsub", "nng"))}
 
 

@@ -581,7 +581,7 @@ def test_load_shape_and_rejections():
     ws = rt.workers()
     worker_keys = {"url", "publish", "state", "in_flight", "worker_id", "alive", "routable",
                    "busy", "age_ms", "models", "ranks"}
-    rank_keys = {"dp_rank", "booked", "published", "capacity", "block_size", "room"}
+    rank_keys = {"dp_rank", "alive", "booked", "published", "capacity", "block_size", "room"}
     assert [set(x) for x in ws] == [worker_keys] * 2, ws
     live, dead = ws
     assert (live["url"], live["publish"], live["worker_id"]) == (url_of(ad), ad.publish, "live")
@@ -590,6 +590,7 @@ def test_load_shape_and_rejections():
     assert isinstance(live["age_ms"], int) and 0 <= live["age_ms"] < 1000, live
     assert [r["dp_rank"] for r in live["ranks"]] == [0] and set(live["ranks"][0]) == rank_keys
     r = live["ranks"][0]
+    assert r["alive"] is True, r
     assert r["booked"] == {"prefill_tokens": 0, "decode_blocks": 0, "requests": 0}, r
     assert set(r["published"]) == {"active_prefill_tokens", "active_decode_blocks",
                                    "kv_used_blocks"}, r

@@ -27,6 +27,7 @@ OPTIONS = {
     "active-prefill-tokens-threshold-frac": "ADMIT_ROUTER_ACTIVE_PREFILL_TOKENS_THRESHOLD_FRAC",
     "overload-status-code": "DYN_HTTP_OVERLOAD_STATUS_CODE",
     "missed-heartbeats": "ADMIT_ROUTER_MISSED_HEARTBEATS",
+    "max-heartbeat-ms": "ADMIT_ROUTER_MAX_HEARTBEAT_MS",
     "upstream-timeout-ms": "ADMIT_ROUTER_UPSTREAM_TIMEOUT_MS",
     "client-timeout-ms": "ADMIT_ROUTER_CLIENT_TIMEOUT_MS",
     "max-header-bytes": "ADMIT_ROUTER_MAX_HEADER_BYTES",

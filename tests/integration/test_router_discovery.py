@@ -139,10 +139,13 @@ def free_ports(addrs, n=2):
 
 
 def dns_worker(addr, http_port, pub_port, *mock_args):
-    """A mock engine and admitd in front of it, on addr's ports."""
+    """A mock engine and admitd in front of it, on addr's ports. Its worker id is its
+    address: admitd's default, hostname:port, is one for every address of this host, and
+    the router refuses a worker_id another live worker holds."""
     mock = Mock(*mock_args)
     ad = Admitd(mock.url, "--heartbeat-ms", "100", "--listen", "%s:%d" % (addr, http_port),
-                "--publish", "tcp://%s:%d" % (addr, pub_port))
+                "--publish", "tcp://%s:%d" % (addr, pub_port),
+                "--worker-id", "%s:%d" % (addr, http_port))
     return mock, ad
 
 

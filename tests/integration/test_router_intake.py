@@ -3,22 +3,19 @@ reader (spsub) for the publishers at a numeric tcp:// address, nng's SUB for the
 name) or for all (--subscriber=nng), and the admit_router_load_* families that count them.
 
 The workers are real admitd processes with a 100 ms heartbeat, in front of one mock engine;
-the hostile publishers are this file's own, TCP listeners on 127.0.0.1 that speak as much of
-nng's SP protocol as each case needs (README "Load publishing": 8-byte header, then 8-byte
-big-endian length and body per message).
+the hostile publishers are loadpub's, TCP listeners on 127.0.0.1 that speak as much of nng's
+SP protocol as each case needs (README "Load publishing": 8-byte header, then 8-byte
+big-endian length and body per message), each with the bytes its case sends.
 """
 
 import os
 import signal
-import socket
 import struct
 import tempfile
-import threading
 
 from harness import Mock, Tap, wait_for
+from loadpub import LoadPub
 from test_router import Router, worker
-
-PUB0_HELLO = b"\x00SP\x00\x00\x20\x00\x00"
 
 
 def threads(rt):
@@ -94,49 +91,6 @@ def test_messages_counted_as_published(via):
     mock.stop()
 
 
-class FakePub:
-    """A TCP listener on 127.0.0.1 that plays a publisher: each connection gets `script`
-    (bytes) after the subscriber's 8-byte header, then is held open until the peer goes."""
-
-    def __init__(self, script, hello=PUB0_HELLO):
-        self.sock = socket.socket()
-        self.sock.bind(("127.0.0.1", 0))
-        self.sock.listen(16)
-        self.url = "tcp://127.0.0.1:%d" % self.sock.getsockname()[1]
-        self.script, self.hello = script, hello
-        self.conns = 0
-        threading.Thread(target=self._serve, daemon=True).start()
-
-    def _serve(self):
-        while True:
-            try:
-                c, _ = self.sock.accept()
-            except OSError:
-                return
-            self.conns += 1
-            threading.Thread(target=self._talk, args=(c,), daemon=True).start()
-
-    def _talk(self, c):
-        try:
-            c.sendall(self.hello)
-            got = b""
-            while len(got) < 8:
-                d = c.recv(8 - len(got))
-                if not d:
-                    return
-                got += d
-            c.sendall(self.script)
-            while c.recv(4096):
-                pass
-        except OSError:
-            pass
-        finally:
-            c.close()
-
-    def close(self):
-        self.sock.close()
-
-
 def frame(body):
     return struct.pack(">Q", len(body)) + body
 
@@ -144,10 +98,10 @@ def frame(body):
 def test_refusals_counted():
     """A peer that is not PUB0, a message over 2048 bytes, one that does not decode and one
     of another topic: each counted under its reason, and the router goes on."""
-    bad_header = FakePub(b"", hello=b"\x00SP\x00\x00\x21\x00\x00")  # SUB0, not PUB0
-    oversized = FakePub(struct.pack(">Q", 4096) + b"k" * 100)
-    invalid = FakePub(frame(b"kv_metrics {not json"))
-    other = FakePub(frame(b"other_topic {}") * 3)
+    bad_header = LoadPub(hello=b"\x00SP\x00\x00\x21\x00\x00")  # SUB0, not PUB0
+    oversized = LoadPub(struct.pack(">Q", 4096) + b"k" * 100)
+    invalid = LoadPub(frame(b"kv_metrics {not json"))
+    other = LoadPub(frame(b"other_topic {}") * 3)
     fakes = [bad_header, oversized, invalid, other]
     rt = Router([("http://127.0.0.%d:9" % (i + 2), f.url) for i, f in enumerate(fakes)],
                 "--missed-heartbeats", "10")
@@ -162,7 +116,7 @@ def test_refusals_counted():
     assert reason("timeout") == 0, rt.metrics()
     assert load(rt, "admit_router_load_reconnects_total") >= 2, rt.metrics()
     # The invalid message's and the other topic's connections stay up; the others do not.
-    assert invalid.conns == 1 and other.conns == 1, (invalid.conns, other.conns)
+    assert invalid.accepts == 1 and other.accepts == 1, (invalid.accepts, other.accepts)
     assert load(rt, "admit_router_load_messages_total") == 1, rt.metrics()  # the invalid one
     rt.stop()
     for f in fakes:

@@ -208,6 +208,55 @@ static void test_new_defaults(void **state)
     bt_registry_free(r);
 }
 
+/* The models learned from the workers' lists go when no worker lists them; the config's,
+ * and those a POST set, stay. A full registry takes no more, until one goes. */
+static void test_learned_models(void **state)
+{
+    struct bt_registry *r = new_registry(); /* "m", declared */
+    char name[32];
+    json_t *j;
+
+    (void) state;
+    assert_int_equal(bt_registry_learn(r, "a"), 0);
+    assert_int_equal(bt_registry_learn(r, "b"), 0);
+    assert_int_equal(bt_registry_learn(r, "m"), 0); /* declared already: stays declared */
+    assert_int_equal(bt_registry_learn(r, "\xff"), -1);
+    bt_registry_forget(r, "a");
+    bt_registry_forget(r, "m");
+    bt_registry_forget(r, "nobody");
+    j = call(r, "GET", NULL, NULL, 0, 200);
+    assert_int_equal(json_array_size(json_object_get(j, "thresholds")), 2); /* m, b */
+    assert_non_null(listed(j, "m"));
+    assert_string_equal(json_string_value(json_object_get(
+                            json_array_get(json_object_get(j, "thresholds"), 1), "model")),
+                        "b"); /* the order stays */
+    json_decref(j);
+    expect_post(r, "{\"model\":\"a\",\"active_decode_blocks_threshold\":0.5}", 404);
+    /* Declared after it was learned: it stays. */
+    bt_registry_add_model(r, "b");
+    bt_registry_forget(r, "b");
+    /* Set by a POST: it stays too. */
+    assert_int_equal(bt_registry_learn(r, "c"), 0);
+    expect_post(r, "{\"model\":\"c\",\"active_decode_blocks_threshold\":0.5}", 200);
+    bt_registry_forget(r, "c");
+    j = call(r, "GET", NULL, NULL, 0, 200);
+    assert_int_equal(json_array_size(json_object_get(j, "thresholds")), 3);
+    assert_non_null(listed(j, "b"));
+    assert_non_null(listed(j, "c"));
+    json_decref(j);
+    /* Full: a learned name more is refused, until one goes. */
+    for (int i = 3; i < BT_API_MODELS_MAX; i++) {
+        snprintf(name, sizeof name, "x%d", i);
+        assert_int_equal(bt_registry_learn(r, name), 0);
+    }
+    assert_int_equal(bt_registry_learn(r, "late"), -1);
+    assert_int_equal(bt_registry_learn(r, "x3"), 0); /* one there already */
+    bt_registry_forget(r, "x3");
+    assert_int_equal(bt_registry_learn(r, "late"), 0);
+    expect_post(r, "{\"model\":\"late\",\"active_decode_blocks_threshold\":0.5}", 200);
+    bt_registry_free(r);
+}
+
 static void test_unknown_model(void **state)
 {
     struct bt_registry *r = new_registry();
@@ -358,6 +407,7 @@ int main(void)
         cmocka_unit_test(test_unknown_model),   cmocka_unit_test(test_nulls_ignored),
         cmocka_unit_test(test_schema_errors),   cmocka_unit_test(test_http_errors),
         cmocka_unit_test(test_hostile),         cmocka_unit_test(test_new_defaults),
+        cmocka_unit_test(test_learned_models),
     };
 
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -708,6 +708,29 @@ static void test_table_order_and_expiry(void **state)
     admit_loadtab_free(t);
 }
 
+/* admitd's rule for a worker id (its --worker-id), which admit-router holds messages to. */
+static void test_worker_id_rule(void **state)
+{
+    char longest[ADMIT_LOAD_WORKER_ID_MAX + 2];
+
+    (void) state;
+    assert_true(admit_load_worker_id_ok("gpu-7:8080"));
+    assert_true(admit_load_worker_id_ok("!~"));
+    assert_false(admit_load_worker_id_ok(""));
+    assert_false(admit_load_worker_id_ok("a b"));
+    assert_false(admit_load_worker_id_ok("a\nb"));
+    assert_false(admit_load_worker_id_ok("a\"b"));
+    assert_false(admit_load_worker_id_ok("a\\b"));
+    assert_false(admit_load_worker_id_ok("a\x7f"));
+    assert_false(admit_load_worker_id_ok("g\xc3\xa9"));
+    memset(longest, 'w', ADMIT_LOAD_WORKER_ID_MAX);
+    longest[ADMIT_LOAD_WORKER_ID_MAX] = '\0';
+    assert_true(admit_load_worker_id_ok(longest));
+    longest[ADMIT_LOAD_WORKER_ID_MAX] = 'w';
+    longest[ADMIT_LOAD_WORKER_ID_MAX + 1] = '\0';
+    assert_false(admit_load_worker_id_ok(longest));
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -726,6 +749,7 @@ int main(void)
         cmocka_unit_test(test_truncations),
         cmocka_unit_test(test_table_newest_wins_and_staleness),
         cmocka_unit_test(test_table_order_and_expiry),
+        cmocka_unit_test(test_worker_id_rule),
     };
 
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -49,7 +49,17 @@ struct rx {
     size_t len[RX_MAX];
     char msg[RX_MAX][ADMIT_LOAD_MSG_MAX];
     struct spsub *free_me; /* freed by the callback at the first message */
+    int lost;              /* sessions the lost callback was told of */
+    char why[160];         /* what it was told last */
 };
+
+static void on_lost(void *arg, const char *why)
+{
+    struct rx *rx = arg;
+
+    rx->lost++;
+    snprintf(rx->why, sizeof rx->why, "%s", why);
+}
 
 static void on_msg(void *arg, const void *body, size_t len)
 {
@@ -168,6 +178,7 @@ static struct spsub *subscribe(struct event_base *base, const char *url, struct 
     if (sp == NULL)
         fail_msg("spsub_new: %s", err);
     spsub_set_timing(sp, &fast);
+    spsub_set_lost(sp, on_lost);
     return sp;
 }
 
@@ -781,6 +792,7 @@ static void test_oversized(void **state)
     assert_int_equal(b->st.sessions, 2);
     assert_int_equal(b->st.reconnects, 1);
     assert_int_equal(b->peer.accepts, 2);
+    assert_int_equal(b->rx.lost, 1); /* a session up, dropped for what it sent */
     bout_end(b);
 }
 
@@ -819,6 +831,7 @@ static void bad_header(int ipc, const void *hello, size_t len)
     assert_int_equal(b->st.bad_headers, 1);
     assert_int_equal(b->st.sessions, 1);
     assert_int_equal(b->st.reconnects, 1);
+    assert_int_equal(b->rx.lost, 0); /* never a session: nothing was lost */
     bout_end(b);
 }
 
@@ -884,6 +897,9 @@ static void cut(int ipc, enum act how)
     assert_int_equal(b->st.reconnects, 1);
     assert_int_equal(b->st.messages, 2);
     assert_int_equal(b->st.bad_headers + b->st.oversized + b->st.timeouts, 0);
+    /* The session that was up ended once, and its owner was told at once, and why. */
+    assert_int_equal(b->rx.lost, 1);
+    assert_non_null(strstr(b->rx.why, ipc || how == HANGUP ? "closed the connection" : "reset"));
     bout_end(b);
 }
 
@@ -919,6 +935,7 @@ static void test_silent_peer(void **state)
     spsub_get_stats(b->sp, &b->st);
     assert_int_equal(b->st.sessions, 0);
     assert_true(b->peer.accepts >= 2);
+    assert_int_equal(b->rx.lost, 0);
     bout_end(b);
 }
 
@@ -946,6 +963,7 @@ static void test_refused(void **state)
     /* waits of 5-10, 10-20, 20-40, then 20-40 ms: at least 8 in 400 ms, at most 80 */
     assert_true(st.reconnects >= 8 && st.reconnects <= 80);
     assert_int_equal(st.sessions + st.connected + st.timeouts, 0);
+    assert_int_equal(rx.lost, 0); /* a connect that fails loses no session */
     spsub_free(sp);
     close(fd);
     event_base_free(base);

@@ -59,6 +59,7 @@ static void test_defaults(void **state)
     assert_false(busy_thresholds_any(&c.t));
     assert_int_equal(c.overload_status, 529);
     assert_int_equal(c.missed_heartbeats, 3);
+    assert_int_equal(c.max_heartbeat_ms, 60000);
     assert_int_equal(c.upstream_timeout_ms, 600000);
     assert_int_equal(c.client_timeout_ms, 60000);
     assert_int_equal(c.max_header_bytes, 65536);
@@ -359,6 +360,11 @@ static void test_env(void **state)
         assert_int_equal(parse(&c, env, "--missed-heartbeats=2", "--worker=" W2, NULL), OPT_RUN);
         assert_int_equal(c.missed_heartbeats, 2);
         assert_items(&c.workers, W2);
+        /* The longest heartbeat counted: 10 ms to an hour. */
+        assert_int_equal(parse(&c, env, "--max-heartbeat-ms=500", NULL), OPT_RUN);
+        assert_int_equal(c.max_heartbeat_ms, 500);
+        assert_int_equal(parse(&c, env, "--max-heartbeat-ms=9", NULL), OPT_ERROR);
+        assert_int_equal(parse(&c, env, "--max-heartbeat-ms=3600001", NULL), OPT_ERROR);
     }
     {
         const char *const env[] = {"ADMIT_ROUTER_MISSED_HEARTBEATS", "0", NULL};

@@ -37,14 +37,21 @@ static int bit(const uint64_t *e, int k)
     return (int) ((e[k / 64] >> (k % 64)) & 1);
 }
 
-static unsigned learned_n;
-static char learned_last[128];
+static unsigned learned_n, unlearned_n;
+static char learned_last[128], unlearned_last[128];
 
 static void learned(void *arg, const char *name)
 {
     (void) arg;
     learned_n++;
     snprintf(learned_last, sizeof learned_last, "%s", name);
+}
+
+static void unlearned(void *arg, const char *name)
+{
+    (void) arg;
+    unlearned_n++;
+    snprintf(unlearned_last, sizeof unlearned_last, "%s", name);
 }
 
 static void test_unknown_takes_any(void **state)
@@ -77,13 +84,14 @@ static void test_known_lists(void **state)
     const uint64_t *e;
 
     (void) state;
-    learned_n = 0;
+    learned_n = unlearned_n = 0;
+    rmodels_set_hooks(m, learned, unlearned, NULL);
     rmodels_reserve(m, 3);
-    assert_int_equal(rmodels_set(m, 0, &la, learned, NULL), 1);
+    assert_int_equal(rmodels_set(m, 0, &la), 1);
     assert_int_equal(learned_n, 1);
     assert_string_equal(learned_last, "A");
-    assert_int_equal(rmodels_set(m, 0, &la, learned, NULL), 0); /* the same list again */
-    assert_int_equal(rmodels_set(m, 1, &lb, learned, NULL), 1);
+    assert_int_equal(rmodels_set(m, 0, &la), 0); /* the same list again */
+    assert_int_equal(rmodels_set(m, 1, &lb), 1);
     assert_int_equal(learned_n, 3);
     /* Worker 2 is unknown: it takes A, B and anything else besides. */
     assert_int_equal(rmodels_eligible(m, "A", &e), RMODELS_SOME);
@@ -93,7 +101,7 @@ static void test_known_lists(void **state)
     assert_int_equal(rmodels_eligible(m, "nobody", &e), RMODELS_SOME);
     assert_true(!bit(e, 0) && !bit(e, 1) && bit(e, 2));
     /* Worker 2 speaks: every list is known. */
-    assert_int_equal(rmodels_set(m, 2, &lc, learned, NULL), 1);
+    assert_int_equal(rmodels_set(m, 2, &lc), 1);
     assert_int_equal(learned_n, 3); /* no new name */
     assert_int_equal(rmodels_eligible(m, "A", &e), RMODELS_SOME);
     assert_true(bit(e, 0) && !bit(e, 1) && bit(e, 2));
@@ -103,8 +111,12 @@ static void test_known_lists(void **state)
     assert_non_null(e);
     assert_true(!bit(e, 0) && !bit(e, 1) && !bit(e, 2));
     /* A model every worker takes needs no filter. */
-    assert_int_equal(rmodels_set(m, 0, &lc, learned, NULL), 1);
-    assert_int_equal(rmodels_set(m, 1, &lc, learned, NULL), 1);
+    assert_int_equal(rmodels_set(m, 0, &lc), 1);
+    assert_int_equal(unlearned_n, 0);
+    assert_int_equal(rmodels_set(m, 1, &lc), 1);
+    assert_int_equal(learned_n, 3);
+    assert_int_equal(unlearned_n, 1); /* B: no list holds it any more */
+    assert_string_equal(unlearned_last, "B");
     assert_int_equal(rmodels_eligible(m, "shared", &e), RMODELS_ANY);
     assert_null(e);
     /* B is served by nobody now, and nobody takes any: it does not exist. */
@@ -113,7 +125,7 @@ static void test_known_lists(void **state)
     {
         struct admit_load_models none;
         admit_load_models_clear(&none);
-        assert_int_equal(rmodels_set(m, 1, &none, learned, NULL), 1);
+        assert_int_equal(rmodels_set(m, 1, &none), 1);
         assert_int_equal(rmodels_eligible(m, "shared", &e), RMODELS_SOME);
         assert_true(bit(e, 0) && !bit(e, 1) && bit(e, 2));
         assert_int_equal(rmodels_eligible(m, "", &e), RMODELS_ANY);
@@ -121,7 +133,7 @@ static void test_known_lists(void **state)
     /* A worker that goes back to unknown (an older admitd, a list too long) takes any. */
     {
         struct admit_load_models u = unknown();
-        assert_int_equal(rmodels_set(m, 1, &u, learned, NULL), 1);
+        assert_int_equal(rmodels_set(m, 1, &u), 1);
         assert_int_equal(rmodels_eligible(m, "B", &e), RMODELS_SOME);
         assert_true(!bit(e, 0) && bit(e, 1) && !bit(e, 2));
         assert_int_equal(rmodels_eligible(m, "shared", &e), RMODELS_ANY);
@@ -138,20 +150,30 @@ static void test_drop_and_return(void **state)
     const uint64_t *e;
 
     (void) state;
+    learned_n = unlearned_n = 0;
+    rmodels_set_hooks(m, learned, unlearned, NULL);
     rmodels_reserve(m, 2);
-    rmodels_set(m, 0, &la, NULL, NULL);
-    rmodels_set(m, 1, &lb, NULL, NULL);
+    rmodels_set(m, 0, &la);
+    rmodels_set(m, 1, &lb);
+    assert_int_equal(learned_n, 2);
     rmodels_drop(m, 1);
+    assert_int_equal(unlearned_n, 1); /* B went with its only worker */
+    assert_string_equal(unlearned_last, "B");
     rmodels_drop(m, 1); /* twice is once */
     rmodels_drop(m, 7); /* never known */
+    assert_int_equal(unlearned_n, 1);
     assert_int_equal(rmodels_eligible(m, "B", &e), RMODELS_NONE);
     assert_int_equal(rmodels_eligible(m, "A", &e), RMODELS_ANY); /* the only worker left */
     /* A dropped unknown worker takes nothing either. */
-    rmodels_set(m, 0, &u, NULL, NULL);
+    rmodels_set(m, 0, &u);
     rmodels_drop(m, 0);
     assert_int_equal(rmodels_eligible(m, "A", &e), RMODELS_ANY); /* none left: selection 503 */
+    assert_int_equal(unlearned_n, 2); /* A went with worker 0's list, unknown since */
+    assert_string_equal(unlearned_last, "A");
     /* Back with a list. */
-    assert_int_equal(rmodels_set(m, 1, &lb, NULL, NULL), 1);
+    assert_int_equal(rmodels_set(m, 1, &lb), 1);
+    assert_int_equal(learned_n, 3);
+    assert_string_equal(learned_last, "B");
     assert_int_equal(rmodels_eligible(m, "B", &e), RMODELS_ANY);
     assert_int_equal(rmodels_eligible(m, "A", &e), RMODELS_NONE);
     rmodels_free(m);
@@ -168,13 +190,13 @@ static void test_many_workers(void **state)
     (void) state;
     rmodels_reserve(m, 10);
     for (int k = 0; k < 10; k++)
-        rmodels_set(m, k, k % 2 ? &lb : &la, NULL, NULL);
-    rmodels_set(m, 199, &lb, NULL, NULL); /* 11 .. 198 come in unknown */
+        rmodels_set(m, k, k % 2 ? &lb : &la);
+    rmodels_set(m, 199, &lb); /* 11 .. 198 come in unknown */
     assert_int_equal(rmodels_eligible(m, "A", &e), RMODELS_SOME);
     for (int k = 0; k < 200; k++)
         assert_int_equal(bit(e, k), k < 10 ? k % 2 == 0 : k != 199);
     for (int k = 10; k < 199; k++)
-        rmodels_set(m, k, &la, NULL, NULL);
+        rmodels_set(m, k, &la);
     assert_int_equal(rmodels_eligible(m, "B", &e), RMODELS_SOME);
     for (int k = 0; k < 200; k++)
         assert_int_equal(bit(e, k), (k < 10 && k % 2) || k == 199);
@@ -193,12 +215,14 @@ static void test_name_limit(void **state)
     int w = 0;
 
     (void) state;
+    learned_n = unlearned_n = 0;
+    rmodels_set_hooks(m, learned, unlearned, NULL);
     rmodels_reserve(m, 2);
     /* Worker 1 lists fixed names; worker 0 churns through many more. */
     {
         static const char *const fixed[] = {"keep", NULL};
         l = list_of(fixed);
-        rmodels_set(m, 1, &l, NULL, NULL);
+        rmodels_set(m, 1, &l);
     }
     for (int i = 0; i < RMODELS_NAMES_MAX * 2; i += 8) {
         admit_load_models_clear(&l);
@@ -206,7 +230,7 @@ static void test_name_limit(void **state)
             snprintf(name, sizeof name, "m%d", i + k);
             assert_int_equal(admit_load_models_add(&l, name, strlen(name)), 0);
         }
-        rmodels_set(m, w, &l, NULL, NULL);
+        rmodels_set(m, w, &l);
         assert_true(rmodels_names(m) <= RMODELS_NAMES_MAX);
     }
     snprintf(name, sizeof name, "m%d", RMODELS_NAMES_MAX * 2 - 1);
@@ -215,6 +239,10 @@ static void test_name_limit(void **state)
     assert_int_equal(rmodels_eligible(m, "keep", &e), RMODELS_SOME);
     assert_true(!bit(e, 0) && bit(e, 1));
     assert_int_equal(rmodels_eligible(m, "m0", &e), RMODELS_NONE);
+    /* Each name was told once as it came and once as it went, those forgotten to make room
+     * too: what is told served and not unserved is what the lists hold now. */
+    assert_int_equal(learned_n, RMODELS_NAMES_MAX * 2 + 1);
+    assert_int_equal(unlearned_n, RMODELS_NAMES_MAX * 2 - 8);
     rmodels_free(m);
 }
 
@@ -325,7 +353,7 @@ static void test_table_drives_pass(void **state)
     (void) state;
     rmodels_reserve(m, sel_workers(s));
     for (int k = 0; k < 70; k++)
-        rmodels_set(m, k, k == 66 ? &lb : &la, NULL, NULL);
+        rmodels_set(m, k, k == 66 ? &lb : &la);
     assert_int_equal(rmodels_eligible(m, "B", &e), RMODELS_SOME);
     for (int i = 0; i < 5; i++) {
         assert_int_equal(sel_pick_in(s, 10, 10, NULL, -1, -1, e, &w, &r), SEL_OK);

@@ -541,6 +541,7 @@ static void test_liveness_saturates(void **state)
 
     (void) state;
     sel_add_worker(s);
+    sel_max_heartbeat(s, ADMIT_LOAD_INT_MAX); /* no bound of its own */
     m.heartbeat_ms = ADMIT_LOAD_INT_MAX;
     sel_message(s, 0, &m, INT64_MAX - 10);
     assert_true(sel_alive(s, 0, INT64_MAX));
@@ -553,6 +554,158 @@ static void test_liveness_saturates(void **state)
     s = sel_new(3, 16);
     sel_add_worker(s);
     assert_int_equal(sel_pick(s, INT64_MIN, 1, &t, -1, -1, &w, &r), SEL_ALL_BUSY);
+    sel_free(s);
+}
+
+/* A heartbeat counts for at most the longest one (SEL_MAX_HEARTBEAT_MS unless set): one
+ * message that claims 2^53 - 1 ms, then silence, does not keep a worker alive for ever. */
+static void test_heartbeat_bounded(void **state)
+{
+    struct sel *s = sel_new(3, 16);
+    struct busy_thresholds t = unset();
+    struct admit_load m = load(0, 0);
+    int w;
+    unsigned r;
+
+    (void) state;
+    sel_add_worker(s);
+    m.heartbeat_ms = ADMIT_LOAD_INT_MAX;
+    sel_message(s, 0, &m, 1000);
+    assert_true(sel_alive(s, 0, 1000 + 3 * SEL_MAX_HEARTBEAT_MS));
+    assert_false(sel_alive(s, 0, 1001 + 3 * SEL_MAX_HEARTBEAT_MS));
+    assert_false(sel_heard(s, 0, 1001 + 3 * SEL_MAX_HEARTBEAT_MS));
+    assert_int_equal(sel_pick(s, 1001 + 3 * SEL_MAX_HEARTBEAT_MS, 1, &t, -1, -1, &w, &r),
+                     SEL_NO_WORKER);
+    /* A bound set: from the next message on. */
+    sel_max_heartbeat(s, 500);
+    sel_message(s, 0, &m, 2000);
+    assert_true(sel_alive(s, 0, 3500));
+    assert_false(sel_alive(s, 0, 3501));
+    /* A heartbeat under the bound is its own. */
+    m.heartbeat_ms = 100;
+    sel_message(s, 0, &m, 4000);
+    assert_true(sel_alive(s, 0, 4300));
+    assert_false(sel_alive(s, 0, 4301));
+    sel_max_heartbeat(s, 0); /* the default again */
+    m.heartbeat_ms = ADMIT_LOAD_INT_MAX;
+    sel_message(s, 0, &m, 5000);
+    assert_false(sel_alive(s, 0, 5001 + 3 * SEL_MAX_HEARTBEAT_MS));
+    sel_free(s);
+}
+
+/* Liveness is per rank: a rank silent past its window is dropped at the next message of
+ * another, and its last numbers (idle) no longer keep the worker open. */
+static void test_silent_rank_dropped(void **state)
+{
+    struct sel *s = sel_new(3, 16);
+    struct busy_thresholds t = unset(), full;
+    struct admit_load m;
+    struct sel_rank_view v;
+    int w;
+    unsigned r;
+
+    (void) state;
+    busy_thresholds_unset(&full);
+    full.active_decode_blocks_threshold = 0.9;
+    sel_add_worker(s);
+    for (int rank = 0; rank < 4; rank++)
+        message(s, 0, rank, 0); /* idle, heartbeat 1000: each live until 3000 */
+    assert_false(sel_published_full(s, 0, &full));
+    /* Rank 0 alone speaks on, 99 % full. */
+    m = load(0, 0);
+    m.kv_used_blocks = 99;
+    sel_message(s, 0, &m, 2000);
+    assert_false(sel_published_full(s, 0, &full)); /* ranks 1-3 are within their window */
+    assert_int_equal(sel_pick(s, 2000, 10, &full, -1, -1, &w, &r), SEL_OK);
+    assert_int_equal(r, 1); /* the first of the idle ones */
+    sel_view(s, 0, 1, &full, &v);
+    assert_true(v.live);
+    sel_message(s, 0, &m, 3001); /* now they are not */
+    sel_view(s, 0, 1, &full, &v);
+    assert_false(v.live);
+    sel_view(s, 0, 0, &full, &v);
+    assert_true(v.live);
+    assert_true(sel_published_full(s, 0, &full));
+    assert_true(sel_alive(s, 0, 3001));
+    assert_int_equal(sel_pick(s, 3001, 10, &full, -1, -1, &w, &r), SEL_ALL_BUSY);
+    /* Without thresholds any live rank takes it, and only a live one: rank 0. */
+    for (int i = 0; i < 4; i++) {
+        assert_int_equal(sel_pick(s, 3001, 10, &t, -1, -1, &w, &r), SEL_OK);
+        assert_int_equal(r, 0);
+    }
+    assert_int_equal(sel_pick(s, 3001, 10, NULL, -1, -1, &w, &r), SEL_OK);
+    assert_int_equal(r, 0);
+    /* A live rank without room for the request is not replaced by a dropped one that would
+     * have it: under a prefill threshold of 100, with 90 booked on rank 0, a prompt of 50
+     * finds no rank. */
+    {
+        struct busy_thresholds tok;
+        struct sel_booking b = {0};
+
+        busy_thresholds_unset(&tok);
+        tok.active_prefill_tokens_threshold = 100;
+        sel_book(s, &b, 0, 0, 90);
+        assert_int_equal(sel_pick(s, 3001, 50, &tok, -1, -1, &w, &r), SEL_ALL_BUSY);
+        assert_int_equal(sel_pick(s, 3001, 10, &tok, -1, -1, &w, &r), SEL_OK);
+        assert_int_equal(r, 0);
+        sel_release(s, &b);
+    }
+    /* A dropped rank that speaks again is back. */
+    message(s, 0, 2, 3500);
+    assert_false(sel_published_full(s, 0, &full));
+    assert_int_equal(sel_pick(s, 3500, 10, &full, -1, -1, &w, &r), SEL_OK);
+    assert_int_equal(r, 2);
+    /* Rank 0 silent, rank 2 speaks: the worker lives on rank 2 alone. */
+    message(s, 0, 2, 6002); /* rank 0's window ended at 6001 */
+    sel_view(s, 0, 0, &t, &v);
+    assert_false(v.live);
+    assert_true(sel_alive(s, 0, 9002));
+    assert_false(sel_alive(s, 0, 9003));
+    sel_free(s);
+}
+
+/* A lost worker (its publisher's connection ended, or it refused a connection) is out at
+ * once, every rank of it, until each speaks again; its bookings stay, and it is still
+ * heard (its worker_id its own) until its window ends. */
+static void test_lost_until_it_speaks(void **state)
+{
+    struct sel *s = view(2, 2);
+    struct busy_thresholds t = unset();
+    struct sel_booking b = {0};
+    struct sel_rank_view v;
+    int w;
+    unsigned r;
+
+    (void) state;
+    assert_int_equal(sel_pick(s, 0, 10, &t, -1, 0, &w, &r), SEL_OK);
+    sel_book(s, &b, w, r, 10);
+    sel_lost(s, 0);
+    assert_false(sel_alive(s, 0, 0));
+    assert_false(sel_routable(s, 0, 0));
+    assert_true(sel_heard(s, 0, 3000));
+    assert_false(sel_heard(s, 0, 3001));
+    assert_int_equal(sel_pick(s, 0, 10, &t, -1, 0, &w, &r), SEL_NO_WORKER);
+    for (int i = 0; i < 4; i++) {
+        assert_int_equal(sel_pick(s, 0, 10, NULL, -1, -1, &w, &r), SEL_OK);
+        assert_int_equal(w, 1);
+    }
+    sel_view(s, 0, 0, &t, &v);
+    assert_false(v.live);
+    assert_int_equal(v.booked.requests, 1);
+    /* Both lost: none alive, 503. */
+    sel_lost(s, 1);
+    assert_int_equal(sel_pick(s, 0, 10, &t, -1, -1, &w, &r), SEL_NO_WORKER);
+    /* Rank 1 of worker 0 speaks: that rank alone is back. */
+    message(s, 0, 1, 100);
+    assert_true(sel_alive(s, 0, 100));
+    for (int i = 0; i < 4; i++) {
+        assert_int_equal(sel_pick(s, 100, 10, NULL, -1, -1, &w, &r), SEL_OK);
+        assert_int_equal(w, 0);
+        assert_int_equal(r, 1);
+    }
+    sel_release(s, &b);
+    sel_view(s, 0, 0, &t, &v);
+    assert_int_equal(v.booked.requests, 0);
     sel_free(s);
 }
 
@@ -1823,6 +1976,9 @@ int main(void)
         cmocka_unit_test(test_projection_spills),
         cmocka_unit_test(test_no_worker),
         cmocka_unit_test(test_liveness_saturates),
+        cmocka_unit_test(test_heartbeat_bounded),
+        cmocka_unit_test(test_silent_rank_dropped),
+        cmocka_unit_test(test_lost_until_it_speaks),
         cmocka_unit_test(test_all_busy_not_no_worker),
         cmocka_unit_test(test_pinned),
         cmocka_unit_test(test_retire_revive),
