@@ -23,7 +23,7 @@ struct srank {
     int64_t booked_prefill, booked_decode, booked_requests;
     int64_t pub_prefill, pub_decode, pub_kv_used, pub_requests; /* the newest message's */
     struct busy_latch latch; /* what the monitor judges: each signal as last known */
-    int64_t alive_until; /* its newest message + missed heartbeats; INT64_MIN until the first */
+    int64_t alive_until;     /* its newest message + missed heartbeats; INT64_MIN until the first */
     int have_pub;
     int draining;
     struct busy_limits lim[SEL_MAX_TSETS]; /* lim[j]: slot j's thresholds on cap */
