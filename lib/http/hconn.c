@@ -166,8 +166,8 @@ void hc_begin(struct hconn *c)
     event_assign(&c->tmo, c->l->base, -1, 0, hc_timeout, c);
     reset_request(c);
     ioc_read(&c->io, 1);
-    wait_request(c);
     head_begins(c); /* a new connection's first head is due from the accept (nginx) */
+    wait_request(c);
 }
 
 /* The answer is written: the next request, or the graceful close. */

@@ -66,8 +66,8 @@ static const struct opt_def opts[] = {
         "the accept): 408, closed"),
     OPT("max-client-connections", "ADMITD_MAX_CLIENT_CONNECTIONS", OPT_UINT,
         OPT_AT(struct cfg, max_client_connections), CFG_DEF_MAX_CLIENT_CONNECTIONS,
-        "client connections open at once; more wait in the kernel's backlog (0 = half the "
-        "open-file limit, less 128)"),
+        "client connections open at once; more wait in the kernel's backlog (0: (the "
+        "open-file limit - 128) / 2)"),
     OPT("max-header-bytes", "ADMITD_MAX_HEADER_BYTES", OPT_UINT,
         OPT_AT(struct cfg, max_header_bytes), CFG_DEF_MAX_HEADER_BYTES,
         "largest request header block (larger: 400)"),

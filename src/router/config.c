@@ -145,8 +145,8 @@ static const struct opt_def opts[] = {
         "the accept): 408, closed"),
     OPT("max-client-connections", "ADMIT_ROUTER_MAX_CLIENT_CONNECTIONS", OPT_UINT,
         AT(max_client_connections), CFG_DEF_MAX_CLIENT_CONNECTIONS,
-        "client connections open at once; more wait in the kernel's backlog (0 = half the "
-        "open-file limit, less 128)"),
+        "client connections open at once; more wait in the kernel's backlog (0: (the "
+        "open-file limit - 128) / 2)"),
     OPT("max-header-bytes", "ADMIT_ROUTER_MAX_HEADER_BYTES", OPT_UINT, AT(max_header_bytes),
         CFG_DEF_MAX_HEADER_BYTES, "largest request header block (larger: 400)"),
     OPT("max-body-bytes", "ADMIT_ROUTER_MAX_BODY_BYTES", OPT_UINT, AT(max_body_bytes),
