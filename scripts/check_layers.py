@@ -4,9 +4,11 @@
 Each folder is a layer and may include only the layers beneath it:
 
     lib/core     pure logic: no libevent, no nng, no sockets
-    lib/http     the HTTP engine (libevent's events, no evhttp) -> core
-    lib/pubsub   load messages over nng                         -> core
-    lib/daemon   what admitd and admit-router share above the HTTP seam -> core, http, pubsub
+    lib/net      sockets on libevent's events, no protocol (accepting) -> core
+    lib/http     the HTTP engine (libevent's events, no evhttp) -> core, net
+    lib/pubsub   load messages over nng                         -> core, net
+    lib/daemon   what admitd and admit-router share above the HTTP seam -> core, net, http,
+                 pubsub
     tests/bench/fleet  the fleet benches: load messages over lib/pubsub or nng itself -> core, pubsub
     src/<prog>   one folder per program, with its main          -> any lib/ layer
     examples/<x> code written against the public API alone        -> include/admit
@@ -29,11 +31,12 @@ INCLUDE = re.compile(r'^\s*#\s*include\s*([<"])([^>"]+)[>"]')
 # Project folders a layer may include ("admit" is the public include/admit/).
 MAY_INCLUDE = {
     "lib/core": {"admit", "core"},
-    "lib/http": {"admit", "core", "http"},
-    "lib/pubsub": {"admit", "core", "pubsub"},
-    "lib/daemon": {"admit", "core", "http", "pubsub", "daemon"},
-    "src/admitd": {"admit", "core", "http", "pubsub", "daemon", "mock"},
-    "src/router": {"admit", "core", "http", "pubsub", "daemon"},
+    "lib/net": {"admit", "core", "net"},
+    "lib/http": {"admit", "core", "net", "http"},
+    "lib/pubsub": {"admit", "core", "net", "pubsub"},
+    "lib/daemon": {"admit", "core", "net", "http", "pubsub", "daemon"},
+    "src/admitd": {"admit", "core", "net", "http", "pubsub", "daemon", "mock"},
+    "src/router": {"admit", "core", "net", "http", "pubsub", "daemon"},
     "src/top": {"admit", "core", "pubsub"},
     "src/mock": {"admit", "core", "http"},
     "include/admit": {"admit"},
@@ -64,6 +67,8 @@ NNG = re.compile(r"^nng/")
 # Which system headers a layer may not include, and why.
 FORBIDDEN = {
     "lib/core": [(LIBEVENT, "the core is pure: no libevent"), (NNG, "the core is pure: no nng")],
+    "lib/net": [(HTTP_HEADERS, "lib/net speaks no protocol: no evhttp, buffers or listener"),
+                (NNG, "nng belongs in lib/pubsub")],
     "lib/http": [(EVHTTP, "admitd's HTTP is its own (ioconn, core/h1parse), not evhttp"),
                  (NNG, "nng belongs in lib/pubsub")],
     "lib/pubsub": [(HTTP_HEADERS, "evhttp and libevent buffers belong in lib/http")],

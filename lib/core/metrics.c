@@ -13,6 +13,7 @@ static const char *const outcome_names[OUT__COUNT] = {
     "bad_request", "queue_timeout", "draining"};
 static const char *const stage_names[STAGE__COUNT] = {"queued", "waiting", "streaming"};
 static const char *const uerr_names[UERR__COUNT] = {"connect", "timeout", "broken", "invalid"};
+static const char *const listener_names[LISTENER__COUNT] = {"client", "metrics"};
 
 void metrics_init(struct metrics *m)
 {
@@ -55,6 +56,43 @@ static void gauge(struct buf *out, const char *name, const char *help, double v)
 static void counter(struct buf *out, const char *name, const char *help, uint64_t v)
 {
     single(out, name, "counter", help, (double) v);
+}
+
+/* The listeners' families: one sample per listener each. */
+static void listeners(struct buf *out, const struct metrics *m)
+{
+    static const struct {
+        const char *name, *type, *help;
+    } fam[] = {
+        {"admitd_connections", "gauge",
+         "Connections open now, per listener (client: --listen; metrics: --metrics-listen)"},
+        {"admitd_accept_pauses_total", "counter",
+         "Pauses of 100 ms in accepting for want of file descriptors or memory (EMFILE, "
+         "ENFILE, ENOBUFS, ENOMEM): new connections waited in the backlog"},
+        {"admitd_connection_cap_reached_total", "counter",
+         "Times accepting stopped at the connection cap (--max-client-connections; 64 on the "
+         "metrics listener) until a connection closed"},
+        {"admitd_request_head_timeouts_total", "counter",
+         "Request heads not whole within --client-header-timeout-ms (408), or new "
+         "connections that sent nothing in that time (closed)"},
+        {"admitd_out_of_memory_refusals_total", "counter",
+         "Requests refused with 500 because their buffers could not grow (the daemon "
+         "serves on)"},
+    };
+
+    for (size_t f = 0; f < sizeof fam / sizeof fam[0]; f++) {
+        uint64_t v[LISTENER__COUNT];
+
+        for (int i = 0; i < LISTENER__COUNT; i++) {
+            const struct listen_stats *st = &m->listen[i];
+            const uint64_t all[] = {st->conns, st->accept_pauses, st->cap_reached,
+                                    st->head_timeouts, st->oom_refusals};
+
+            v[i] = all[f];
+        }
+        labelled(out, fam[f].name, fam[f].type, fam[f].help, "listener", listener_names, v,
+                 LISTENER__COUNT);
+    }
 }
 
 /* The booked load per data-parallel rank, as published in load messages. */
@@ -141,6 +179,7 @@ void metrics_render(const struct metrics_view *v, struct buf *out)
             m->drain_cancelled);
     counter(out, "admitd_limit_changes_total",
             "Live changes of N or Q applied (POST /admission, SIGHUP)", m->limit_changes);
+    listeners(out, m);
     counter(out, "admitd_load_messages_total", "Load messages published", m->load_messages);
     if (m->load_pub_seen) {
         gauge(out, "admitd_load_subscribers",

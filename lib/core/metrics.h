@@ -43,24 +43,42 @@ enum upstream_error {
     UERR__COUNT
 };
 
+/* The HTTP listeners of a daemon, each with its own connections and counters. */
+enum listener {
+    LISTENER_CLIENT = 0, /* --listen */
+    LISTENER_METRICS,    /* --metrics-listen */
+    LISTENER__COUNT
+};
+
+/* One listener's connections, kept by the listener itself (net/acceptor accepting them,
+ * http/hconn reading them) and rendered here: a plain struct, so nothing copies them. */
+struct listen_stats {
+    unsigned conns;         /* open now */
+    uint64_t accept_pauses; /* 100 ms pauses: no descriptor (or memory) to accept with */
+    uint64_t cap_reached;   /* times the connection cap stopped accepting */
+    uint64_t head_timeouts; /* request heads not whole within the head deadline */
+    uint64_t oom_refusals;  /* requests refused (500) for want of memory for their buffers */
+};
+
 struct metrics {
     uint64_t outcomes[OUT__COUNT];
     uint64_t cancelled[STAGE__COUNT];
     uint64_t upstream_errors[UERR__COUNT];
-    uint64_t requests_bypass;    /* requests that did not go through the gate (GET, HEAD, ...) */
-    unsigned inflight_bypass;    /* of those, in flight now */
-    unsigned inflight_nocap;     /* gated requests in flight when there is no cap (N unset) */
-    int engine_ready;            /* the last health probe succeeded */
-    uint64_t scrapes_ok;         /* engine /metrics scrapes that parsed */
-    uint64_t scrapes_failed;     /* ... that failed (no answer, not 200, nothing recognised) */
-    uint64_t models_scrapes[3];  /* engine /v1/models scrapes: ok, failed, too_many */
-    uint64_t load_messages;      /* load messages published */
-    int load_pub_seen;           /* our own PUB: the three below are known (nng's shows none) */
-    unsigned load_subscribers;   /* subscribers open now */
-    uint64_t load_dropped;       /* messages a slow subscriber's queue had no room for */
-    uint64_t load_bad_peers;     /* connections dropped for breaking the SP protocol */
-    uint64_t drain_cancelled;    /* requests cancelled when --drain-timeout-ms ran out */
-    uint64_t limit_changes;      /* POST /admission or SIGHUP changes applied */
+    uint64_t requests_bypass;   /* requests that did not go through the gate (GET, HEAD, ...) */
+    unsigned inflight_bypass;   /* of those, in flight now */
+    unsigned inflight_nocap;    /* gated requests in flight when there is no cap (N unset) */
+    int engine_ready;           /* the last health probe succeeded */
+    uint64_t scrapes_ok;        /* engine /metrics scrapes that parsed */
+    uint64_t scrapes_failed;    /* ... that failed (no answer, not 200, nothing recognised) */
+    uint64_t models_scrapes[3]; /* engine /v1/models scrapes: ok, failed, too_many */
+    uint64_t load_messages;     /* load messages published */
+    int load_pub_seen;          /* our own PUB: the three below are known (nng's shows none) */
+    unsigned load_subscribers;  /* subscribers open now */
+    uint64_t load_dropped;      /* messages a slow subscriber's queue had no room for */
+    uint64_t load_bad_peers;    /* connections dropped for breaking the SP protocol */
+    uint64_t drain_cancelled;   /* requests cancelled when --drain-timeout-ms ran out */
+    uint64_t limit_changes;     /* POST /admission or SIGHUP changes applied */
+    struct listen_stats listen[LISTENER__COUNT];
     struct prom_hist queue_wait; /* seconds from arrival to slot, for admitted requests */
 };
 

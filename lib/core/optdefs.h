@@ -17,10 +17,16 @@
 #define CFG_DEF_RETRY_AFTER         1, 3600, "auto"
 #define CFG_DEF_UPSTREAM_TIMEOUT_MS 1, 86400000, "600000"
 #define CFG_DEF_CLIENT_TIMEOUT_MS   1, 86400000, "60000"
-#define CFG_DEF_MAX_HEADER_BYTES    1024, 16777216, "65536"
-#define CFG_DEF_MAX_BODY_BYTES      1, 1073741824, "33554432"
-#define CFG_DEF_UPSTREAM_KEEPALIVE  0, 100000, "64"
-#define CFG_DEF_STREAM_BUFFER_BYTES 4096, 1073741824, "262144"
-#define CFG_DEF_DRAIN_TIMEOUT_MS    0, 86400000, "30000"
+/* A request head's deadline from its first byte (HAProxy's `timeout http-request`, nginx's
+ * `client_header_timeout`): HAProxy's usual 10 s; a head comes in one segment. */
+#define CFG_DEF_CLIENT_HEADER_TIMEOUT_MS 1, 86400000, "10000"
+/* Client connections at once (HAProxy's maxconn): 0 derives it from the open-file limit
+ * (net/acceptor.h's acc_auto_cap). */
+#define CFG_DEF_MAX_CLIENT_CONNECTIONS 0, 1000000, "0"
+#define CFG_DEF_MAX_HEADER_BYTES       1024, 16777216, "65536"
+#define CFG_DEF_MAX_BODY_BYTES         1, 1073741824, "33554432"
+#define CFG_DEF_UPSTREAM_KEEPALIVE     0, 100000, "64"
+#define CFG_DEF_STREAM_BUFFER_BYTES    4096, 1073741824, "262144"
+#define CFG_DEF_DRAIN_TIMEOUT_MS       0, 86400000, "30000"
 
 #endif

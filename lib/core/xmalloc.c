@@ -1,4 +1,5 @@
-/* xmalloc: the one place where allocation failure is handled (by aborting). */
+/* xmalloc: the one place where allocation failure is handled (by aborting, or for a
+ * request's buffers by saying so). */
 #include "core/xmalloc.h"
 
 #include <stdarg.h>
@@ -43,6 +44,11 @@ void *xrealloc(void *p, size_t n)
     if (q == NULL)
         fatal("out of memory reallocating %zu bytes", n);
     return q;
+}
+
+void *try_realloc(void *p, size_t n)
+{
+    return realloc(p, n ? n : 1);
 }
 
 char *xstrdup(const char *s)

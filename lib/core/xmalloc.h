@@ -1,8 +1,11 @@
-/* xmalloc: allocation that never returns NULL.
+/* xmalloc: allocation that never returns NULL, and the one that may.
  *
  * admitd treats running out of memory as fatal: a daemon that limps on after a failed
  * malloc loses requests in ways nobody can reason about, so every allocation goes through
- * here and aborts with a message instead of growing a NULL check at every call site. */
+ * here and aborts with a message instead of growing a NULL check at every call site. The
+ * one exception is memory one request asks for (its buffers grow with what a client sends):
+ * try_realloc's failure refuses that request alone (http/ioconn, http/hconn) rather than
+ * losing every request in flight. */
 #ifndef ADMIT_XMALLOC_H
 #define ADMIT_XMALLOC_H
 
@@ -17,6 +20,8 @@ void *xmalloc(size_t n);
 void *xcalloc(size_t count, size_t size);
 /** realloc that aborts on failure */
 void *xrealloc(void *p, size_t n);
+/** realloc that may fail: NULL with p untouched (for a request's own buffers only) */
+void *try_realloc(void *p, size_t n);
 /** strdup that aborts on failure */
 char *xstrdup(const char *s);
 /** copies at most n bytes of s into a new NUL-terminated string */

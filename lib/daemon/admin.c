@@ -107,12 +107,19 @@ static void on_admin_request(void *arg, const struct http_req *req, struct http_
     }
 }
 
-struct admin *admin_new(struct event_base *base, const struct admin_hooks *hooks, const char *token)
+struct admin *admin_new(struct event_base *base, const struct admin_hooks *hooks, const char *token,
+                        struct listen_stats *st)
 {
     struct admin *a = xcalloc(1, sizeof *a);
     /* Read a little past ADMIN_MAX_BODY, so an oversized body gets our JSON 413. */
-    struct hsrv_limits lim = {(1u << HTTP_GET) | (1u << HTTP_HEAD) | (1u << HTTP_POST), 16384,
-                              64 * 1024, 30};
+    struct hsrv_limits lim = {(1u << HTTP_GET) | (1u << HTTP_HEAD) | (1u << HTTP_POST),
+                              16384,
+                              64 * 1024,
+                              30,
+                              ADMIN_HEADER_TIMEOUT_S,
+                              ADMIN_MAX_CONNS,
+                              "metrics",
+                              st};
 
     a->hooks = *hooks;
     snprintf(a->token, sizeof a->token, "%s", token);

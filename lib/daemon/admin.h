@@ -9,6 +9,7 @@
 #define ADMIT_ADMIN_H
 
 #include "core/buf.h"
+#include "core/metrics.h"
 #include "core/netaddr.h"
 
 #include <stddef.h>
@@ -28,10 +29,16 @@ struct admin_hooks {
 
 /* Largest body a POST to the admin listener may carry. */
 #define ADMIN_MAX_BODY 4096
+/* Connections open at once at most: scrapes, probes and operators need a handful, and a
+ * flood here must not take the descriptors the client listener needs. */
+#define ADMIN_MAX_CONNS 64
+/* A request head (one line and a few headers) not whole this long: 408. */
+#define ADMIN_HEADER_TIMEOUT_S 10
 
-/** creates the listener's server; token "" means mutations only from loopback peers */
-struct admin *admin_new(struct event_base *base, const struct admin_hooks *hooks,
-                        const char *token);
+/** creates the listener's server; token "" means mutations only from loopback peers; st
+ *  gets the listener's counts (NULL: not kept) */
+struct admin *admin_new(struct event_base *base, const struct admin_hooks *hooks, const char *token,
+                        struct listen_stats *st);
 /** binds it; writes the bound "host:port" into bound; 0 or -1 with err */
 int admin_bind(struct admin *a, const struct hostport *hp, char *bound, size_t boundlen, char *err,
                size_t errlen);

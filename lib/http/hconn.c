@@ -6,6 +6,7 @@
 #include "core/xmalloc.h"
 #include "http/cwatch.h"
 #include "http/hconn_impl.h"
+#include "net/acceptor.h"
 
 #include <errno.h>
 #include <event2/event.h>
@@ -16,6 +17,8 @@
 
 /* A connection closing gracefully reads what the client still sends for at most this long. */
 #define HC_LINGER_MS 2000
+/* Bytes read past a request whose length is known, before it is answered (a pipelined one). */
+#define HC_READ_AHEAD 4096
 
 static const char continue_line[] = "HTTP/1.1 100 Continue\r\n\r\n";
 
@@ -49,6 +52,29 @@ static void mark_read(struct hconn *c)
     event_base_gettimeofday_cached(c->l->base, &c->last);
 }
 
+/* Milliseconds from then to the loop's time now (a clock that stepped back gives 0). */
+static long ms_since(struct hconn *c, const struct timeval *then)
+{
+    struct timeval now, d;
+    long ms;
+
+    event_base_gettimeofday_cached(c->l->base, &now);
+    timersub(&now, then, &d);
+    ms = (long) d.tv_sec * 1000 + d.tv_usec / 1000;
+    return ms > 0 ? ms : 0;
+}
+
+/* A request head begins now: its deadline runs. The timer, armed for the idle timeout,
+ * is brought forward when the deadline is the shorter (one timer operation, and only for a
+ * head that does not arrive whole in one read, or on a new connection). */
+static void head_begins(struct hconn *c)
+{
+    c->head_on = 1;
+    event_base_gettimeofday_cached(c->l->base, &c->head_at);
+    if (c->l->head_tv != NULL)
+        tmo_set(c, c->l->head_tv);
+}
+
 /* ---- closing ---------------------------------------------------------------------------- */
 
 void hc_close(struct hconn *c)
@@ -61,6 +87,7 @@ void hc_close(struct hconn *c)
     ioc_close(&c->io);
     c->state = HC_CLOSED;
     c->owner = NULL;
+    acc_closed(c->l->acc); /* a descriptor is free: below the cap, accepting goes on */
     if (c->depth == 0)
         hc_recycle(c);
 }
@@ -116,6 +143,7 @@ static void reset_request(struct hconn *c)
     c->sent_continue = 0;
     c->keep = 0;
     c->owner = NULL;
+    c->head_on = 0;
 }
 
 /* The timer stays armed for the connection's life and judges when it fires (a read only
@@ -138,6 +166,7 @@ void hc_begin(struct hconn *c)
     event_assign(&c->tmo, c->l->base, -1, 0, hc_timeout, c);
     reset_request(c);
     ioc_read(&c->io, 1);
+    head_begins(c); /* a new connection's first head is due from the accept (nginx) */
     wait_request(c);
 }
 
@@ -196,13 +225,20 @@ static const char *header_of(const struct http_req *r, const char *name)
     return h != NULL ? h->value.p : NULL;
 }
 
+/* Answers status and closes the connection (gracefully). The client's faults (4xx, 501,
+ * 505) go to the refused hook; 500 is ours: no memory for the request's buffers. */
 static void refuse(struct hconn *c, int status, const char *reason)
 {
+    const char *type = "invalid_request_error";
     char msg[200];
     struct buf b;
 
-    if (c->l->ops.refused != NULL)
+    if (status == 500) {
+        c->l->st->oom_refusals++;
+        type = "server_error";
+    } else if (c->l->ops.refused != NULL) {
         c->l->ops.refused(c->l->arg, status);
+    }
     switch (status) {
     case 413:
         snprintf(msg, sizeof msg, "Request body too large: over %u bytes",
@@ -213,20 +249,40 @@ static void refuse(struct hconn *c, int status, const char *reason)
         snprintf(msg, sizeof msg, "Request %s too large: over %u bytes",
                  status == 414 ? "line" : "header section", c->l->lim.max_header_bytes);
         break;
+    case 500:
+        snprintf(msg, sizeof msg, "Server out of memory: %s", reason);
+        break;
     default:
-        /* 400, 405, 417, 501, 505: the reason phrase, then the parser's why. */
+        /* 400, 405, 408, 417, 501, 505: the reason phrase, then the parser's why. */
         snprintf(msg, sizeof msg, "%s: %s", status == 400 ? "Bad request" : httpu_reason(status),
                  reason);
         break;
     }
     buf_init(&b);
-    httpu_error_json(&b, status, "invalid_request_error", msg);
+    httpu_error_json(&b, status, type, msg);
     c->state = HC_BUSY;
     if (hc_reply(c, status, "application/json", b.data, b.len, NULL, 1) != 0)
         hc_close(c);
     else
         hc_end(c, 0);
     buf_free(&b);
+}
+
+/* The head deadline passed: a head begun gets 408 (nginx and HAProxy answer so); a new
+ * connection that sent nothing is closed without a word (a 408 there would go to clients
+ * that opened a connection ahead of need, as browsers do). */
+static void head_expired(struct hconn *c)
+{
+    char why[100];
+
+    c->l->st->head_timeouts++;
+    if (c->io.in.len == c->io.in.off) {
+        hc_close(c);
+        return;
+    }
+    snprintf(why, sizeof why, "the request head was not complete within %u ms",
+             c->l->lim.header_timeout_ms);
+    refuse(c, 408, why);
 }
 
 /* The head is parsed: what the request may be, and how its body is delimited. 0 if it was
@@ -300,8 +356,12 @@ static int parse_head(struct hconn *c, const char *base, size_t have)
     c->hp_base = base;
     if (rv != H1_DONE)
         return rv;
-    if (p->nhdr > HC_INLINE_HEADERS && c->hdr_big == NULL)
-        c->hdr_big = xmalloc(HC_MAX_HEADERS * sizeof *c->hdr_big);
+    if (p->nhdr > HC_INLINE_HEADERS && c->hdr_big == NULL &&
+        (c->hdr_big = try_realloc(NULL, HC_MAX_HEADERS * sizeof *c->hdr_big)) == NULL) {
+        p->err_status = 500;
+        p->err_reason = "no room for the request's header lines";
+        return H1_ERROR;
+    }
     p->hdr = p->nhdr > HC_INLINE_HEADERS ? c->hdr_big : c->hdr;
     memcpy(p->hdr, c->l->slots, p->nhdr * sizeof *p->hdr);
     return rv;
@@ -378,14 +438,17 @@ static void process(struct hconn *c)
                     break;
                 }
             }
-            if (c->hp.framing == H1_BODY_LENGTH)
-                iob_reserve(&c->io.in, c->req_len - have);
+            /* The buffer grows as the body comes (ioc_fill), not to what it announced:
+             * an announced 32 MiB that never comes costs nothing. */
             break;
         }
         /* Room to read while this one is answered, to see a hang-up or keep a small
          * pipelined request (the buffer cannot move then, so it moves now if it must;
          * deliver re-makes the slices). */
-        iob_reserve(&c->io.in, 256);
+        if (iob_try_reserve(&c->io.in, 256) != 0) {
+            refuse(c, 500, "no room to read while the request is answered");
+            break;
+        }
         deliver(c, c->io.in.p + c->io.in.off);
     }
     c->in_process = 0;
@@ -402,6 +465,26 @@ static void on_watch_gone(void *arg)
     unref(c);
 }
 
+/* The most bytes held while a request is read: a head's limit; a body with a length, the
+ * request and a little of the next (so the buffer grows to what this one needs, no more);
+ * a chunked one, its limit and room for the chunk lines. */
+static size_t read_max(const struct hconn *c)
+{
+    if (c->state == HC_HEAD)
+        return (size_t) c->l->lim.max_header_bytes + 1;
+    if (c->hp.framing == H1_BODY_LENGTH)
+        return c->req_len + HC_READ_AHEAD;
+    return c->req_len + c->l->lim.max_body_bytes + HC_READ_AHEAD;
+}
+
+/* Parses what was read; a head left unfinished by it starts its deadline. */
+static void parse_read(struct hconn *c)
+{
+    process(c);
+    if (c->state == HC_HEAD && !c->head_on && c->io.in.len > c->io.in.off)
+        head_begins(c);
+}
+
 static void on_readable(struct hconn *c)
 {
     ssize_t n;
@@ -411,17 +494,18 @@ static void on_readable(struct hconn *c)
     case HC_BODY:
         if (c->kick) {
             c->kick = 0;
-            process(c);
+            parse_read(c);
             return;
         }
-        n = ioc_fill(&c->io,
-                     c->state == HC_HEAD ? (size_t) c->l->lim.max_header_bytes + 1
-                                         : c->req_len + c->l->lim.max_body_bytes + 4096,
-                     1);
+        n = ioc_fill(&c->io, read_max(c), 1);
         if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))
             return;
         if (n < 0 && errno == ENOBUFS) {
             refuse(c, c->state == HC_HEAD ? 431 : 413, "too large");
+            return;
+        }
+        if (n < 0 && errno == ENOMEM) {
+            refuse(c, 500, "no room for the request's bytes");
             return;
         }
         if (n <= 0) {
@@ -429,7 +513,7 @@ static void on_readable(struct hconn *c)
             return;
         }
         mark_read(c);
-        process(c);
+        parse_read(c);
         return;
     case HC_BUSY:
     case HC_FLUSH:
@@ -494,8 +578,6 @@ static void hc_io(struct ioconn *io, short what)
 static void hc_timeout(evutil_socket_t fd, short what, void *arg)
 {
     struct hconn *c = arg;
-    struct timeval now, idle;
-    long idle_ms;
 
     (void) fd;
     (void) what;
@@ -503,13 +585,22 @@ static void hc_timeout(evutil_socket_t fd, short what, void *arg)
     c->depth++;
     switch (c->state) {
     case HC_HEAD:
-    case HC_BODY:
-        /* Lazy: reads do not re-arm the timer, they only stamp the time. */
-        event_base_gettimeofday_cached(c->l->base, &now);
-        timersub(&now, &c->last, &idle);
-        idle_ms = (long) idle.tv_sec * 1000 + idle.tv_usec / 1000;
-        if (idle_ms >= 0 && idle_ms + 1 < (long) c->l->lim.timeout_ms) {
-            long left = (long) c->l->lim.timeout_ms - idle_ms;
+    case HC_BODY: {
+        /* Lazy: reads do not re-arm the timer, they only stamp the time. It fires again at
+         * the nearer of the idle timeout and the head deadline. */
+        long left = (long) c->l->lim.timeout_ms - ms_since(c, &c->last);
+
+        if (c->state == HC_HEAD && c->head_on && c->l->lim.header_timeout_ms > 0) {
+            long head_left = (long) c->l->lim.header_timeout_ms - ms_since(c, &c->head_at);
+
+            if (head_left <= 1) {
+                head_expired(c);
+                break;
+            }
+            if (head_left < left)
+                left = head_left;
+        }
+        if (left > 1) {
             struct timeval tv = {left / 1000, (left % 1000) * 1000};
 
             tmo_set(c, &tv);
@@ -517,6 +608,7 @@ static void hc_timeout(evutil_socket_t fd, short what, void *arg)
         }
         hc_close(c);
         break;
+    }
     case HC_BUSY:
     case HC_FLUSH:
         /* Queued, waiting for the engine or streaming: the client's only duty is to read

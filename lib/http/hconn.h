@@ -8,7 +8,10 @@
  * pipelined request that arrive while one is being answered are read (so a hang-up behind
  * them is seen at once) but parsed only once the answer before has been written. Anything
  * the parser refuses is answered here (400, 413, 414, 431, 501, 505, in OpenAI's error
- * shape), and the connection closes after it.
+ * shape), and the connection closes after it; so does a head not whole in time (408) and a
+ * request whose buffers cannot be had (500): a failed allocation costs that request, never
+ * the process. A connection's input buffer grows with the bytes that arrive, never with
+ * what a request announces.
  *
  * A connection that is to close after its answer is closed gracefully: its sending side is
  * shut down, whatever the client still sends is read and thrown away for a short while,
@@ -18,6 +21,7 @@
 #define ADMIT_HCONN_H
 
 #include "core/h1parse.h"
+#include "core/metrics.h"
 #include "core/netaddr.h"
 #include "http/httpreq.h"
 
@@ -34,6 +38,14 @@ struct hc_limits {
     unsigned max_header_bytes; /* a larger head: 431 (414 while still in the request line) */
     unsigned max_body_bytes;   /* a larger body: 413 */
     unsigned timeout_ms;       /* idle before or inside a request, or not reading an answer */
+    /* A request head not whole this long after it began (its first byte; on a new
+     * connection, the accept) gets 408 and the connection closes; one that never began is
+     * closed without an answer. 0: no deadline. Idle time between keep-alive requests is
+     * timeout_ms's alone. */
+    unsigned header_timeout_ms;
+    unsigned max_conns; /* open connections at most: accepting pauses there (0: automatic) */
+    const char *name;   /* the listener's name in the log and the metrics ("client") */
+    struct listen_stats *stats; /* its counts (NULL: kept by the listener) */
 };
 
 /* What the owner of the requests hears. Every callback may answer or end the request. */
@@ -51,7 +63,8 @@ struct hc_ops {
     void (*refused)(void *arg, int status);
 };
 
-/** a listener on base; requests go to ops with arg; nothing listens before hl_bind */
+/** a listener on base; requests go to ops with arg; nothing listens before hl_bind; a
+ *  max_conns of 0 takes acc_auto_cap()'s */
 struct hlisten *hl_new(struct event_base *base, const struct hc_limits *lim,
                        const struct hc_ops *ops, void *arg);
 /** listens on hp; writes the bound "host:port" (the real port when 0 was asked); 0 or -1 */

@@ -47,16 +47,18 @@ struct hconn {
     struct hlisten *l;
     struct event tmo; /* idle, write and linger timeouts */
     enum hc_state state;
-    int depth;            /* calls using the connection on the stack */
-    int keep;             /* after this answer: read the next request */
-    int tmo_on;           /* tmo armed */
-    int kick;             /* bytes of a next request wait: parse them before reading more */
-    int in_process;       /* the parsing loop is on the stack and goes on by itself */
-    unsigned progress_at; /* io.progress at the timer's last tick */
-    int stalled;          /* bytes were waiting for the client at the last tick */
-    void *owner;          /* the owner's state for the request in BUSY */
-    struct cwatch *watch; /* BUSY with a full buffer: a watch for the hang-up */
-    struct timeval last;  /* last bytes read (idle timeout) */
+    int depth;              /* calls using the connection on the stack */
+    int keep;               /* after this answer: read the next request */
+    int tmo_on;             /* tmo armed */
+    int kick;               /* bytes of a next request wait: parse them before reading more */
+    int in_process;         /* the parsing loop is on the stack and goes on by itself */
+    unsigned progress_at;   /* io.progress at the timer's last tick */
+    int stalled;            /* bytes were waiting for the client at the last tick */
+    void *owner;            /* the owner's state for the request in BUSY */
+    struct cwatch *watch;   /* BUSY with a full buffer: a watch for the hang-up */
+    struct timeval last;    /* last bytes read (idle timeout) */
+    struct timeval head_at; /* when the request head began (the head deadline) */
+    int head_on;            /* a head began: the deadline runs (HC_HEAD only) */
     struct h1_parser hp;
     struct h1_chunked ck;
     const char *hp_base; /* the buffer address the head was parsed at */
@@ -78,8 +80,11 @@ struct hlisten {
     struct hc_limits lim;
     struct hc_ops ops;
     void *arg;
-    struct evconnlistener *lev;
+    struct acceptor *acc;
+    struct listen_stats *st; /* lim.stats, or own_st */
+    struct listen_stats own_st;
     const struct timeval *idle_tv; /* a common timeout: O(1) to arm */
+    const struct timeval *head_tv; /* the head deadline, the same way (NULL: none) */
     LIST_HEAD(, hconn) live;
     LIST_HEAD(, hconn) spare; /* closed connections kept for the next accept */
     unsigned nspare;

@@ -1,55 +1,55 @@
-/* hlisten: the listening socket, the pool of connection structs, and the answers made here
+/* hlisten: the listening socket (its accepting is net/acceptor's: the pause when descriptors
+ * run out, the connection cap), the pool of connection structs, and the answers made here
  * (their head and Date). Reading and answering requests on a connection is hconn.c's. */
 #include "core/httputil.h"
+#include "core/log.h"
 #include "core/xmalloc.h"
 #include "http/hconn_impl.h"
 #include "http/netsock.h"
+#include "net/acceptor.h"
 
-#include <errno.h>
 #include <event2/event.h>
-#include <event2/listener.h>
-#include <netdb.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
-#include <unistd.h>
 
 /* Closed connections kept for reuse: enough for a burst of reconnects, bounded for memory. */
 #define HL_MAX_SPARE 1024
 /* A pooled connection keeps buffers up to this size (the first ones are 1 KiB). */
 #define HL_KEEP_BUFFER 4096
 
-static void on_accept(struct evconnlistener *lev, evutil_socket_t fd, struct sockaddr *sa,
-                      int salen, void *arg)
+static void on_accept(void *arg, int fd, const struct sockaddr *sa, socklen_t salen)
 {
     struct hlisten *l = arg;
 
-    (void) lev;
     (void) salen;
     net_set_nodelay(fd);
     hc_start(l, fd, sa);
 }
 
-static void on_accept_error(struct evconnlistener *lev, void *arg)
+/* A common timeout of ms (O(1) to arm), or NULL for 0. */
+static const struct timeval *common_ms(struct event_base *base, unsigned ms)
 {
-    (void) lev;
-    (void) arg;
-    /* EMFILE and the like: the connection stays in the backlog and is retried when a
-     * descriptor frees up; libevent keeps the listener armed. */
+    struct timeval tv = {ms / 1000, (ms % 1000) * 1000};
+
+    return ms > 0 ? event_base_init_common_timeout(base, &tv) : NULL;
 }
 
 struct hlisten *hl_new(struct event_base *base, const struct hc_limits *lim,
                        const struct hc_ops *ops, void *arg)
 {
     struct hlisten *l = xcalloc(1, sizeof *l);
-    struct timeval tv = {lim->timeout_ms / 1000, (lim->timeout_ms % 1000) * 1000};
 
     l->base = base;
     l->lim = *lim;
     l->ops = *ops;
     l->arg = arg;
-    l->idle_tv = event_base_init_common_timeout(base, &tv);
+    l->st = lim->stats != NULL ? lim->stats : &l->own_st;
+    l->idle_tv = common_ms(base, lim->timeout_ms);
+    /* A deadline no shorter than the idle timeout never fires first: no timer for it. */
+    l->head_tv =
+        lim->header_timeout_ms < lim->timeout_ms ? common_ms(base, lim->header_timeout_ms) : NULL;
     LIST_INIT(&l->live);
     LIST_INIT(&l->spare);
     return l;
@@ -59,20 +59,20 @@ int hl_bind(struct hlisten *l, const struct hostport *hp, char *bound, size_t bo
             size_t errlen)
 {
     int fd = net_listen(hp, err, errlen);
+    unsigned cap = l->lim.max_conns;
+    char name[160];
 
     if (fd < 0)
         return -1;
-    l->lev =
-        evconnlistener_new(l->base, on_accept, l, LEV_OPT_CLOSE_ON_FREE | LEV_OPT_CLOSE_ON_EXEC,
-                           NET_LISTEN_BACKLOG, fd);
-    if (l->lev == NULL) {
-        snprintf(err, errlen, "cannot listen on %s:%d: %s", hp->host, hp->port, strerror(errno));
-        close(fd);
-        return -1;
-    }
-    evconnlistener_set_error_cb(l->lev, on_accept_error);
     if (net_local_name(fd, bound, boundlen) != 0)
         snprintf(bound, boundlen, "%s:%d", hp->host, hp->port);
+    snprintf(name, sizeof name, "%s listener %s", l->lim.name ? l->lim.name : "HTTP", bound);
+    if (cap == 0) {
+        cap = acc_auto_cap();
+        log_info("%s: at most %u connections at once (from the open-file limit)", name, cap);
+    }
+    l->acc = acc_new(l->base, fd, name, on_accept, l, l->st);
+    acc_set_cap(l->acc, cap);
     return 0;
 }
 
@@ -123,10 +123,9 @@ void hl_free(struct hlisten *l)
 
     if (l == NULL)
         return;
-    if (l->lev != NULL)
-        evconnlistener_free(l->lev);
     while ((c = LIST_FIRST(&l->live)) != NULL)
-        hc_close(c); /* recycles it: off the live list */
+        hc_close(c); /* recycles it: off the live list (and tells the acceptor) */
+    acc_free(l->acc);
     while ((c = LIST_FIRST(&l->spare)) != NULL) {
         LIST_REMOVE(c, link);
         hc_destroy(c);

@@ -30,16 +30,65 @@ void iob_compact(struct iobuf *b)
     b->off = 0;
 }
 
-void iob_reserve(struct iobuf *b, size_t n)
+/* Gives b exactly cap bytes of storage (cap >= b->len); 0, or -1 with b as it was. */
+static int iob_resize(struct iobuf *b, size_t cap)
+{
+    char *p = try_realloc(b->p, cap);
+
+    if (p == NULL)
+        return -1;
+    b->p = p;
+    b->cap = cap;
+    return 0;
+}
+
+int iob_try_reserve(struct iobuf *b, size_t n)
 {
     size_t cap = b->cap ? b->cap : IOC_FIRST_CAP;
 
     if (b->cap - b->len >= n)
-        return;
+        return 0;
     while (cap - b->len < n)
         cap *= 2;
-    b->p = xrealloc(b->p, cap);
-    b->cap = cap;
+    if (iob_resize(b, cap) != 0) {
+        errno = ENOMEM;
+        return -1;
+    }
+    return 0;
+}
+
+void iob_reserve(struct iobuf *b, size_t n)
+{
+    if (iob_try_reserve(b, n) != 0)
+        fatal("out of memory growing a buffer by %zu bytes", n);
+}
+
+/* Room for the next read into in, which may move. Its bytes go to the front when the free
+ * tail is small; it doubles when that is not enough, or when the last read filled it (up to
+ * IOC_GROW_MAX): so it grows with the bytes that arrive, never with what a peer announces,
+ * and never past what max bytes held take (from where they start). 0, or -1 with errno
+ * ENOMEM and the buffer as it was. */
+static int make_room(struct ioconn *io, size_t max)
+{
+    struct iobuf *b = &io->in;
+    size_t top, cap;
+
+    if (b->cap - b->len < IOC_MIN_READ)
+        iob_compact(b);
+    if (b->cap - b->len >= IOC_MIN_READ && !(io->filled && b->cap < IOC_GROW_MAX))
+        return 0;
+    io->filled = 0;
+    top = max > SIZE_MAX - b->off ? SIZE_MAX : b->off + max;
+    cap = b->cap ? b->cap * 2 : IOC_FIRST_CAP;
+    if (cap > top)
+        cap = top;
+    if (cap <= b->cap)
+        return 0; /* as large as max needs: the read takes the room there is */
+    if (iob_resize(b, cap) != 0) {
+        errno = ENOMEM;
+        return -1;
+    }
+    return 0;
 }
 
 static void on_event(evutil_socket_t fd, short what, void *arg)
@@ -139,15 +188,8 @@ ssize_t ioc_fill(struct ioconn *io, size_t max, int may_move)
         errno = ENOBUFS;
         return -1;
     }
-    if (may_move && b->cap - b->len < IOC_MIN_READ) {
-        iob_compact(b);
-        if (b->cap - b->len < IOC_MIN_READ)
-            iob_reserve(b, b->cap ? b->cap : IOC_FIRST_CAP);
-    }
-    if (may_move && io->filled && b->cap < IOC_GROW_MAX && held < max) {
-        io->filled = 0;
-        iob_reserve(b, b->cap); /* the last read took all the room it had: double it */
-    }
+    if (may_move && make_room(io, max) != 0)
+        return -1;
     room = b->cap - b->len;
     if (room > max - held)
         room = max - held;
@@ -165,7 +207,10 @@ ssize_t ioc_fill(struct ioconn *io, size_t max, int may_move)
     return n;
 }
 
-static void spill(struct ioconn *io, const struct iovec *iov, int n, size_t skip)
+/* Keeps what the socket did not take, behind what waits already. 0, or -1 with errno
+ * ENOMEM when its memory could not be had: those bytes are lost, so the connection can take
+ * no more (err is set, and the owner ends it as if the peer had gone). */
+static int spill(struct ioconn *io, const struct iovec *iov, int n, size_t skip)
 {
     /* What was sent goes, once it is at least half the buffer (so each byte moves at most
      * once on average): a client that reads about as fast as it is written to never drains
@@ -183,7 +228,11 @@ static void spill(struct ioconn *io, const struct iovec *iov, int n, size_t skip
         p += skip;
         len -= skip;
         skip = 0;
-        iob_reserve(&io->out, len);
+        if (iob_try_reserve(&io->out, len) != 0) {
+            io->err = ENOMEM;
+            io->out.off = io->out.len = 0;
+            return -1;
+        }
         memcpy(io->out.p + io->out.len, p, len);
         io->out.len += len;
     }
@@ -191,6 +240,7 @@ static void spill(struct ioconn *io, const struct iovec *iov, int n, size_t skip
         event_add(&io->wev, NULL);
         io->writing = 1;
     }
+    return 0;
 }
 
 int ioc_writev(struct ioconn *io, const struct iovec *iov, int n)
@@ -204,8 +254,7 @@ int ioc_writev(struct ioconn *io, const struct iovec *iov, int n)
     }
     if (io->writing) {
         /* Bytes wait already (or a connect is in progress): these go behind them. */
-        spill(io, iov, n, 0);
-        return 0;
+        return spill(io, iov, n, 0);
     }
     for (int i = 0; i < n; i++)
         total += iov[i].iov_len;
@@ -225,7 +274,7 @@ int ioc_writev(struct ioconn *io, const struct iovec *iov, int n)
         w = 0;
     }
     if ((size_t) w < total)
-        spill(io, iov, n, (size_t) w);
+        return spill(io, iov, n, (size_t) w);
     return 0;
 }
 

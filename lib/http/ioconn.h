@@ -56,10 +56,13 @@ int ioc_connect(struct ioconn *io, struct event_base *base, const struct sockadd
 int ioc_connect_error(struct ioconn *io);
 /** reads once into in, up to max bytes held; the buffer may grow or move its bytes to the
  *  front only if may_move (otherwise only its free tail is used, and pointers into it stay
- *  valid); >0 bytes read, 0 at EOF, -1 with errno (EAGAIN: nothing now; ENOBUFS: no room) */
+ *  valid); it grows by doubling as reads fill it, never past what max bytes held take;
+ *  >0 bytes read, 0 at EOF, -1 with errno (EAGAIN: nothing now; ENOBUFS: no room; ENOMEM:
+ *  the buffer could not grow, and is as it was) */
 ssize_t ioc_fill(struct ioconn *io, size_t max, int may_move);
 /** writes the iovecs now, spilling what the socket did not take (order kept); 0, or -1 with
- *  errno when the peer is gone (nothing more can be written) */
+ *  errno when the peer is gone, or ENOMEM when the spill buffer could not grow (either way
+ *  nothing more can be written) */
 int ioc_writev(struct ioconn *io, const struct iovec *iov, int n);
 /** bytes given to ioc_writev and not yet taken by the kernel */
 size_t ioc_pending(const struct ioconn *io);
@@ -72,7 +75,10 @@ void ioc_release(struct ioconn *io);
 void ioc_trim(struct ioconn *io, size_t cap);
 /** drops the held bytes before in.off and moves the rest to the front */
 void iob_compact(struct iobuf *b);
-/** makes room for at least n more bytes after len */
+/** makes room for at least n more bytes after len (doubling); 0, or -1 with errno ENOMEM and
+ *  b as it was: the fallible path of per-request buffers */
+int iob_try_reserve(struct iobuf *b, size_t n);
+/** iob_try_reserve for buffers that are not a request's: failure aborts */
 void iob_reserve(struct iobuf *b, size_t n);
 
 #endif

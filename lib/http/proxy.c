@@ -345,7 +345,13 @@ struct proxy *proxy_new(struct event_base *base, const struct proxy_opts *o,
     struct hc_limits lim = {(1u << HTTP_GET) | (1u << HTTP_HEAD) | (1u << HTTP_POST) |
                                 (1u << HTTP_PUT) | (1u << HTTP_DELETE) | (1u << HTTP_OPTIONS) |
                                 (1u << HTTP_PATCH),
-                            o->max_header_bytes, o->max_body_bytes, o->client_timeout_ms};
+                            o->max_header_bytes,
+                            o->max_body_bytes,
+                            o->client_timeout_ms,
+                            o->client_header_timeout_ms,
+                            o->max_client_connections,
+                            "client",
+                            &m->listen[LISTENER_CLIENT]};
     struct hc_ops ops = {on_request, on_client_gone, on_client_drained, on_refused};
 
     px->base = base;

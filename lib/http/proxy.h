@@ -37,6 +37,8 @@ struct proxy_opts {
     unsigned upstream_keepalive;  /* idle engine connections kept for reuse */
     unsigned stream_buffer_bytes; /* live: unsent reply bytes above which the engine is not read */
     int access_log;               /* live: one log line per finished request */
+    unsigned client_header_timeout_ms; /* a request head not whole this long: 408 */
+    unsigned max_client_connections;   /* open client connections at most (0: automatic) */
 };
 
 /* What admission decides for a request that passed the proxy's own checks. */

@@ -40,8 +40,14 @@ struct hsrv *hsrv_new(struct event_base *base, const struct hsrv_limits *lim, hs
                       void *arg)
 {
     struct hsrv *s = xcalloc(1, sizeof *s);
-    struct hc_limits hl = {lim->methods, lim->max_header_bytes, lim->max_body_bytes,
-                           lim->timeout_s * 1000};
+    struct hc_limits hl = {lim->methods,
+                           lim->max_header_bytes,
+                           lim->max_body_bytes,
+                           lim->timeout_s * 1000,
+                           lim->header_timeout_s * 1000,
+                           lim->max_conns,
+                           lim->name,
+                           lim->stats};
     struct hc_ops ops = {on_request, on_gone, NULL, NULL};
 
     s->handler = h;

@@ -7,6 +7,7 @@
 #ifndef ADMIT_SERVER_H
 #define ADMIT_SERVER_H
 
+#include "core/metrics.h"
 #include "core/netaddr.h"
 #include "http/httpreq.h"
 
@@ -17,10 +18,14 @@ struct hsrv;
 
 /* A server's limits. Requests over them are refused by the engine itself (400, 413, 501). */
 struct hsrv_limits {
-    unsigned methods;          /* bit (1 << enum http_method) per method accepted */
-    unsigned max_header_bytes; /* largest header block */
-    unsigned max_body_bytes;   /* largest body */
-    unsigned timeout_s;        /* a client silent this long is closed */
+    unsigned methods;           /* bit (1 << enum http_method) per method accepted */
+    unsigned max_header_bytes;  /* largest header block */
+    unsigned max_body_bytes;    /* largest body */
+    unsigned timeout_s;         /* a client silent this long is closed */
+    unsigned header_timeout_s;  /* a request head not whole this long: 408 */
+    unsigned max_conns;         /* open connections at most: accepting pauses there */
+    const char *name;           /* the listener's name in the log ("metrics") */
+    struct listen_stats *stats; /* its counts (NULL: kept by the server) */
 };
 
 /** answers one request; rep arrives with status 200, JSON and an empty body */

@@ -13,6 +13,7 @@
 #include "core/netaddr.h"
 #include "core/spframe.h"
 #include "core/xmalloc.h"
+#include "net/acceptor.h"
 #include "pubsub/spaddr.h"
 
 #include <errno.h>
@@ -28,12 +29,6 @@
 #include <sys/uio.h>
 #include <sys/un.h>
 #include <unistd.h>
-
-/* Connections taken per wakeup of the listener, so that a burst does not starve the loop. */
-#define ACCEPTS_PER_WAKEUP 16
-/* How long the listener rests when the process is out of descriptors: an unaccepted
- * connection keeps it readable, and a level-triggered watch would spin. */
-#define ACCEPT_PAUSE_MS 100
 
 struct qmsg {
     size_t len;
@@ -55,7 +50,7 @@ struct peer {
 struct sppub {
     struct event_base *base;
     int lfd;
-    struct event accept_ev, pause;
+    struct acceptor *acc; /* accepts on lfd (and owns it): pauses when descriptors run out */
     enum spframe_mode mode;
     char path[sizeof(((struct sockaddr_un *) 0)->sun_path)]; /* ipc: removed at free */
     char url[300];
@@ -63,7 +58,6 @@ struct sppub {
     unsigned npeers;       /* in the list, open or not */
     unsigned handshake_ms; /* SPPUB_HANDSHAKE_MS unless a test says otherwise */
     int bound;             /* the address is bound (ipc: the socket file is ours) */
-    int starved;           /* out of descriptors since the last accept: said once */
     struct sppub_stats st;
     unsigned char hello[SPFRAME_HELLO_LEN];
 };
@@ -81,6 +75,7 @@ static void peer_drop(struct peer *c, enum log_level level, const char *why)
     event_del(&c->wr);
     event_del(&c->timer);
     close(c->fd);
+    acc_closed(p->acc);
     if (c->prev != NULL)
         c->prev->next = c->next;
     else
@@ -331,46 +326,21 @@ static void peer_new(struct sppub *p, int fd)
     peer_flush(c); /* our header, at once: SP peers do not wait for each other's */
 }
 
-static void on_pause_end(evutil_socket_t fd, short what, void *arg)
+static void on_accept(void *arg, int fd, const struct sockaddr *sa, socklen_t salen)
 {
     struct sppub *p = arg;
 
-    (void) fd;
-    (void) what;
-    event_add(&p->accept_ev, NULL);
-}
-
-static void on_accept(evutil_socket_t lfd, short what, void *arg)
-{
-    struct sppub *p = arg;
-
-    (void) what;
-    for (int i = 0; i < ACCEPTS_PER_WAKEUP; i++) {
-        int fd = accept4(lfd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
-
-        if (fd < 0) {
-            if (errno == EMFILE || errno == ENFILE || errno == ENOBUFS || errno == ENOMEM) {
-                struct timeval tv = {0, ACCEPT_PAUSE_MS * 1000};
-
-                if (!p->starved)
-                    log_warn("load publisher %s: cannot accept: %s (trying again every %d ms)",
-                             p->url, strerror(errno), ACCEPT_PAUSE_MS);
-                p->starved = 1;
-                event_del(&p->accept_ev);
-                evtimer_add(&p->pause, &tv);
-            }
-            return; /* EAGAIN, or a connection that failed before it was taken */
-        }
-        p->starved = 0;
-        if (p->npeers >= SPPUB_PEERS_MAX) {
-            if (p->st.refused++ == 0)
-                log_warn("load publisher %s: %d subscribers already: closing new ones", p->url,
-                         SPPUB_PEERS_MAX);
-            close(fd);
-            continue;
-        }
-        peer_new(p, fd);
+    (void) sa;
+    (void) salen;
+    if (p->npeers >= SPPUB_PEERS_MAX) {
+        if (p->st.refused++ == 0)
+            log_warn("load publisher %s: %d subscribers already: closing new ones", p->url,
+                     SPPUB_PEERS_MAX);
+        close(fd);
+        acc_closed(p->acc);
+        return;
     }
+    peer_new(p, fd);
 }
 
 /* The address of url and its mode; the ipc path into p->path. 0, or -1 with err. */
@@ -457,7 +427,7 @@ struct sppub *sppub_new(struct event_base *base, const char *url, char *bound, s
     struct sppub *p = xcalloc(1, sizeof *p);
     struct sockaddr_storage sa;
     socklen_t salen;
-    char why[200];
+    char why[200], name[sizeof p->url + 20];
     int one = 1;
 
     p->base = base;
@@ -478,9 +448,8 @@ struct sppub *sppub_new(struct event_base *base, const char *url, char *bound, s
     if (listen(p->lfd, 128) != 0)
         goto fail_errno;
     spframe_hello(SPFRAME_PROTO_PUB0, p->hello);
-    event_assign(&p->accept_ev, base, p->lfd, EV_READ | EV_PERSIST, on_accept, p);
-    evtimer_assign(&p->pause, base, on_pause_end, p);
-    event_add(&p->accept_ev, NULL);
+    snprintf(name, sizeof name, "load publisher %s", p->url);
+    p->acc = acc_new(base, p->lfd, name, on_accept, p, NULL);
     bound_url(p, url, bound, boundlen);
     return p;
 fail_errno:
@@ -511,9 +480,7 @@ void sppub_free(struct sppub *p)
         return;
     while (p->peers != NULL)
         peer_drop(p->peers, LOG_DEBUG, "the publisher is closing");
-    event_del(&p->accept_ev);
-    event_del(&p->pause);
-    close(p->lfd);
+    acc_free(p->acc); /* closes lfd */
     if (p->mode == SPFRAME_IPC && p->bound)
         unlink(p->path);
     free(p);

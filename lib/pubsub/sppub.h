@@ -14,7 +14,9 @@
  *   amount of memory and never delays the others.
  * - A SUB0 peer never sends after its header (nng's PUB closes a pipe that does): a byte
  *   more, a hang-up or an error drops the subscriber.
- * - At most SPPUB_PEERS_MAX subscribers at once; one more is accepted and closed at once. */
+ * - At most SPPUB_PEERS_MAX subscribers at once; one more is accepted and closed at once.
+ * - Accepting is net/acceptor's, as for every listener: out of descriptors, it pauses (and
+ *   says so once) rather than spin. */
 #ifndef ADMIT_SPPUB_H
 #define ADMIT_SPPUB_H
 

@@ -60,6 +60,14 @@ static const struct opt_def opts[] = {
     OPT("client-timeout-ms", "ADMITD_CLIENT_TIMEOUT_MS", OPT_UINT,
         OPT_AT(struct cfg, client_timeout_ms), CFG_DEF_CLIENT_TIMEOUT_MS,
         "client idle this long while sending a request or not reading a reply: closed"),
+    OPT("client-header-timeout-ms", "ADMITD_CLIENT_HEADER_TIMEOUT_MS", OPT_UINT,
+        OPT_AT(struct cfg, client_header_timeout_ms), CFG_DEF_CLIENT_HEADER_TIMEOUT_MS,
+        "a request head not whole this long after its first byte (a new connection: after "
+        "the accept): 408, closed"),
+    OPT("max-client-connections", "ADMITD_MAX_CLIENT_CONNECTIONS", OPT_UINT,
+        OPT_AT(struct cfg, max_client_connections), CFG_DEF_MAX_CLIENT_CONNECTIONS,
+        "client connections open at once; more wait in the kernel's backlog (0: (the "
+        "open-file limit - 128) / 2)"),
     OPT("max-header-bytes", "ADMITD_MAX_HEADER_BYTES", OPT_UINT,
         OPT_AT(struct cfg, max_header_bytes), CFG_DEF_MAX_HEADER_BYTES,
         "largest request header block (larger: 400)"),

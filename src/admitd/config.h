@@ -18,21 +18,23 @@
 #include <stdio.h>
 
 struct cfg {
-    struct hostport listen;         /* client listener */
-    struct hostport metrics_listen; /* /metrics, /health, /ready */
-    struct http_url upstream;       /* the engine */
-    unsigned engine_request_limit;  /* N; 0 = no cap, requests pass straight through */
-    unsigned request_queue_limit;   /* Q >= 2 (meaningful only when N is set) */
-    int overload_status;            /* 200..999 */
-    unsigned retry_after_s;         /* Retry-After on overload answers; 0 = estimate it */
-    unsigned upstream_timeout_ms;   /* engine silent this long: 504 (or a broken stream) */
-    unsigned client_timeout_ms;     /* client idle (headers, body, writes) this long: closed */
-    unsigned max_header_bytes;      /* request headers larger than this: 400 */
-    unsigned max_body_bytes;        /* request bodies larger than this: 413 */
-    unsigned upstream_keepalive;    /* idle engine connections kept for reuse */
-    unsigned stream_buffer_bytes;   /* pause reading the engine above this much unsent */
-    char health_path[256];          /* engine path probed for /ready */
-    unsigned health_interval_ms;    /* how often it is probed */
+    struct hostport listen;            /* client listener */
+    struct hostport metrics_listen;    /* /metrics, /health, /ready */
+    struct http_url upstream;          /* the engine */
+    unsigned engine_request_limit;     /* N; 0 = no cap, requests pass straight through */
+    unsigned request_queue_limit;      /* Q >= 2 (meaningful only when N is set) */
+    int overload_status;               /* 200..999 */
+    unsigned retry_after_s;            /* Retry-After on overload answers; 0 = estimate it */
+    unsigned upstream_timeout_ms;      /* engine silent this long: 504 (or a broken stream) */
+    unsigned client_timeout_ms;        /* client idle (headers, body, writes) this long: closed */
+    unsigned client_header_timeout_ms; /* a request head not whole this long: 408 */
+    unsigned max_client_connections;   /* open at once; 0 = from the open-file limit */
+    unsigned max_header_bytes;         /* request headers larger than this: 400 */
+    unsigned max_body_bytes;           /* request bodies larger than this: 413 */
+    unsigned upstream_keepalive;       /* idle engine connections kept for reuse */
+    unsigned stream_buffer_bytes;      /* pause reading the engine above this much unsent */
+    char health_path[256];             /* engine path probed for /ready */
+    unsigned health_interval_ms;       /* how often it is probed */
     enum log_level log_level;
     int mock_engine; /* run the built-in mock engine as the upstream */
     /* Load publishing (see include/admit/load.h). */

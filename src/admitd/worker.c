@@ -322,6 +322,8 @@ static const struct opt_field fixed_fields[] = {
     OPT_FIELD(struct cfg, upstream),
     OPT_FIELD(struct cfg, upstream_timeout_ms),
     OPT_FIELD(struct cfg, client_timeout_ms),
+    OPT_FIELD(struct cfg, client_header_timeout_ms),
+    OPT_FIELD(struct cfg, max_client_connections),
     OPT_FIELD(struct cfg, max_header_bytes),
     OPT_FIELD(struct cfg, max_body_bytes),
     OPT_FIELD(struct cfg, upstream_keepalive),
@@ -471,6 +473,8 @@ struct worker *worker_start(struct event_base *base, struct cfg *cfg, char *err,
         .upstream_keepalive = cfg->upstream_keepalive,
         .stream_buffer_bytes = cfg->stream_buffer_bytes,
         .access_log = cfg->access_log,
+        .client_header_timeout_ms = cfg->client_header_timeout_ms,
+        .max_client_connections = cfg->max_client_connections,
     };
     w->aopts = (struct admission_opts){
         .engine_request_limit = cfg->engine_request_limit,
@@ -485,7 +489,7 @@ struct worker *worker_start(struct event_base *base, struct cfg *cfg, char *err,
     w->px = proxy_new(base, &w->popts, &cfg->upstream, &w->m);
     w->gate = admission_new(w->px, &w->m, &w->aopts);
     w->drain = drain_new(base, w->px, &w->m);
-    w->adm = admin_new(base, &hooks, cfg->admin_token);
+    w->adm = admin_new(base, &hooks, cfg->admin_token, &w->m.listen[LISTENER_METRICS]);
     if (proxy_bind(w->px, &cfg->listen, w->listen_at, sizeof w->listen_at, err, errlen) != 0 ||
         admin_bind(w->adm, &cfg->metrics_listen, w->metrics_at, sizeof w->metrics_at, err,
                    errlen) != 0)

@@ -142,6 +142,14 @@ static const struct opt_def opts[] = {
     OPT("client-timeout-ms", "ADMIT_ROUTER_CLIENT_TIMEOUT_MS", OPT_UINT, AT(client_timeout_ms),
         CFG_DEF_CLIENT_TIMEOUT_MS,
         "client idle this long (request, keep-alive, unread reply): closed"),
+    OPT("client-header-timeout-ms", "ADMIT_ROUTER_CLIENT_HEADER_TIMEOUT_MS", OPT_UINT,
+        AT(client_header_timeout_ms), CFG_DEF_CLIENT_HEADER_TIMEOUT_MS,
+        "a request head not whole this long after its first byte (a new connection: after "
+        "the accept): 408, closed"),
+    OPT("max-client-connections", "ADMIT_ROUTER_MAX_CLIENT_CONNECTIONS", OPT_UINT,
+        AT(max_client_connections), CFG_DEF_MAX_CLIENT_CONNECTIONS,
+        "client connections open at once; more wait in the kernel's backlog (0: (the "
+        "open-file limit - 128) / 2)"),
     OPT("max-header-bytes", "ADMIT_ROUTER_MAX_HEADER_BYTES", OPT_UINT, AT(max_header_bytes),
         CFG_DEF_MAX_HEADER_BYTES, "largest request header block (larger: 400)"),
     OPT("max-body-bytes", "ADMIT_ROUTER_MAX_BODY_BYTES", OPT_UINT, AT(max_body_bytes),
@@ -269,6 +277,8 @@ static const struct opt_field restart_fields[] = {
     OPT_FIELD(struct router_cfg, upstream_timeout_ms),
     OPT_FIELD(struct router_cfg, upstream_keepalive),
     OPT_FIELD(struct router_cfg, client_timeout_ms),
+    OPT_FIELD(struct router_cfg, client_header_timeout_ms),
+    OPT_FIELD(struct router_cfg, max_client_connections),
     OPT_FIELD(struct router_cfg, max_header_bytes),
     OPT_FIELD(struct router_cfg, max_body_bytes),
     OPT_FIELD(struct router_cfg, classifier_plugin),

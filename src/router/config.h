@@ -50,14 +50,16 @@ struct router_cfg {
     unsigned max_heartbeat_ms;      /* a heartbeat_ms above this counts as this */
     unsigned upstream_timeout_ms;   /* a worker silent this long: 504 (or a cut stream) */
     unsigned client_timeout_ms;     /* a client idle this long: closed */
-    unsigned max_header_bytes;      /* request headers larger than this: 400 */
-    unsigned max_body_bytes;        /* request bodies larger than this: 413 */
-    unsigned upstream_keepalive;    /* idle worker connections kept for reuse */
-    unsigned stream_buffer_bytes;   /* pause reading a worker above this much unsent */
-    unsigned retry_after_s;         /* Retry-After on overload answers; 0 = estimate it */
-    unsigned drain_timeout_ms;      /* on SIGTERM, wait this long for requests in flight */
-    char admin_token[128];          /* "" = POST /busy_threshold open to anyone (Dynamo) */
-    char classifier_plugin[512];    /* a classifier's shared object ("" = none) */
+    unsigned client_header_timeout_ms; /* a request head not whole this long: 408 */
+    unsigned max_client_connections;   /* open at once; 0 = from the open-file limit */
+    unsigned max_header_bytes;         /* request headers larger than this: 400 */
+    unsigned max_body_bytes;           /* request bodies larger than this: 413 */
+    unsigned upstream_keepalive;       /* idle worker connections kept for reuse */
+    unsigned stream_buffer_bytes;      /* pause reading a worker above this much unsent */
+    unsigned retry_after_s;            /* Retry-After on overload answers; 0 = estimate it */
+    unsigned drain_timeout_ms;         /* on SIGTERM, wait this long for requests in flight */
+    char admin_token[128];             /* "" = POST /busy_threshold open to anyone (Dynamo) */
+    char classifier_plugin[512];       /* a classifier's shared object ("" = none) */
     enum log_level log_level;
     int log_json;                  /* log lines as JSON objects */
     int access_log;                /* one line per finished request */

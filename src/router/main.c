@@ -200,10 +200,17 @@ int main(int argc, char **argv)
     app.argc = argc;
     app.argv = argv;
     app.base = base;
-    app.popts = (struct proxy_opts){cfg->client_timeout_ms,  cfg->max_header_bytes,
-                                    cfg->max_body_bytes,     cfg->upstream_timeout_ms,
-                                    cfg->upstream_keepalive, cfg->stream_buffer_bytes,
-                                    cfg->access_log};
+    app.popts = (struct proxy_opts){
+        .client_timeout_ms = cfg->client_timeout_ms,
+        .max_header_bytes = cfg->max_header_bytes,
+        .max_body_bytes = cfg->max_body_bytes,
+        .upstream_timeout_ms = cfg->upstream_timeout_ms,
+        .upstream_keepalive = cfg->upstream_keepalive,
+        .stream_buffer_bytes = cfg->stream_buffer_bytes,
+        .access_log = cfg->access_log,
+        .client_header_timeout_ms = cfg->client_header_timeout_ms,
+        .max_client_connections = cfg->max_client_connections,
+    };
     app.px = proxy_new(base, &app.popts, NULL, &app.m);
     app.drain = drain_new(base, app.px, &app.m);
     /* The router's own admission: no cap, it counts and books what it sends. */
@@ -218,7 +225,7 @@ int main(int argc, char **argv)
     router_set_change_cb(app.r, on_change, &app);
     for (size_t i = 0; i < cfg->models.n; i++)
         router_add_model(app.r, cfg->models.items[i]);
-    adm = admin_new(base, &hooks, "");
+    adm = admin_new(base, &hooks, "", &app.m.listen[LISTENER_METRICS]);
     if ((app.disc = discover_new(base, app.r, cfg, err, sizeof err)) == NULL ||
         discover_start(app.disc, err, sizeof err) != 0) {
         fprintf(stderr, "admit-router: error: %s\n", err);

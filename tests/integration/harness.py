@@ -92,6 +92,20 @@ class Proc:
     def alive(self):
         return self.p.poll() is None
 
+    def cpu_seconds(self):
+        """The CPU time it has used (utime + stime of /proc/PID/stat), in seconds."""
+        with open("/proc/%d/stat" % self.p.pid) as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / float(os.sysconf("SC_CLK_TCK"))
+
+    def status_kb(self, field):
+        """A kB field of /proc/PID/status ("VmSize", "VmRSS")."""
+        with open("/proc/%d/status" % self.p.pid) as f:
+            for line in f:
+                if line.startswith(field + ":"):
+                    return int(line.split()[1])
+        raise AssertionError("%s has no %s" % (self.name, field))
+
     def stop(self, sig=signal.SIGTERM, timeout=60):
         """Signals the process and returns its exit code (killing it after timeout)."""
         if self.p.poll() is None:

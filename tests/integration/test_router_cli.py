@@ -30,6 +30,8 @@ OPTIONS = {
     "max-heartbeat-ms": "ADMIT_ROUTER_MAX_HEARTBEAT_MS",
     "upstream-timeout-ms": "ADMIT_ROUTER_UPSTREAM_TIMEOUT_MS",
     "client-timeout-ms": "ADMIT_ROUTER_CLIENT_TIMEOUT_MS",
+    "client-header-timeout-ms": "ADMIT_ROUTER_CLIENT_HEADER_TIMEOUT_MS",
+    "max-client-connections": "ADMIT_ROUTER_MAX_CLIENT_CONNECTIONS",
     "max-header-bytes": "ADMIT_ROUTER_MAX_HEADER_BYTES",
     "max-body-bytes": "ADMIT_ROUTER_MAX_BODY_BYTES",
     "upstream-keepalive": "ADMIT_ROUTER_UPSTREAM_KEEPALIVE",

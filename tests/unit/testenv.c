@@ -11,6 +11,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <unistd.h>
 
 static const char *const *fake_env;
@@ -68,4 +69,42 @@ const char *testenv_join(const struct opt_list *l, char *buf, size_t len)
         used += (size_t) n;
     }
     return buf;
+}
+
+/* The address space now, from /proc/self/status (VmSize, kB). */
+static size_t vm_size(void)
+{
+    char line[128];
+    size_t kb = 0;
+    FILE *f = fopen("/proc/self/status", "r");
+
+    assert_non_null(f);
+    while (fgets(line, sizeof line, f) != NULL)
+        if (sscanf(line, "VmSize: %zu kB", &kb) == 1)
+            break;
+    fclose(f);
+    assert_true(kb > 0);
+    return kb * 1024;
+}
+
+void testenv_memory_cap(size_t bytes)
+{
+    struct rlimit rl;
+
+    if (TESTENV_ASAN)
+        return;
+    assert_int_equal(getrlimit(RLIMIT_AS, &rl), 0);
+    rl.rlim_cur = vm_size() + bytes;
+    assert_int_equal(setrlimit(RLIMIT_AS, &rl), 0);
+}
+
+void testenv_memory_uncap(void)
+{
+    struct rlimit rl;
+
+    if (TESTENV_ASAN)
+        return;
+    assert_int_equal(getrlimit(RLIMIT_AS, &rl), 0);
+    rl.rlim_cur = rl.rlim_max;
+    assert_int_equal(setrlimit(RLIMIT_AS, &rl), 0);
 }
