@@ -594,7 +594,7 @@ def _foreign(raw, m):
         if hit.group(0).decode() != m:
             lo = max(0, hit.start() - 120)
             raise AssertionError("client %s received another client's marker %s: ...%r..." % (
-                m, hit.group(0).decode(), raw[lo:hit.end() + 40]))
+                m, hit.group(0).decode(), bytes(raw[lo:hit.end() + 160])))
 
 
 def _dechunk(data):
