@@ -13,6 +13,8 @@
 #include <event2/bufferevent.h>
 #include <event2/event.h>
 #include <event2/http.h>
+#include <event2/keyvalq_struct.h>
+#include <event2/util.h>
 #include <ctype.h>
 #include <errno.h>
 #include <jansson.h>
@@ -45,6 +47,36 @@ static void reply_error(struct evhttp_request *req, int code, const char *type, 
         j = json_pack("{s:{s:s, s:s, s:n, s:i}}", "error", "message", "invalid request", "type",
                       type, "param", "code", code);
     mock_reply_json(req, code, j);
+}
+
+/* ---- the client's request id ---- */
+
+/* The request's X-Request-Id if it is one the mock echoes: 1 to MOCK_REQUEST_ID_MAX visible
+ * ASCII characters other than '"' and '\\', so that it goes into the reply head and into
+ * JSON strings as it is. Anything else (or a second X-Request-Id) is ignored, as if absent:
+ * the reply then carries the engine's own id, as without the header. */
+static const char *request_id_of(struct evhttp_request *req)
+{
+    struct evkeyvalq *h = evhttp_request_get_input_headers(req);
+    const char *v = NULL;
+    size_t n;
+
+    for (struct evkeyval *kv = TAILQ_FIRST(h); kv != NULL; kv = TAILQ_NEXT(kv, next)) {
+        if (evutil_ascii_strcasecmp(kv->key, "X-Request-Id") != 0)
+            continue;
+        if (v != NULL)
+            return NULL;
+        v = kv->value;
+    }
+    if (v == NULL)
+        return NULL;
+    for (n = 0; v[n] != '\0'; n++) {
+        unsigned char c = (unsigned char) v[n];
+
+        if (n == MOCK_REQUEST_ID_MAX || c < 0x21 || c > 0x7e || c == '"' || c == '\\')
+            return NULL;
+    }
+    return n > 0 ? v : NULL;
 }
 
 /* ---- generation requests ---- */
@@ -93,7 +125,8 @@ static int gen_parse(const struct mock_engine *e, const json_t *body, enum mock_
     return 0;
 }
 
-static void handle_generation(struct mock_engine *e, struct evhttp_request *req, enum mock_api api)
+static void handle_generation(struct mock_engine *e, struct evhttp_request *req, enum mock_api api,
+                              const char *request_id)
 {
     struct evbuffer *in = evhttp_request_get_input_buffer(req);
     size_t len = evbuffer_get_length(in);
@@ -119,7 +152,8 @@ static void handle_generation(struct mock_engine *e, struct evhttp_request *req,
     } else if (gen_parse(e, body, api, &g, err, sizeof err) != 0) {
         reply_error(req, 400, "invalid_request_error", err);
     } else {
-        mock_sched_submit(e, req, &g); /* copies g.model, which points into body */
+        g.request_id = request_id;
+        mock_sched_submit(e, req, &g); /* copies g.model and g.request_id */
     }
     json_decref(body);
 }
@@ -268,16 +302,21 @@ static void mock_on_request(struct evhttp_request *req, void *arg)
     enum evhttp_cmd_type cmd = evhttp_request_get_command(req);
     int get = cmd == EVHTTP_REQ_GET || cmd == EVHTTP_REQ_HEAD;
     struct evhttp_connection *evcon = evhttp_request_get_connection(req);
+    const char *rid = request_id_of(req);
     char msg[160];
 
     /* Tokens are small writes that must leave at once, not wait for Nagle. */
     net_set_nodelay(bufferevent_getfd(evhttp_connection_get_bufferevent(evcon)));
+    /* Every answer, errors included, names the request it answers (vLLM with
+     * --enable-request-id-headers): tests prove with it that each client got its own. */
+    if (rid != NULL)
+        evhttp_add_header(evhttp_request_get_output_headers(req), "X-Request-Id", rid);
     if (path == NULL)
         path = "";
     if (cmd == EVHTTP_REQ_POST && strcmp(path, "/v1/chat/completions") == 0) {
-        handle_generation(e, req, MOCK_API_CHAT);
+        handle_generation(e, req, MOCK_API_CHAT, rid);
     } else if (cmd == EVHTTP_REQ_POST && strcmp(path, "/v1/completions") == 0) {
-        handle_generation(e, req, MOCK_API_COMPLETIONS);
+        handle_generation(e, req, MOCK_API_COMPLETIONS, rid);
     } else if (get && strcmp(path, "/v1/models") == 0) {
         handle_models(e, req);
     } else if (get && strcmp(path, "/health") == 0) {

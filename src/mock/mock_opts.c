@@ -90,7 +90,10 @@ static void mock_usage(void)
 {
     printf("usage: admit-mock-engine [OPTION]...\n"
            "An OpenAI-compatible fake LLM engine: /v1/chat/completions, /v1/completions,\n"
-           "/v1/models, /health and /metrics (vLLM names).\n\n");
+           "/v1/models, /health and /metrics (vLLM names).\n"
+           "A request's X-Request-Id (1 to 128 visible ASCII characters, no '\"' or '\\') comes\n"
+           "back in the reply head, and completion ids are chatcmpl-<it> / cmpl-<it>, as\n"
+           "vLLM's with --enable-request-id-headers; any other X-Request-Id is ignored.\n\n");
     for (size_t i = 0; i < MOCK_NOPTS; i++) {
         char flag[64];
 

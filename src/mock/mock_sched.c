@@ -66,8 +66,8 @@ struct mreq {
     unsigned generated;
     unsigned blocks; /* KV blocks this request holds on its rank while running */
     long long created;
-    char id[48];
-    char *model;      /* echoed in replies */
+    char id[sizeof "chatcmpl-" + MOCK_REQUEST_ID_MAX]; /* the completion id of every reply */
+    char *model;                                       /* echoed in replies */
     char *model_json; /* the same as a JSON string literal, quotes included */
 };
 
@@ -458,6 +458,7 @@ void mock_sched_submit(struct mock_engine *e, struct evhttp_request *req, const 
 {
     struct mreq *m = xcalloc(1, sizeof *m);
     json_t *model = json_string(g->model);
+    const char *kind = g->api == MOCK_API_CHAT ? "chatcmpl" : "cmpl";
     int fd;
 
     m->e = e;
@@ -468,8 +469,12 @@ void mock_sched_submit(struct mock_engine *e, struct evhttp_request *req, const 
     m->prompt_tokens = g->prompt_tokens;
     m->max_tokens = g->max_tokens;
     m->created = (long long) time(NULL);
-    snprintf(m->id, sizeof m->id, "%s-mock-%llu", g->api == MOCK_API_CHAT ? "chatcmpl" : "cmpl",
-             (unsigned long long) ++e->next_id);
+    /* vLLM's form: "chatcmpl-" or "cmpl-" before the client's X-Request-Id, so that every
+     * event of a reply names whose request it answers; else before the engine's own id. */
+    if (g->request_id != NULL)
+        snprintf(m->id, sizeof m->id, "%s-%s", kind, g->request_id);
+    else
+        snprintf(m->id, sizeof m->id, "%s-mock-%llu", kind, (unsigned long long) ++e->next_id);
     m->model = xstrdup(g->model);
     /* The model name comes from jansson or from validated options, so it is valid UTF-8. */
     m->model_json = model != NULL ? json_dumps(model, JSON_ENCODE_ANY) : NULL;

@@ -51,6 +51,9 @@ struct mock_engine {
     long long started; /* Unix time of creation, the "created" of the served model */
 };
 
+/* Longest X-Request-Id the mock echoes; a longer one is ignored (see mock.c). */
+#define MOCK_REQUEST_ID_MAX 128
+
 /* A validated generation request, as the HTTP surface hands it over. */
 struct mock_gen {
     enum mock_api api;
@@ -59,6 +62,9 @@ struct mock_gen {
     unsigned prompt_tokens;
     unsigned max_tokens; /* 1..MOCK_MAX_TOKENS_CAP */
     const char *model;   /* echoed back; the engine copies it */
+    /* the client's valid X-Request-Id (the base of the completion id, as vLLM's), or NULL
+     * for the engine's own; the engine copies it */
+    const char *request_id;
 };
 
 /** answers req with status code and the JSON value j (which it releases); no body for HEAD */

@@ -9,9 +9,11 @@ Tests print TAP ("ok N - name" / "not ok N - name") so meson shows each check.
 
 import atexit
 import http.client
+import itertools
 import json
 import os
 import re
+import select
 import signal
 import socket
 import struct
@@ -25,6 +27,8 @@ ADMITD = os.environ.get("ADMITD", "build/admitd")
 MOCK = os.environ.get("MOCK_ENGINE", "build/admit-mock-engine")
 
 _procs = []
+_running_check = ""  # the function of the Tap check under way, named in markers (marker())
+_marker_seq = itertools.count()  # client indexes of markers made without one
 
 
 class Proc:
@@ -240,8 +244,9 @@ class Admitd:
 
     def fill(self, count, queued, max_tokens=40):
         """Opens count long streaming requests and waits until queued of them wait in the
-        queue. Returns the clients (close them to let go)."""
-        holders = [RawClient(self.addr) for _ in range(count)]
+        queue. Returns the clients (close them to let go), each with a marker of its own
+        (index i for the i-th) for check_own()."""
+        holders = [RawClient(self.addr, marker=marker(i)) for i in range(count)]
         for h in holders:
             h.post("/v1/chat/completions", chat_body(max_tokens=max_tokens))
         wait_for(lambda: self.metrics()["dynamo_request_queue"] == queued,
@@ -294,22 +299,34 @@ def raw_request_bytes(addr, path, body, extra=""):
 
 
 class RawClient:
-    """A client on a raw socket, for streaming reads, timing and abrupt hang-ups."""
+    """A client on a raw socket, for streaming reads, timing and abrupt hang-ups.
 
-    def __init__(self, addr, timeout=30):
+    With a marker (see marker()), every post() carries it as X-Request-Id (and, with auth, an
+    Authorization made from it), and check_own(client) proves that what came back is this
+    client's own answer; received keeps every byte read from the connection for that."""
+
+    def __init__(self, addr, timeout=30, marker=None, auth=False):
         self.addr = addr
         self.s = socket.create_connection(addr, timeout=timeout)
         self.s.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         self.buf = b""
+        self.received = bytearray()
+        self.marker, self.auth = marker, auth
 
     def send(self, data):
         self.s.sendall(data)
 
     def post(self, path, body, extra=""):
-        self.send(raw_request_bytes(self.addr, path, body, extra))
+        self.send(raw_request_bytes(self.addr, path, body,
+                                    extra + marker_fields(self.marker, self.auth)))
+
+    def _recv(self, size=65536):
+        chunk = self.s.recv(size)
+        self.received += chunk
+        return chunk
 
     def _fill(self):
-        chunk = self.s.recv(65536)
+        chunk = self._recv()
         if not chunk:
             raise EOFError("connection closed")
         self.buf += chunk
@@ -430,6 +447,8 @@ class Tap:
         if self.nth and self.pos != self.nth:
             return
         self.n += 1
+        global _running_check
+        _running_check = getattr(fn, "__name__", "")
         if self.fail_fast and self.failed:
             print("ok %d - %s # SKIP an earlier check failed (TAP_FAIL_FAST)" % (self.n, name),
                   flush=True)
@@ -483,7 +502,7 @@ def read_to_close(c, timeout=30):
     data, c.buf = c.buf, b""
     try:
         while True:
-            chunk = c.s.recv(65536)
+            chunk = c._recv()
             if not chunk:
                 return data, "eof"
             data += chunk
@@ -534,3 +553,283 @@ def tcp_sockets(ports):
         rows.append((f[0], int(f[1]), int(f[2]), int(f[3].rsplit(":", 1)[1]),
                      int(f[4].rsplit(":", 1)[1])))
     return rows
+
+
+# ---- each client gets its own answer ------------------------------------------------------
+#
+# The rule: every test with several clients at once gives each client a marker of its own
+# (marker()), sent as X-Request-Id, and checks with check_own() that what the client got back
+# is its own answer and holds nothing of another exchange. The mock engine echoes the marker
+# as vLLM does (in the reply head, and as the base of every completion id); fake engines
+# written in Python do the same with fake_reply_head() and own_completion(). Any cross-talk
+# (another client's reply, request head, secret or stray bytes) fails the test.
+
+MARKER_RX = re.compile(rb"mk-[A-Za-z0-9]+-[0-9]+-[0-9a-f]{12}")
+# Fields only a request carries: one of them in a reply head is a piece of some request.
+REQUEST_FIELDS = ("authorization", "proxy-authorization", "host", "cookie", "user-agent",
+                  "expect", "x-admit-worker")
+_STATUS_LINE = re.compile(rb"HTTP/1\.[01] ([1-9][0-9]{2})(?: [^\r\n]*)?\r\n")
+_FIELD_LINE = re.compile(rb"[!#$%&'*+.^_`|~0-9A-Za-z-]+:[ \t]*[^\r\n]*")
+
+
+def marker(index=None, test=None):
+    """A marker no other client has: the test's name (by default the function of the Tap
+    check running), the client's index (by default the next of a counter) and 48 random
+    bits, in the characters the mock engine echoes (MARKER_RX finds it in any bytes)."""
+    name = re.sub(r"[^A-Za-z0-9]", "", test or _running_check)[:40] or "test"
+    return "mk-%s-%d-%s" % (name, next(_marker_seq) if index is None else index,
+                            os.urandom(6).hex())
+
+
+def marker_secret(m):
+    """The bearer secret a client with marker m sends: it contains m, so a secret seen by
+    another client is found as that client's foreign marker."""
+    return "sk-" + m
+
+
+def marker_headers(m, auth=False):
+    """The request fields that carry marker m (nothing for None): X-Request-Id, and with auth
+    Authorization: Bearer marker_secret(m)."""
+    if m is None:
+        return {}
+    h = {"X-Request-Id": m}
+    if auth:
+        h["Authorization"] = "Bearer " + marker_secret(m)
+    return h
+
+
+def marker_fields(m, auth=False):
+    """marker_headers() as raw header lines, for RawClient.post's extra."""
+    return "".join("%s: %s\r\n" % kv for kv in marker_headers(m, auth).items())
+
+
+def _foreign(raw, m):
+    for hit in MARKER_RX.finditer(raw):
+        if hit.group(0).decode() != m:
+            lo = max(0, hit.start() - 120)
+            raise AssertionError("client %s received another client's marker %s: ...%r..." % (
+                m, hit.group(0).decode(), bytes(raw[lo:hit.end() + 160])))
+
+
+def _dechunk(data):
+    """A chunked body at the start of data, as far as it arrived: (payload, whether its last
+    chunk came, bytes it took)."""
+    out, pos = [], 0
+    while True:
+        eol = data.find(b"\r\n", pos)
+        if eol < 0:
+            return b"".join(out), False, len(data)
+        size = int(data[pos:eol].split(b";")[0], 16)
+        pos = eol + 2
+        if size == 0:  # no trailer fields: the empty line ends the body
+            assert data[pos:pos + 2] in (b"\r\n", b"\r", b""), "trailer: %r" % data[pos:pos + 80]
+            return b"".join(out), data[pos:pos + 2] == b"\r\n", min(len(data), pos + 2)
+        out.append(data[pos:pos + size])
+        if len(data) < pos + size + 2:
+            return b"".join(out), False, len(data)
+        assert data[pos + size:pos + size + 2] == b"\r\n", "bad chunk end: %r" % (
+            data[pos + size:pos + size + 8])
+        pos += size + 2
+
+
+def _status_line_begins(rest):
+    """Whether rest (no CRLF in it) can be the start of a status line not read to its end."""
+    template = b"HTTP/1.1 200 \r\n"
+    rest = rest[:-1] if rest.endswith(b"\r") else rest
+    probe = rest + template[len(rest):] if len(rest) < len(template) - 2 else rest + b"\r\n"
+    return _STATUS_LINE.match(probe) is not None
+
+
+def _ids_ok(obj, m, where, engine):
+    """Checks one JSON answer or event: an id (a completion's) must be this client's; an
+    answer that is not the engine's (no X-Request-Id) must be an error object (admitd's or
+    the router's own)."""
+    assert isinstance(obj, dict), "%s: not a JSON object: %r" % (where, obj)
+    if "id" in obj:
+        assert obj["id"] in ("chatcmpl-" + m, "cmpl-" + m), "%s: the id %r is not %s's" % (
+            where, obj["id"], m)
+    elif not engine:
+        assert "error" in obj and isinstance(obj["error"], (dict, str)), (
+            "%s: neither the engine's (no X-Request-Id) nor an error: %r" % (where, obj))
+
+
+def _judge(status, fields, body, complete, m):
+    """One parsed answer of the client with marker m (body None: only its head came)."""
+    names = [k for k, _ in fields]
+    for k in REQUEST_FIELDS:
+        assert k not in names, "a request field %r in %s's reply head: %r" % (k, m, fields)
+    rids = [v for k, v in fields if k == "x-request-id"]
+    assert len(rids) <= 1, "several X-Request-Id in %s's reply head: %r" % (m, rids)
+    assert rids == [] or rids[0] == m, "X-Request-Id %r in %s's reply" % (rids[0], m)
+    ctype = dict(fields).get("content-type", "")
+    if body is None:
+        return
+    # An engine's answer names the request; one without is admitd's or the router's own,
+    # which is never a 200 and always an error body.
+    assert rids or status != 200, "a 200 without %s's X-Request-Id: %r" % (m, fields)
+    if ctype.startswith("text/event-stream"):
+        for ev in body.split(b"\n\n")[:-1]:  # whole events only: the last is cut or empty
+            for line in ev.split(b"\n"):
+                if line.startswith(b"data:") and line[5:].strip() != b"[DONE]":
+                    _ids_ok(json.loads(line[5:]), m, "an SSE event", bool(rids))
+    elif complete and body.strip():
+        try:
+            obj = json.loads(body)
+        except ValueError:
+            raise AssertionError("%s's %d answer is not JSON: %r" % (m, status, body[:300]))
+        _ids_ok(obj, m, "the %d answer" % status, bool(rids))
+
+
+def parse_own(raw, m):
+    """Checks that raw, every byte one client with marker m read from its connection, is
+    nothing but answers to it: each starts with a valid status line (no foreign byte before
+    it), its head has well-formed fields, no request field (Authorization, Host, ...) and no
+    X-Request-Id but m, every completion id in its body (the JSON answer, each SSE event but
+    [DONE]) is chatcmpl-m or cmpl-m, an answer without m (admitd's or the router's own, 529,
+    503, 404, ...) is an error object, and no other client's marker appears anywhere.
+    Partial bytes (a head not read to the end, a stream cut) are judged as far as they go.
+    Returns [(status, {lowercase name: value}, body, complete)] for the answers seen."""
+    assert m, "parse_own needs the client's marker"
+    _foreign(raw, m)
+    try:
+        return _answers(raw, m)
+    except ValueError as e:  # a length, chunk size or JSON text that does not parse
+        raise AssertionError("%s's bytes do not parse (%s): %r" % (m, e, bytes(raw[:300])))
+
+
+def _answers(raw, m):
+    """parse_own's walk over the answers in raw, after the marker scan."""
+    out, pos = [], 0
+    while pos < len(raw):
+        rest = raw[pos:]
+        st = _STATUS_LINE.match(rest)
+        if st is None:
+            assert b"\r\n" not in rest and _status_line_begins(rest), (
+                "not a status line in %s's bytes at %d: %r" % (m, pos, rest[:300]))
+            break  # the status line was not read to its end
+        end = rest.find(b"\r\n\r\n", st.end() - 2)
+        fields = []
+        # A head not read to its end: its whole lines are judged.
+        for line in rest[st.end():end if end >= 0 else rest.rfind(b"\r\n")].split(b"\r\n"):
+            if not line:
+                continue
+            assert _FIELD_LINE.fullmatch(line), "not a header field in %s's reply head: %r" % (
+                m, line[:300])
+            k, _, v = line.partition(b":")
+            fields.append((k.decode("latin-1").lower(), v.strip().decode("latin-1")))
+        status, hdrs = int(st.group(1)), dict(fields)
+        if end < 0:
+            _judge(status, fields, None, False, m)
+            break
+        data = rest[end + 4:]
+        if status < 200 or status in (204, 304):
+            body, complete, used = b"", True, 0
+        elif "content-length" in hdrs:
+            n = int(hdrs["content-length"])
+            body, complete, used = data[:n], len(data) >= n, min(n, len(data))
+        elif hdrs.get("transfer-encoding", "").lower() == "chunked":
+            body, complete, used = _dechunk(data)
+        else:
+            body, complete, used = data, True, len(data)
+        _judge(status, fields, body, complete, m)
+        if status >= 200:
+            out.append((status, hdrs, body, complete))
+        pos += end + 4 + used
+        if not complete:
+            break
+    return out
+
+
+def check_own(c):
+    """parse_own() over everything RawClient c (made with a marker) has read so far and
+    whatever has arrived unread: that is only looked at (MSG_PEEK), so the test reads or
+    hangs up on the connection as it would have without the check."""
+    waiting = b""
+    try:
+        # Not MSG_DONTWAIT alone: on a socket with a timeout Python waits out the timeout.
+        if select.select([c.s], [], [], 0)[0]:
+            waiting = c.s.recv(1 << 20, socket.MSG_PEEK)
+    except (OSError, ValueError):  # the connection is gone, or closed by the test
+        pass
+    return parse_own(bytes(c.received) + waiting, c.marker)
+
+
+def close_own(clients):
+    """check_own() each client, then closes it (the end of a test's concurrent clients)."""
+    for c in clients:
+        check_own(c)
+    for c in clients:
+        c.close()
+
+
+def own_response(c, on_data=None):
+    """strict_response(c), then check_own(c): the answer read, proven c's own. When what
+    came is no answer at all, the rest of its head is read (for 2 s at most) so that the
+    failure names the other client whose bytes they are, if they carry a marker."""
+    try:
+        r = strict_response(c, on_data)
+    except AssertionError:
+        deadline = time.monotonic() + 2
+        try:
+            while b"\r\n\r\n" not in c.received and time.monotonic() < deadline:
+                c.s.settimeout(max(0.01, deadline - time.monotonic()))
+                if not c._recv():
+                    break
+        except OSError:
+            pass
+        check_own(c)
+        raise
+    check_own(c)
+    return r
+
+
+def own_request(addr, path, body, m, auth=False, timeout=30, method="POST", extra=""):
+    """One request on a new connection, carrying marker m (body: a JSON value, or None for
+    none; extra: more header lines); the answer must be the client's own (check_own).
+    Returns (status, headers dict, body bytes)."""
+    c = RawClient(addr, timeout=timeout, marker=m, auth=auth)
+    try:
+        if method == "POST":
+            c.post(path, body, extra)
+        else:
+            data = json.dumps(body).encode() if body is not None else b""
+            c.send(("%s %s HTTP/1.1\r\nHost: %s:%d\r\n%s%s%s\r\n" % (
+                method, path, addr[0], addr[1], extra, marker_fields(m, auth),
+                "Content-Type: application/json\r\nContent-Length: %d\r\n" % len(data)
+                if data else "")).encode() + data)
+        if method == "HEAD":
+            status, hdrs = c.read_head()
+            check_own(c)
+            return status, hdrs, b""
+        status, hdrs, data, complete = own_response(c)
+        assert complete, "%s's answer %d was cut: %r" % (m, status, data[-200:])
+        return status, hdrs, data
+    finally:
+        c.close()
+
+
+# For fake engines written in Python.
+
+def request_marker(head):
+    """The X-Request-Id of a request head, or None: what a fake engine echoes. head is the
+    raw bytes, or the headers of http.server's handler (self.headers)."""
+    if not isinstance(head, bytes):
+        return head.get("X-Request-Id")
+    for line in head.split(b"\r\n")[1:]:
+        k, _, v = line.partition(b":")
+        if k.strip().lower() == b"x-request-id":
+            return v.strip().decode("latin-1")
+    return None
+
+
+def fake_reply_head(head):
+    """The header line a fake engine adds to its reply head for the request head it read:
+    "X-Request-Id: ...\\r\\n", or "" when the request carried none."""
+    m = request_marker(head)
+    return "X-Request-Id: %s\r\n" % m if m else ""
+
+
+def own_completion(head, chat=True):
+    """The completion id a fake engine puts in its answer to the request head it read, as the
+    mock engine does: chatcmpl-<marker> / cmpl-<marker>, or a fixed one without a marker."""
+    return "%s-%s" % ("chatcmpl" if chat else "cmpl", request_marker(head) or "fake")

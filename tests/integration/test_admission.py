@@ -9,8 +9,9 @@ import socket
 import threading
 import time
 
-from harness import (Admitd, Mock, RawClient, Tap, chat_body, error_message, only_answer,
-                     read_to_close, request, strict_response, wait_for)
+from harness import (Admitd, Mock, RawClient, Tap, chat_body, check_own, close_own,
+                     error_message, marker, marker_fields, only_answer, own_request,
+                     own_response, read_to_close, request, request_marker, wait_for)
 
 OVERLOAD_MSG = "Server overloaded: worker at capacity"
 QUEUE_TIMEOUT_MSG = "Server overloaded: request rejected after exceeding the admission queue delay"
@@ -37,9 +38,10 @@ def read_events(c, n):
 
 
 def burst(addr, count, max_tokens):
-    """Sends count streaming requests at once; returns [(status, headers, body, complete,
-    header names, time sent, time the head arrived)]."""
-    clients = [RawClient(addr, timeout=60) for _ in range(count)]
+    """Sends count streaming requests at once, each client with its own marker and its
+    answer checked to be its own; returns [(status, headers, body, complete, header names,
+    time sent, time the head arrived)]."""
+    clients = [RawClient(addr, timeout=60, marker=marker(i)) for i in range(count)]
     results = [None] * count
     go = threading.Barrier(count)
 
@@ -50,6 +52,7 @@ def burst(addr, count, max_tokens):
         status, hdrs = clients[i].read_head()
         got = time.time()
         body, complete = clients[i].read_body(hdrs)
+        check_own(clients[i])
         results[i] = (status, hdrs, body, complete, clients[i].header_names, sent, got)
 
     threads = [threading.Thread(target=one, args=(i,)) for i in range(count)]
@@ -59,6 +62,7 @@ def burst(addr, count, max_tokens):
         t.join(120)
     for c in clients:
         c.close()
+    assert None not in results, "a client failed (its traceback is above)"
     return results
 
 
@@ -126,21 +130,19 @@ def test_rejection_keeps_connection_usable():
     mock = Mock("--token-interval-ms", "50")
     ad = Admitd(mock.url, "--engine-request-limit", "1", "--request-queue-limit", "2")
     holders = ad.fill(3, queued=2, max_tokens=40)
-    c = RawClient(ad.addr)
+    c = RawClient(ad.addr, marker=marker(3))
     c.post("/v1/chat/completions", chat_body())
     status, hdrs, body, complete = c.response()
     assert status == 529 and complete and error_message(body) == OVERLOAD_MSG
     assert hdrs.get("connection", "").lower() != "close", hdrs
     # The same connection serves the next request (GET bypasses the gate).
-    c.send(b"GET /v1/models HTTP/1.1\r\nHost: x\r\n\r\n")
+    c.send(b"GET /v1/models HTTP/1.1\r\nHost: x\r\n%s\r\n" % marker_fields(c.marker).encode())
     status, hdrs, body, complete = c.response()
     assert status == 200 and json.loads(body)["data"][0]["id"], body
     # A second rejection on the same connection, then a clean close.
     c.post("/v1/chat/completions", chat_body())
     assert c.response()[0] == 529
-    c.close()
-    for h in holders:
-        h.close()
+    close_own([c] + holders)
     wait_for(lambda: ad.metrics()["dynamo_engine_request"] == 0, what="slots drained")
     ad.stop()
     mock.stop()
@@ -149,16 +151,18 @@ def test_rejection_keeps_connection_usable():
 def test_queued_client_disconnect_frees_its_place():
     mock = Mock("--token-interval-ms", "50")
     ad = Admitd(mock.url, "--engine-request-limit", "1", "--request-queue-limit", "2")
-    a = RawClient(ad.addr)
+    a = RawClient(ad.addr, marker=marker(0))
     a.post("/v1/chat/completions", chat_body(max_tokens=60))
     assert a.read_head()[0] == 200
-    b, c = RawClient(ad.addr), RawClient(ad.addr)
+    b, c = RawClient(ad.addr, marker=marker(1)), RawClient(ad.addr, marker=marker(2))
     b.post("/v1/chat/completions", chat_body(max_tokens=2))
     c.post("/v1/chat/completions", chat_body(max_tokens=2))
     wait_for(lambda: ad.metrics()["dynamo_request_queue"] == 2, what="two queued")
-    d = RawClient(ad.addr)
+    d = RawClient(ad.addr, marker=marker(3))
     d.post("/v1/chat/completions", chat_body())
-    assert d.response()[0] == 529
+    assert own_response(d)[0] == 529
+    check_own(b)
+    check_own(c)
     # c leaves with a FIN, b with an RST: both places are free at once.
     c.close()
     wait_for(lambda: ad.metrics()["dynamo_request_queue"] == 1, what="FIN frees a place")
@@ -167,13 +171,13 @@ def test_queued_client_disconnect_frees_its_place():
     m = ad.metrics()
     assert m['admitd_client_cancellations_total{stage="queued"}'] == 2, m
     assert m['admitd_requests_total{outcome="cancelled"}'] == 2, m
-    e, f = RawClient(ad.addr), RawClient(ad.addr)
+    e, f = RawClient(ad.addr, marker=marker(4)), RawClient(ad.addr, marker=marker(5))
     e.post("/v1/chat/completions", chat_body(max_tokens=2))
     f.post("/v1/chat/completions", chat_body(max_tokens=2))
     wait_for(lambda: ad.metrics()["dynamo_request_queue"] == 2, what="newcomers queued")
-    a.close()
-    assert e.response()[0] == 200
-    assert f.response()[0] == 200
+    close_own([a])
+    assert own_response(e)[0] == 200
+    assert own_response(f)[0] == 200
     # The engine never saw the two that left.
     engine = mock.metrics()
     assert engine["admit_mock_requests_total"] == 3, engine
@@ -201,16 +205,18 @@ def test_queued_hangup_behind_pipelined_bytes():
            b"x" * 60000)
     mock = Mock("--token-interval-ms", "50")
     ad = Admitd(mock.url, "--engine-request-limit", "1", "--request-queue-limit", "2")
-    a = RawClient(ad.addr)
+    a = RawClient(ad.addr, marker=marker(0))
     a.post("/v1/chat/completions", chat_body(max_tokens=400))
     assert a.read_head()[0] == 200
-    for extra, leave in ((small, "close"), (small, "reset"), (big, "close"), (big, "reset")):
-        b = RawClient(ad.addr)
+    for i, (extra, leave) in enumerate(((small, "close"), (small, "reset"), (big, "close"),
+                                        (big, "reset"))):
+        b = RawClient(ad.addr, marker=marker(1 + i))
         b.post("/v1/chat/completions", chat_body(max_tokens=2))
         wait_for(lambda: ad.metrics()["dynamo_request_queue"] == 1, what="queued")
         time.sleep(0.3)
         b.send(extra)
         time.sleep(0.3)
+        check_own(b)
         getattr(b, leave)()
         wait_for(lambda: ad.metrics()["dynamo_request_queue"] == 0, 5,
                  "the place freed after a %s behind pipelined bytes" % leave)
@@ -220,7 +226,7 @@ def test_queued_hangup_behind_pipelined_bytes():
         assert used < 0.3, "admitd used %.2f s of CPU in 1 s after a %s" % (used, leave)
     m = ad.metrics()
     assert m['admitd_client_cancellations_total{stage="queued"}'] == 4, m
-    a.close()
+    close_own([a])
     assert mock.metrics()["admit_mock_requests_total"] == 1
     ad.stop()
     mock.stop()
@@ -232,11 +238,11 @@ def test_overload_status_code_env():
         ad = Admitd(mock.url, "--engine-request-limit", "1", "--request-queue-limit", "2",
                     env={"DYN_HTTP_OVERLOAD_STATUS_CODE": env})
         holders = ad.fill(3, queued=2, max_tokens=20)
-        status, hdrs, body = request(ad.addr, "POST", "/v1/chat/completions", chat_body())
+        status, hdrs, body = own_request(ad.addr, "/v1/chat/completions", chat_body(),
+                                         marker(3))
         assert status == want, (env, status)
         assert error_message(body) == OVERLOAD_MSG
-        for h in holders:
-            h.close()
+        close_own(holders)
         ad.stop()
     mock.stop()
 
@@ -245,15 +251,14 @@ def test_get_passes_through_a_full_gate():
     mock = Mock("--token-interval-ms", "50")
     ad = Admitd(mock.url, "--engine-request-limit", "1", "--request-queue-limit", "2")
     holders = ad.fill(3, queued=2, max_tokens=40)
-    for path in ("/v1/models", "/health"):
-        status, _, _ = request(ad.addr, "GET", path)
+    for i, path in enumerate(("/v1/models", "/health")):
+        status, _, _ = own_request(ad.addr, path, None, marker(3 + i), method="GET")
         assert status == 200, (path, status)
-    assert request(ad.addr, "HEAD", "/v1/models")[0] == 200
+    assert own_request(ad.addr, "/v1/models", None, marker(5), method="HEAD")[0] == 200
     m = ad.metrics()
     assert m["admitd_bypass_requests_total"] == 3, m
     assert m["dynamo_rejection_request_total"] == 0, m
-    for h in holders:
-        h.close()
+    close_own(holders)
     ad.stop()
     mock.stop()
 
@@ -278,22 +283,24 @@ def test_reasons_queue_wait_and_retry_after():
     ad = Admitd(mock.url, "--engine-request-limit", "1", "--request-queue-limit", "2",
                 "--queue-timeout-ms", str(int(timeout_s * 1000)))
     # a gets the slot at once: it waited 0.0.
-    a = RawClient(ad.addr)
+    a = RawClient(ad.addr, marker=marker(0))
     a.post("/v1/chat/completions", chat_body(max_tokens=400))
     status, hdrs = a.read_head()
     assert status == 200 and hdrs["x-admitd-queue-wait-ms"] == "0.0", (status, hdrs)
     # b waits until a leaves, five tokens later: its header says how long, within what
     # this client saw (queued before t_queued, admitted after t_left, answered by t_done).
-    b = RawClient(ad.addr)
+    b = RawClient(ad.addr, marker=marker(1))
     t_sent = time.monotonic()
     b.post("/v1/chat/completions", chat_body(max_tokens=2))
     wait_for(lambda: ad.metrics()["dynamo_request_queue"] == 1, what="b queued")
     t_queued = time.monotonic()
     read_events(a, 5)
     t_left = time.monotonic()
+    check_own(a)
     a.reset()
     status, hdrs, body = only_answer(b)
     t_done = time.monotonic()
+    check_own(b)
     assert status == 200 and body.endswith(b"data: [DONE]\n\n"), (status, body[-100:])
     waited = float(hdrs["x-admitd-queue-wait-ms"])
     assert (t_left - t_queued) * 1000 - 0.05 <= waited <= (t_done - t_sent) * 1000 + 0.05, \
@@ -303,10 +310,10 @@ def test_reasons_queue_wait_and_retry_after():
     assert status == 200 and "x-admitd-queue-wait-ms" not in hdrs, hdrs
     assert "x-admitd-reason" not in hdrs, hdrs
     # d holds the slot, e1 and e2 fill the queue: h is refused at once, queue-full.
-    d = RawClient(ad.addr)
+    d = RawClient(ad.addr, marker=marker(2))
     d.post("/v1/chat/completions", chat_body(max_tokens=400))
     assert d.read_head()[1]["x-admitd-queue-wait-ms"] == "0.0"
-    e1, e2 = RawClient(ad.addr), RawClient(ad.addr)
+    e1, e2 = RawClient(ad.addr, marker=marker(3)), RawClient(ad.addr, marker=marker(4))
     t_e1 = time.monotonic()
     e1.post("/v1/chat/completions", chat_body(max_tokens=2))
     e2.post("/v1/chat/completions", chat_body(max_tokens=2))
@@ -314,17 +321,18 @@ def test_reasons_queue_wait_and_retry_after():
     m = ad.metrics()
     gone = releases(m)
     assert gone == 2, m  # a and b
-    h = RawClient(ad.addr)
+    h = RawClient(ad.addr, marker=marker(5))
     h.post("/v1/chat/completions", chat_body(max_tokens=2))
-    status, hdrs, body, complete = strict_response(h)
+    status, hdrs, body, complete = own_response(h)
     assert status == 529 and error_message(body) == OVERLOAD_MSG, (status, body)
     assert hdrs["x-admitd-reason"] == "queue-full", hdrs
     assert int(hdrs["retry-after"]) == retry_after_formula(2, gone) == 15, hdrs
     h.close()
     # e2 leaves; e1 waits out its queue timeout alone.
-    e2.close()
+    close_own([e2])
     wait_for(lambda: ad.metrics()["dynamo_request_queue"] == 1, what="e2 gone")
     status, hdrs, body = only_answer(e1)
+    check_own(e1)
     waited = time.monotonic() - t_e1
     assert status == 529 and error_message(body) == QUEUE_TIMEOUT_MSG, (status, body)
     assert hdrs["x-admitd-reason"] == "queue-timeout", hdrs
@@ -336,14 +344,15 @@ def test_reasons_queue_wait_and_retry_after():
     # Draining: d still streams, a newcomer gets 503 draining, Connection: close.
     ad.proc.p.send_signal(signal.SIGTERM)
     ad.proc.wait_line(r"draining", 10)
-    f = RawClient(ad.addr)
+    f = RawClient(ad.addr, marker=marker(6))
     f.post("/v1/chat/completions", chat_body(max_tokens=2))
     status, hdrs, body = only_answer(f)
+    check_own(f)
     assert status == 503 and error_message(body) == "Server unavailable: worker draining", body
     assert hdrs["x-admitd-reason"] == "draining", hdrs
     assert hdrs["connection"].lower() == "close", hdrs
     assert int(hdrs["retry-after"]) == retry_after_formula(0, gone), hdrs
-    d.close()
+    close_own([d])
     assert ad.proc.p.wait(30) == 0
     ad.proc.stop_clean()
     mock.stop()
@@ -370,11 +379,11 @@ def test_retry_after_estimate_edges():
         assert gone == short, (gone, short)
         if not extra:
             assert retry_after_formula(q, gone) == want, (q, gone, want)
-        status, hdrs, body = request(ad.addr, "POST", "/v1/chat/completions", chat_body())
+        status, hdrs, body = own_request(ad.addr, "/v1/chat/completions", chat_body(),
+                                         marker(q + 1))
         assert status == 529 and hdrs["x-admitd-reason"] == "queue-full", (status, hdrs)
         assert int(hdrs["retry-after"]) == want, (q, short, extra, hdrs)
-        for c in holders:
-            c.close()
+        close_own(holders)
         ad.stop()
     mock.stop()
 
@@ -417,6 +426,8 @@ class HeldEngine:
                         eng.arrived.append(self.command)
                 body = json.dumps({"method": self.command}).encode()
                 self.send_response(200)
+                if request_marker(self.headers):  # whose answer it is, as the mock says
+                    self.send_header("X-Request-Id", request_marker(self.headers))
                 self.send_header("Content-Type", "application/json")
                 self.send_header("Content-Length", str(len(body)))
                 self.end_headers()
@@ -454,11 +465,12 @@ class HeldEngine:
         self._t.join(5)
 
 
-def send(ad, method, body=None):
-    c = RawClient(ad.addr)
+def send(ad, method, body=None, m=None):
+    c = RawClient(ad.addr, marker=m)
     data = json.dumps(body).encode() if body is not None else b""
     c.send(b"%s /v1/things HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
-           b"Content-Length: %d\r\n\r\n" % (method.encode(), len(data)) + data)
+           b"Content-Length: %d\r\n%s\r\n" % (method.encode(), len(data),
+                                                 marker_fields(m).encode()) + data)
     return c
 
 
@@ -468,30 +480,34 @@ def test_put_patch_delete_are_gated_options_is_not():
         ad = Admitd(eng.url, "--engine-request-limit", "1", "--request-queue-limit", "3",
                     "--health-interval-ms", "60000")
         # PUT takes the one slot; PATCH, DELETE and POST queue behind it in that order.
-        held = [send(ad, "PUT", {"x": 1})]
+        held = [send(ad, "PUT", {"x": 1}, marker(0))]
         wait_for(lambda: eng.arrived == ["PUT"], what="PUT at the engine")
         for i, method in enumerate(("PATCH", "DELETE", "POST")):
-            held.append(send(ad, method, {"x": 1} if method != "DELETE" else None))
+            held.append(send(ad, method, {"x": 1} if method != "DELETE" else None,
+                             marker(1 + i)))
             wait_for(lambda: ad.metrics()["dynamo_request_queue"] == i + 1,
                      what="%s queued" % method)
         m = ad.metrics()
         assert m["dynamo_engine_request"] == 1 and eng.arrived == ["PUT"], (m, eng.arrived)
         # Full: each gated method is refused like POST.
-        for method in ("PUT", "PATCH", "DELETE", "POST"):
-            c = send(ad, method, None)
+        for i, method in enumerate(("PUT", "PATCH", "DELETE", "POST")):
+            c = send(ad, method, None, marker(4 + i))
             status, hdrs, body = only_answer(c)
+            check_own(c)
             assert status == 529 and hdrs["x-admitd-reason"] == "queue-full", (method, status)
             assert error_message(body) == OVERLOAD_MSG, body
         # OPTIONS, GET and HEAD pass the full gate and reach the engine at once.
-        for method in ("OPTIONS", "GET", "HEAD"):
-            c = send(ad, method)
+        for i, method in enumerate(("OPTIONS", "GET", "HEAD")):
+            c = send(ad, method, m=marker(8 + i))
             if method == "HEAD":  # a head and nothing else
                 status, hdrs = c.read_head()
                 c.s.shutdown(socket.SHUT_WR)
                 body, _ = read_to_close(c)
                 assert body == b"", body
+                assert hdrs["x-request-id"] == c.marker, hdrs
             else:
                 status, hdrs, body = only_answer(c)
+                check_own(c)
             assert status == 200, (method, status, body)
             assert "x-admitd-queue-wait-ms" not in hdrs and "x-admitd-reason" not in hdrs, hdrs
             if method != "HEAD":
@@ -507,6 +523,7 @@ def test_put_patch_delete_are_gated_options_is_not():
                      what="%s at the engine" % order[i])
             eng.release()
             status, hdrs, body = only_answer(c)
+            check_own(c)
             assert status == 200 and json.loads(body) == {"method": order[i]}, body
             wait = float(hdrs["x-admitd-queue-wait-ms"])
             assert (wait == 0.0) if i == 0 else (wait > 0), (order[i], wait)

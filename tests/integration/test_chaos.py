@@ -13,6 +13,8 @@ What is checked, and why each bound holds:
   killed, never frozen, so it is never silent for --upstream-timeout-ms.
 - A reply is cut only when its engine was killed while it streamed, and then after an SSE
   error event; a client that did not hang up itself always gets a status line.
+- Each request carries its own marker, and whatever its client read (aborted or not) is its
+  own answer (check_own): nothing of another exchange.
 - The gauges against the limits in force, read in the same scrape: dynamo_engine_request
   grows only while it is below N, so it is at most the larger of its last reading and every
   N in force since (lowering N drains down); dynamo_request_queue likewise with Q. The
@@ -46,7 +48,7 @@ import threading
 import time
 import traceback
 
-from harness import (MOCK, Admitd, Proc, RawClient, Tap, chat_body, raw_request_bytes,
+from harness import (MOCK, Admitd, Proc, RawClient, Tap, chat_body, check_own, marker,
                      request, scrape, wait_for)
 
 SECONDS = float(os.environ.get("SOAK_SECONDS", "40"))
@@ -120,15 +122,17 @@ def test_chaos():
 
     def client(seed):
         r = random.Random(seed)
+        k = 0
         while not stop.is_set():
+            k += 1
             stream = r.random() < 0.6
             body = chat_body(max_tokens=r.randint(1, 60), stream=stream)
             abort = r.choice(["none"] * 6 + ["before", "after_head", "mid", "rst"])
             sent = time.monotonic()
             c = None
             try:
-                c = RawClient(ad.addr, timeout=30)
-                c.send(raw_request_bytes(ad.addr, "/v1/chat/completions", body))
+                c = RawClient(ad.addr, timeout=30, marker=marker(seed * 100000 + k))
+                c.post("/v1/chat/completions", body)
                 if abort == "before":
                     time.sleep(r.random() * 0.05)
                     note("abort_before_answer")
@@ -167,6 +171,7 @@ def test_chaos():
                                 % (abort, stream, e))
             finally:
                 if c is not None:
+                    check_own(c)  # whatever it read, aborted or not, was its own
                     c.close()
 
     def record_engine_peak():

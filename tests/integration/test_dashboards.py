@@ -22,7 +22,8 @@ import os
 import re
 import tempfile
 
-from harness import Mock, RawClient, Tap, chat_body, request, wait_for
+from harness import (Mock, RawClient, Tap, chat_body, close_own, marker, own_request, request,
+                     wait_for)
 from test_router import Router, worker
 from test_router_discovery import DnsServer
 
@@ -224,15 +225,15 @@ class Live:
         # (on a loaded machine it can come after the next request would).
         wait_for(lambda: not any(x["busy"] for x in self.rt.workers() if x["routable"]), 15,
                  "the worker's load to clear")
-        held = RawClient(self.rt.addr)
+        held = RawClient(self.rt.addr, marker=marker(), auth=True)
         held.post("/v1/chat/completions", chat_body(max_tokens=1), "x-admit-class: batch\r\n")
         head = held.read_head()
         assert head[0] == 200, head
-        status, _, body = request(self.rt.addr, "POST", "/v1/chat/completions",
-                                  chat_body(stream=False, max_tokens=1),
-                                  headers={"x-admit-class": "batch"})
+        status, _, body = own_request(self.rt.addr, "/v1/chat/completions",
+                                      chat_body(stream=False, max_tokens=1), marker(),
+                                      auth=True, extra="x-admit-class: batch\r\n")
         assert status == 529, (status, body)
-        held.close()
+        close_own([held])
 
     def stop(self):
         self.rt.stop()

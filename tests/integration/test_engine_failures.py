@@ -5,8 +5,8 @@ only thing on its connection."""
 import math
 import socket
 
-from harness import (Admitd, LoopbackServer, Mock, RawClient, Tap, chat_body, error_message,
-                     only_answer, request, wait_for)
+from harness import (Admitd, LoopbackServer, Mock, RawClient, Tap, chat_body, check_own,
+                     error_message, only_answer, request, wait_for)
 
 
 def closed_port():
@@ -139,6 +139,8 @@ def test_engine_killed_with_queue_then_back():
     assert not complete and b"event: error" in body, body[-200:]
     assert b"[DONE]" not in body
     results = [only_answer(c) for c in clients[1:]]
+    for c in clients:  # each with its own marker (Admitd.fill): nothing of another's
+        check_own(c)
     assert [r[0] for r in results] == [503, 503], [r[0] for r in results]
     for r in results:
         assert r[1]["x-admitd-reason"] == "engine-unavailable", r[1]

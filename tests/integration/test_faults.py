@@ -9,9 +9,9 @@ import socket
 import threading
 import time
 
-from harness import (MOCK, Admitd, Mock, Proc, RawClient, Tap, chat_body, error_message,
-                     only_answer, raw_request_bytes, read_to_close, request, strict_response,
-                     tcp_sockets, wait_for)
+from harness import (MOCK, Admitd, Mock, Proc, RawClient, Tap, chat_body, check_own,
+                     error_message, marker, marker_fields, only_answer, raw_request_bytes,
+                     read_to_close, request, strict_response, tcp_sockets, wait_for)
 
 TOKENS = 'vllm:generation_tokens_total{engine="0",model_name="mock-model"}'
 # The mock stops generating while more than this is unsent to its client (mock_sched.c).
@@ -86,7 +86,9 @@ def test_slowloris_and_silent_clients_are_dropped():
     mock = Mock("--speedup-ratio", "0")
     ad = Admitd(mock.url, "--engine-request-limit", "2",
                 "--client-timeout-ms", str(int(timeout_s * 1000)))
-    req = raw_request_bytes(ad.addr, "/v1/chat/completions", chat_body(max_tokens=1))
+    keep = marker(0)
+    req = raw_request_bytes(ad.addr, "/v1/chat/completions", chat_body(max_tokens=1),
+                            marker_fields(keep))
     head = b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\n"
     # Each case: the pieces it sends, with a pause (below the timeout) between them.
     cases = {
@@ -99,7 +101,8 @@ def test_slowloris_and_silent_clients_are_dropped():
     results = {}
 
     def one(name, pieces):
-        c = RawClient(ad.addr)
+        # Its marker is not sent (the head never ends): none may come back, nor another's.
+        c = RawClient(ad.addr, marker=marker(1 + sorted(cases).index(name)))
         last = time.monotonic()
         for i, piece in enumerate(pieces):
             if i:
@@ -108,6 +111,7 @@ def test_slowloris_and_silent_clients_are_dropped():
             last = time.monotonic()
         try:
             data, how = read_to_close(c, bound_s)
+            check_own(c)
             results[name] = (time.monotonic() - last, data, how)
         except AssertionError as e:
             results[name] = e
@@ -117,12 +121,13 @@ def test_slowloris_and_silent_clients_are_dropped():
     for t in threads:
         t.start()
     # And a keep-alive client that goes silent after its answer.
-    k = RawClient(ad.addr)
+    k = RawClient(ad.addr, marker=keep)
     k.send(req)
     status, hdrs, body, complete = strict_response(k)
     assert status == 200 and complete, status
     last = time.monotonic()
     data, how = read_to_close(k, bound_s)
+    check_own(k)
     results["idle after a keep-alive answer"] = (time.monotonic() - last, data, how)
     for t in threads:
         t.join(bound_s * 3)
@@ -219,8 +224,8 @@ def test_engine_killed_before_first_byte_and_restarted():
     mock = Mock("--speedup-ratio", "0.001")  # prefill of a few seconds: no byte for a while
     ad = Admitd(mock.url, "--engine-request-limit", "1", "--request-queue-limit", "2")
     clients = []
-    for _ in range(3):  # not streamed: no byte comes back before the prefill ends
-        c = RawClient(ad.addr)
+    for i in range(3):  # not streamed: no byte comes back before the prefill ends
+        c = RawClient(ad.addr, marker=marker(i))
         c.post("/v1/chat/completions", chat_body(max_tokens=5, stream=False))
         clients.append(c)
     wait_for(lambda: ad.metrics()["dynamo_request_queue"] == 2, what="two queued")
@@ -230,6 +235,8 @@ def test_engine_killed_before_first_byte_and_restarted():
     # Exactly one answer each, none hangs: the one at the engine saw it close, the queued
     # ones found nothing listening.
     answers = [only_answer(c) for c in clients]
+    for c in clients:
+        check_own(c)
     assert [a[0] for a in answers] == [503, 503, 503], [a[0] for a in answers]
     engine = "Server unavailable: engine at 127.0.0.1:%d " % port
     assert error_message(answers[0][2]) == engine + "closed the connection before answering"
@@ -266,11 +273,11 @@ def test_many_connections_at_once(n):
     ad = Admitd(mock.url, "--engine-request-limit", "8", "--request-queue-limit", "16",
                 "--client-timeout-ms", "60000")
     base = rss_kb(ad.proc)
-    clients = [RawClient(ad.addr, timeout=60) for _ in range(n)]
+    clients = [RawClient(ad.addr, timeout=60, marker=marker(i)) for i in range(n)]
     body = json.dumps(chat_body(max_tokens=3)).encode()
-    head = b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Length: %d\r\n\r\n" % len(body)
+    head = b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Length: %d\r\n" % len(body)
     for c in clients:
-        c.send(head + body)
+        c.send(head + marker_fields(c.marker).encode() + b"\r\n" + body)
     counts = {}
     for c in clients:
         status, hdrs, body, complete = strict_response(c)
@@ -287,6 +294,7 @@ def test_many_connections_at_once(n):
     for c in clients:
         rest, _ = read_to_close(c)
         assert rest == b"", rest[:200]
+        check_own(c)
         c.close()
     assert set(counts) <= {200, 529} and counts.get(200, 0) >= 24, counts
     assert sum(counts.values()) == n, counts

@@ -8,8 +8,8 @@ import subprocess
 import threading
 import time
 
-from harness import (ADMITD, Admitd, Mock, Proc, RawClient, Tap, chat_body, request, scrape,
-                     wait_for)
+from harness import (ADMITD, Admitd, Mock, Proc, RawClient, Tap, chat_body, close_own, marker,
+                     request, scrape, wait_for)
 
 TOP = os.environ.get("ADMIT_TOP", "build/admit-top")
 
@@ -99,8 +99,7 @@ def test_messages_follow_the_gate():
     assert m["v"] == 1 and m["state"] == "serving" and m["heartbeat_ms"] == 60000, m
     assert m["active_decode_blocks"] > 0, m
     since = len(sub.snapshot())
-    for h in holders:
-        h.close()
+    close_own(holders)
     # A request's booking is released in the same step as its slot or place (admission's
     # on_finish): the message that shows no request must show nothing booked either.
     m = sub.wait(lambda m: m["engine_requests"] == 0 and m["queued_requests"] == 0,
@@ -124,7 +123,7 @@ def test_kv_blocks_follow_the_engine():
     sub = Subscriber(ad.publish)
     clients = []
     for _ in range(2):
-        c = RawClient(ad.addr)
+        c = RawClient(ad.addr, marker=marker())
         c.post("/v1/completions", {"model": "m", "prompt": list(range(1, prompt + 1)),
                                    "max_tokens": 100, "stream": True})
         clients.append(c)
@@ -140,8 +139,7 @@ def test_kv_blocks_follow_the_engine():
     assert m["kv_block_size"] == block, m  # the block size those blocks are counted in
     # admitd's own booking of the same two requests is exactly as large.
     assert m["active_decode_blocks"] == engine_blocks, m
-    for c in clients:
-        c.close()
+    close_own(clients)
     sub.wait(lambda m: m["kv_used_blocks"] == 0 and m["active_decode_blocks"] == 0, "KV back to 0")
     sub.close()
     ad.stop()

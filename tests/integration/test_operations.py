@@ -8,8 +8,8 @@ import subprocess
 import sys
 import time
 
-from harness import (Admitd, Mock, RawClient, Tap, chat_body, error_message, request,
-                     wait_for)
+from harness import (Admitd, Mock, RawClient, Tap, chat_body, close_own, error_message, marker,
+                     own_request, own_response, request, wait_for)
 
 QUEUE_TIMEOUT_MSG = "Server overloaded: request rejected after exceeding the admission queue delay"
 
@@ -27,21 +27,21 @@ def test_queue_timeout_fires_at_the_right_request():
     mock = Mock("--token-interval-ms", "50")
     ad = Admitd(mock.url, "--engine-request-limit", "1", "--request-queue-limit", "4",
                 "--queue-timeout-ms", str(timeout_ms))
-    a = RawClient(ad.addr)
+    a = RawClient(ad.addr, marker=marker(0))
     a.post("/v1/chat/completions", chat_body(max_tokens=1000))  # holds the slot for 50 s
     assert a.read_head()[0] == 200
-    b = RawClient(ad.addr)
+    b = RawClient(ad.addr, marker=marker(1))
     b_sent = time.monotonic()
     b.post("/v1/chat/completions", chat_body(max_tokens=2))
     wait_for(lambda: ad.metrics()["dynamo_request_queue"] == 1, what="b queued")
     # The stimulus, not a wait for an event: c arrives gap seconds after b, so each timeout
     # is measured from its own request's arrival or not.
     time.sleep(gap)
-    c = RawClient(ad.addr)
+    c = RawClient(ad.addr, marker=marker(2))
     c_sent = time.monotonic()
     c.post("/v1/chat/completions", chat_body(max_tokens=2))
     wait_for(lambda: ad.metrics()["dynamo_request_queue"] == 2, what="c queued")
-    status, hdrs, body, _ = b.response()
+    status, hdrs, body, _ = own_response(b)
     t_b = time.monotonic()
     assert status == 529 and error_message(body) == QUEUE_TIMEOUT_MSG, (status, body)
     # No slot was freed yet: the estimate has no history and says 10 s.
@@ -50,7 +50,7 @@ def test_queue_timeout_fires_at_the_right_request():
     assert t_b - b_sent >= timeout_ms / 1000.0 - 0.01, t_b - b_sent
     # c arrived gap seconds later, so it is still waiting when b leaves.
     assert ad.metrics()["dynamo_request_queue"] == 1
-    status, hdrs, body, _ = c.response()
+    status, hdrs, body, _ = own_response(c)
     t_c = time.monotonic()
     assert status == 529 and error_message(body) == QUEUE_TIMEOUT_MSG, (status, body)
     assert hdrs["retry-after"] == "10" and t_c - c_sent >= timeout_ms / 1000.0 - 0.01, (
@@ -59,7 +59,7 @@ def test_queue_timeout_fires_at_the_right_request():
     assert m['admitd_requests_total{outcome="queue_timeout"}'] == 2, m
     assert m["dynamo_rejection_request_total"] == 2 and m["dynamo_request_queue"] == 0, m
     assert mock.metrics()["admit_mock_requests_total"] == 1  # b and c never reached it
-    a.close()
+    close_own([a])
     ad.stop()
     mock.stop()
 
@@ -77,18 +77,16 @@ def test_retry_after_fixed_and_estimated():
     ad = Admitd(mock.url, "--engine-request-limit", "1", "--request-queue-limit", "2",
                 "--retry-after", "7")
     holders = ad.fill(3, queued=2, max_tokens=1000)
-    status, hdrs, _ = request(ad.addr, "POST", "/v1/chat/completions", chat_body())
+    status, hdrs, _ = own_request(ad.addr, "/v1/chat/completions", chat_body(), marker())
     assert status == 529 and hdrs["retry-after"] == "7", hdrs
-    for h in holders:
-        h.close()
+    close_own(holders)
     ad.stop()
     # Estimated, with no slot freed yet: 10 s (the window).
     ad = Admitd(mock.url, "--engine-request-limit", "1", "--request-queue-limit", "2")
     holders = ad.fill(3, queued=2, max_tokens=1000)
-    status, hdrs, _ = request(ad.addr, "POST", "/v1/chat/completions", chat_body())
+    status, hdrs, _ = own_request(ad.addr, "/v1/chat/completions", chat_body(), marker())
     assert status == 529 and hdrs["retry-after"] == "10", hdrs
-    for h in holders:
-        h.close()
+    close_own(holders)
     ad.stop()
     # Estimated from a known history, on a fresh admitd: exactly `releases` slots freed (one
     # request at a time), then 2 waiting behind a held slot. With every release in the window
@@ -101,7 +99,7 @@ def test_retry_after_fixed_and_estimated():
     wait_for(lambda: ad.metrics()['admitd_requests_total{outcome="ok"}'] == releases,
              what="%d requests finished" % releases)
     holders = ad.fill(3, queued=2, max_tokens=1000)
-    status, hdrs, _ = request(ad.addr, "POST", "/v1/chat/completions", chat_body())
+    status, hdrs, _ = own_request(ad.addr, "/v1/chat/completions", chat_body(), marker())
     asked = time.monotonic()
     # admitd counts in whole seconds of CLOCK_MONOTONIC (Python's monotonic clock too): the
     # window holds the last 10 of them. A release is surely in it when its request was sent
@@ -113,8 +111,7 @@ def test_retry_after_fixed_and_estimated():
     assert status == 529 and int(hdrs["retry-after"]) in allowed, (hdrs, allowed)
     print("# Retry-After %s, %d..%d of %d releases surely in the window (allowed: %s)" % (
         hdrs["retry-after"], surely, releases, releases, allowed), flush=True)
-    for h in holders:
-        h.close()
+    close_own(holders)
     ad.stop()
     mock.stop()
 
@@ -133,7 +130,7 @@ def test_live_limits():
     # time.
     status, state = post_admission(ad, {"engine_request_limit": 1, "request_queue_limit": 2})
     assert status == 200 and state["engine_requests"] == 3, state
-    results = [h.response() for h in holders]
+    results = [own_response(h) for h in holders]
     assert all(r[0] == 200 and r[3] for r in results), [r[0] for r in results]
     m = ad.wait_idle()
     assert m["admitd_engine_request_limit"] == 1 and m["admitd_request_queue_limit"] == 2, m
@@ -144,7 +141,7 @@ def test_live_limits():
     ad = Admitd(mock2.url, "--engine-request-limit", "3")
     assert post_admission(ad, {"engine_request_limit": 1})[0] == 200
     holders = ad.fill(4, queued=3, max_tokens=10)
-    assert all(h.response()[0] == 200 for h in holders)
+    assert all(own_response(h)[0] == 200 for h in holders)
     assert mock2.metrics()["admit_mock_requests_running_peak"] == 1
     # Validation and errors: JSON, with a 4xx.
     for body, want in (({"engine_request_limit": 0}, 400), ({"engine_request_limit": "2"}, 400),
@@ -265,10 +262,10 @@ def test_graceful_drain_loses_nothing():
     ad.proc.p.send_signal(signal.SIGTERM)
     ad.proc.wait_line("draining", 10)
     assert request(ad.maddr, "GET", "/ready")[0] == 503
-    status, hdrs, body = request(ad.addr, "POST", "/v1/chat/completions", chat_body())
+    status, hdrs, body = own_request(ad.addr, "/v1/chat/completions", chat_body(), marker())
     assert status == 503 and error_message(body) == "Server unavailable: worker draining"
     assert hdrs.get("connection", "").lower() == "close", hdrs
-    results = [h.response() for h in holders]
+    results = [own_response(h) for h in holders]
     assert [r[0] for r in results] == [200, 200, 200] and all(r[3] for r in results), results
     assert ad.proc.p.wait(20) == 0
     ad.proc.wait_line("drained: nothing in flight", 10)
@@ -286,6 +283,7 @@ def test_drain_timeout_and_second_signal():
         status, hdrs = h.read_head()
         body, complete = h.read_body(hdrs)
         assert not complete, "a cancelled stream must not end cleanly"
+    close_own(holders)
     wait_for(lambda: mock.metrics()["admit_mock_requests_in_flight"] == 0, what="engine idle")
     ad = Admitd(mock.url, "--engine-request-limit", "2", "--drain-timeout-ms", "60000")
     holders = ad.fill(1, queued=0, max_tokens=1000)
@@ -293,8 +291,7 @@ def test_drain_timeout_and_second_signal():
     ad.proc.wait_line("draining", 10)
     ad.proc.p.send_signal(signal.SIGTERM)
     assert ad.proc.p.wait(20) == 0
-    for h in holders:
-        h.close()
+    close_own(holders)
     mock.stop()
 
 
@@ -360,11 +357,10 @@ def test_config_file_precedence_and_reload():
     # The new Q, overload status and Retry-After apply to the next rejection (before: Q 8,
     # 529 and an estimated 10 s).
     holders = ad.fill(8, queued=2, max_tokens=1000)
-    status, hdrs, body = request(ad.addr, "POST", "/v1/chat/completions", chat_body())
+    status, hdrs, body = own_request(ad.addr, "/v1/chat/completions", chat_body(), marker())
     assert status == 503 and hdrs["retry-after"] == "4", (status, hdrs)
     assert hdrs["x-admitd-reason"] == "queue-full" and json.loads(body)["error"]["code"] == 503
-    for h in holders:
-        h.close()
+    close_own(holders)
     ad.wait_idle()
     write("engine_request_limit: [oops\n")
     ad.proc.p.send_signal(signal.SIGHUP)

@@ -7,8 +7,8 @@ import random
 import signal
 import time
 
-from harness import (Admitd, Mock, Proc, RawClient, Tap, chat_body, error_message, hostport,
-                     request, scrape, wait_for)
+from harness import (Admitd, Mock, Proc, RawClient, Tap, chat_body, close_own,
+                     error_message, hostport, marker, own_request, request, scrape, wait_for)
 
 ROUTER = os.environ.get("ADMIT_ROUTER", "build/admit-router")
 MODEL = "mock-model"
@@ -62,7 +62,7 @@ def overload_case(max_tokens, *thresholds):
     for i in range(50):
         words = PROMPT.split()
         random.shuffle(words)
-        c = RawClient(rt.addr)
+        c = RawClient(rt.addr, marker=marker(i), auth=i % 2 == 0)
         c.post("/v1/chat/completions", {"model": MODEL, "stream": True, "max_tokens": max_tokens,
                                         "messages": [{"role": "user", "content": " ".join(words)}]})
         status, hdrs = c.read_head()
@@ -72,15 +72,14 @@ def overload_case(max_tokens, *thresholds):
         else:
             body, _ = c.read_body(hdrs)
             assert status != 529 or b"All workers are busy" in body, body
-            c.close()
+            close_own([c])
             break
         time.sleep(0.1)
     other = [s for s in statuses if s not in (200, 529)]
     assert not other, statuses
     assert statuses.count(529) >= 1 and statuses.count(200) >= 1, statuses
     assert rejections(rt) == statuses.count(529), (rt.metrics(), statuses)
-    for c in held:
-        c.close()
+    close_own(held)
     rt.stop()
     ad.stop()
     mock.stop()
@@ -112,15 +111,14 @@ def test_thresholds_none_disable_rejection():
     # the first on, over half the KV blocks and 100 prompt tokens in prefill): a threshold
     # that None failed to unset would reject it.
     held = []
-    for _ in range(4):
-        c = RawClient(rt.addr)
+    for i in range(4):
+        c = RawClient(rt.addr, marker=marker(i), auth=True)
         c.post("/v1/chat/completions", chat_body(max_tokens=50, content=PROMPT))
         assert c.read_head()[0] == 200
         held.append(c)
         wait_heard(rt, ad, "w")
     assert rejections(rt) == 0
-    for c in held:
-        c.close()
+    close_own(held)
     rt.stop()
     ad.stop()
     mock.stop()
@@ -184,9 +182,10 @@ def test_busy_threshold_endpoint():
     mock.stop()
 
 
-def stream_to(addr, content="hello there", max_tokens=1000, stream=True):
-    """A request (streaming by default) held open on a raw connection (close it to let go)."""
-    c = RawClient(addr)
+def stream_to(addr, content="hello there", max_tokens=1000, stream=True, auth=False):
+    """A request (streaming by default) held open on a raw connection (close it to let go),
+    with a marker of its own (and, with auth, an Authorization made from it): check_own()."""
+    c = RawClient(addr, marker=marker(), auth=auth)
     c.post("/v1/chat/completions", chat_body(max_tokens=max_tokens, content=content,
                                              stream=stream))
     return c
@@ -228,7 +227,7 @@ def test_two_workers_busy_one_avoided():
     wait_heard(rt, free, "free")
     # Four at once: "busy" (load 1 against 2 and more) would get all of them if its being
     # over the threshold were ignored.
-    sent = [stream_to(rt.addr, max_tokens=1) for _ in range(4)]
+    sent = [stream_to(rt.addr, max_tokens=1, auth=True) for _ in range(4)]
     assert [c.read_head()[0] for c in sent] == [200] * 4
 
     def counts():
@@ -237,8 +236,7 @@ def test_two_workers_busy_one_avoided():
     wait_for(lambda: sum(counts()) == 7, what="the 4 requests at an engine")
     assert counts() == [1, 6], counts()
     assert free.metrics()['admitd_active_prefill_tokens{dp_rank="0"}'] <= 100  # still free
-    for c in held + sent:
-        c.close()
+    close_own(held + sent)
     rt.stop()
     for ad in (busy, free):
         ad.stop()
@@ -256,13 +254,13 @@ def test_worker_529_migrates():
     wait_for(lambda: roomy.metrics()["dynamo_engine_request"] == 5, what="roomy busy")
     rt = Router([wf, wr])
     rt.wait_routable(2)
-    status, _, body = request(rt.addr, "POST", "/v1/chat/completions", chat_body(max_tokens=2))
+    status, _, body = own_request(rt.addr, "/v1/chat/completions", chat_body(max_tokens=2),
+                                  marker(), auth=True)
     assert status == 200, body
     assert full.metrics()["dynamo_rejection_request_total"] == 1  # it was asked first
     # Logged before the retry; the line may reach our reader after the answer does.
     rt.proc.wait_line("answered overloaded", 10)
-    for c in fill + held:
-        c.close()
+    close_own(fill + held)
     rt.stop()
     full.stop()
     roomy.stop()
@@ -372,7 +370,7 @@ def router_with_streams(gap_ms, drain_ms, count, max_tokens):
     ad, w = worker(mock, "--engine-request-limit", "4")
     rt = Router([w], "--drain-timeout-ms", str(drain_ms))
     rt.wait_routable(1)
-    holders = [RawClient(rt.addr) for _ in range(count)]
+    holders = [RawClient(rt.addr, marker=marker(), auth=True) for _ in range(count)]
     for h in holders:
         h.post("/v1/chat/completions", chat_body(max_tokens=max_tokens))
     wait_for(lambda: ad.metrics()["dynamo_engine_request"] == count,
@@ -385,12 +383,14 @@ def test_router_drains_on_sigterm():
     rt.proc.p.send_signal(signal.SIGTERM)
     rt.proc.wait_line("draining: 2 requests in flight", 10)
     assert request(rt.maddr, "GET", "/ready")[0] == 503
-    status, hdrs, body = request(rt.addr, "POST", "/v1/chat/completions", chat_body())
+    status, hdrs, body = own_request(rt.addr, "/v1/chat/completions", chat_body(), marker(),
+                                     auth=True)
     assert status == 503 and error_message(body) == "Server unavailable: router draining", body
     assert hdrs.get("connection", "").lower() == "close", hdrs
     # The streams in flight end normally, and then the router exits 0 by itself.
     results = [h.response() for h in holders]
     assert [r[0] for r in results] == [200, 200] and all(r[3] for r in results), results
+    close_own(holders)
     assert rt.proc.p.wait(20) == 0
     rt.proc.wait_line("drained: nothing in flight", 10)  # the reader may lag behind the exit
     ad.stop()
@@ -408,6 +408,7 @@ def test_router_drain_timeout_cancels():
     rt.proc.wait_line("cancelled 1 request", 10)
     body, complete = h.read_body(hdrs)
     assert not complete, "a cancelled stream must not end cleanly"
+    close_own([h])
     # The worker sees the cancellation too: its slot comes back.
     wait_for(lambda: ad.metrics()["dynamo_engine_request"] == 0, what="worker slot freed")
     ad.stop()

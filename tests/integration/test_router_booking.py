@@ -20,8 +20,8 @@ import select
 import socket
 import time
 
-from harness import (Mock, RawClient, Tap, error_message, raw_request_bytes, request,
-                     wait_for)
+from harness import (Mock, RawClient, Tap, check_own, close_own, error_message, marker,
+                     marker_fields, own_response, raw_request_bytes, request, wait_for)
 from test_router import MODEL, worker
 from test_router import Router as _Router
 
@@ -57,9 +57,17 @@ def pin(name):
 
 
 def open_stream(addr, tokens, max_tokens=1000, stream=True, extra=""):
-    c = RawClient(addr)
+    """A request held open, with a marker and a secret of its own (check_own)."""
+    c = RawClient(addr, marker=marker(), auth=True)
     c.post(CHAT, body(tokens, max_tokens, stream), extra)
     return c
+
+
+def marked(addr, count, data_of):
+    """count clients with markers and secrets of their own, and the bytes each is to send
+    (data_of(extra): a request whose head has the extra lines), made before any is sent."""
+    clients = [RawClient(addr, marker=marker(), auth=True) for _ in range(count)]
+    return clients, [data_of(marker_fields(c.marker, c.auth)) for c in clients]
 
 
 def url_of(ad):
@@ -171,7 +179,7 @@ def ready_chunks(c):
 
 
 def expect_busy(c):
-    status, hdrs, data, complete = c.response()
+    status, hdrs, data, complete = own_response(c)
     assert status == 529 and complete, (status, data)
     assert error_message(data) == "All workers are busy, please retry later", data
     return hdrs
@@ -188,10 +196,10 @@ def hear(rt, ad, pred, what):
 def burst(rt, count, tokens):
     """count requests of `tokens` prompt tokens on connections opened beforehand, all their
     bytes sent in one tight loop. Returns (statuses, held clients, seconds the loop took)."""
-    clients = [RawClient(rt.addr) for _ in range(count)]
-    data = raw_request_bytes(rt.addr, CHAT, body(tokens))
+    clients, datas = marked(rt.addr, count,
+                            lambda extra: raw_request_bytes(rt.addr, CHAT, body(tokens), extra))
     t0 = time.monotonic()
-    for c in clients:
+    for c, data in zip(clients, datas):
         c.s.sendall(data)
     took = time.monotonic() - t0
     statuses, held = [], []
@@ -203,7 +211,7 @@ def burst(rt, count, tokens):
         else:
             data_, _ = c.read_body(hdrs)
             assert status == 529 and b"All workers are busy" in data_, (status, data_)
-            c.close()
+            close_own([c])
     return statuses, held, took
 
 
@@ -247,8 +255,7 @@ def test_burst_judged_on_booking():
         wait_for(lambda: mock_count(mock) == seen, what="%d requests at the engine" % seen)
         time.sleep(0.1)  # none of the refused ones arrives late
         assert mock_count(mock) == seen
-        for c in held:
-            c.close()
+        close_own(held)
         wait_unbooked(rt, "the burst's streams closed", [mock])
         # The worker's published prefill back to 0 too, or the next burst meets the monitor.
         hear(rt, ad, lambda p: p["active_prefill_tokens"] == 0, "the worker idle again")
@@ -297,6 +304,7 @@ def test_faults_release_booking():
     assert not pending(c) and booked(rt, "d") == (0, blocks(P)), booked(rt, "d")
     _, complete = c.read_body(hdrs)
     assert complete
+    check_own(c)
     wait_unbooked(rt, "a stream that completed")
 
     s = mocks["s"]
@@ -311,14 +319,15 @@ def test_faults_release_booking():
 
     # Hostile: resets at once, some probably before the router has read the request, some
     # while it forwards it, plus non-streamed ones reset a little later.
-    fast = [RawClient(rt.addr) for _ in range(12)]
-    data = raw_request_bytes(rt.addr, CHAT, body(P, stream=False), pin("s"))
-    for i, c in enumerate(fast):
+    fast, datas = marked(rt.addr, 12, lambda extra: raw_request_bytes(
+        rt.addr, CHAT, body(P, stream=False), pin("s") + extra))
+    for i, (c, data) in enumerate(zip(fast, datas)):
         c.s.sendall(data)
         if i % 2 == 0:
             c.reset()
     time.sleep(0.01)
     for c in fast[1::2]:
+        check_own(c)
         c.reset()
     wait_unbooked(rt, "12 resets racing the dispatch")
     wait_for(lambda: mock_in_flight(s) == 0, what="s's engine idle after the resets")
@@ -332,6 +341,7 @@ def test_faults_release_booking():
                 c.read_chunk()
         assert booked(rt, "s")[1] == 3 * blocks(P), booked(rt, "s")
         for c in cs:
+            check_own(c)
             getattr(c, how)()
         wait_unbooked(rt, "a client %s mid-stream" % how, [s])
 
@@ -348,7 +358,8 @@ def test_faults_release_booking():
         for c in cs:
             _, complete = c.read_body({"transfer-encoding": "chunked"})
             assert not complete, "a stream cut by a dead %s must not end cleanly" % wid
-        status, _, data, _ = quiet.response()
+            check_own(c)
+        status, _, data, _ = own_response(quiet)
         assert status in (502, 503), (status, data)
         wait_unbooked(rt, "%s lost mid-stream" % wid)
     rt.stop()  # exit 0 (and, under ASan, nothing leaked)
@@ -377,12 +388,14 @@ def test_migration_moves_booking():
     assert status == 200, (status, hdrs)
     assert full.metrics()["dynamo_rejection_request_total"] == 1  # it was asked first
     c.read_chunk()
+    check_own(c)
     # Nothing left on the worker it left; the blocks (no prefill: a token came) on roomy.
     assert booked(rt, "full") == (0, 0), booked(rt, "full")
     assert booked(rt, "roomy") == (0, blocks(P)), booked(rt, "roomy")
     assert load_rank(rt, url_of(full))["booked"]["requests"] == 0
     _, complete = c.read_body(hdrs)
     assert complete
+    check_own(c)
     wait_unbooked(rt, "a migrated stream that completed")
     # Pinned to full: it refuses, and the retry has nowhere to go (the pinned worker is the
     # one it leaves): the router's own 529, and nothing stays booked.
@@ -394,8 +407,7 @@ def test_migration_moves_booking():
     # The router's own 529 (proxy_answer) finishes the request, and so lets go of its
     # booking, before it writes a byte of that answer: nothing to wait for.
     assert nothing_booked(rt) is True, nothing_booked(rt)
-    for x in fill + held:
-        x.close()
+    close_own(fill + held)
     rt.stop()
     full.stop()
     roomy.stop()
@@ -471,17 +483,15 @@ def test_two_routers_published_load():
     # A burst through B: by cost alone (worker 1's published prefill 300 and 21 blocks
     # against what B books on worker 2, 100 tokens and 7 blocks a request) the fifth would go
     # to worker 1; B never booked worker 1, it avoids it through what worker 1 publishes.
-    bs = [RawClient(b.addr) for _ in range(8)]
-    data = raw_request_bytes(b.addr, CHAT, body(P))
-    for c in bs:
+    bs, datas = marked(b.addr, 8, lambda extra: raw_request_bytes(b.addr, CHAT, body(P), extra))
+    for c, data in zip(bs, datas):
         c.s.sendall(data)
     assert [c.read_head()[0] for c in bs] == [200] * 8
     assert booked(b, "w1") == (0, 0), booked(b, "w1")
     assert booked(b, "w2") == (8 * P, 8 * blocks(P)), booked(b, "w2")
     wait_for(lambda: mock_count(m2) == 8, what="B's 8 requests at worker 2")
     assert mock_count(m1) == 3, mock_count(m1)  # A's only
-    for c in bs:
-        c.close()
+    close_own(bs)
     wait_unbooked(b, "B's streams closed", [m2])
     # Worker 2 filled through A too (one prompt of 1700 tokens: 107 blocks > 100): B has
     # booked nothing anywhere, and still answers 529 by the published load alone.
@@ -498,8 +508,7 @@ def test_two_routers_published_load():
     assert nothing_booked(b) is True
     assert (mock_count(m1), mock_count(m2)) == (3, 9), (mock_count(m1), mock_count(m2))
     assert b.metrics()['admit_router_workers{state="busy"}'] == 2, b.metrics()
-    for c in held:
-        c.close()
+    close_own(held)
     for rt in (a, b):
         rt.stop()
     for x in (ad1, ad2, m1, m2):
@@ -551,14 +560,13 @@ def test_pinning():
     assert mock_count(m2) == 4, mock_count(m2)
     # A name no worker has: 503, and nothing booked for it.
     c = open_stream(rt.addr, 20, extra=pin("nobody"))
-    status, hdrs, data, _ = c.response()
+    status, hdrs, data, _ = own_response(c)
     assert status == 503, (status, data)
     assert error_message(data) == "Server unavailable: no worker named nobody", data
     assert rejections(rt) == (2, 1), rejections(rt)
     assert (booked(rt, "w1"), booked(rt, "w2")) == ((60, 6), (40, 4)), rt.metrics()
     assert (mock_count(m1), mock_count(m2)) == (3, 4), (mock_count(m1), mock_count(m2))
-    for c in held:
-        c.close()
+    close_own(held)
     wait_unbooked(rt, "the pinned streams closed", [m1, m2])
     rt.stop()
     for x in (ad1, ad2, m1, m2):
@@ -627,7 +635,7 @@ def test_load_shape_and_rejections():
     for name, msg in ((never[0][7:], "Server unavailable: no worker available"),
                       ("ghost", "Server unavailable: no worker named ghost")):
         c = open_stream(rt.addr, 10, extra=pin(name))
-        status, _, data, _ = c.response()
+        status, _, data, _ = own_response(c)
         assert status == 503 and error_message(data) == msg, (status, data)
         c.close()
     assert rejections(rt) == (2, 2), rejections(rt)
@@ -639,9 +647,10 @@ def test_load_shape_and_rejections():
     ad.proc.kill()
     _, complete = held.read_body({"transfer-encoding": "chunked"})
     assert not complete
+    check_own(held)
     wait_for(lambda: not rt.workers()[0]["alive"], 15, "the dead worker not alive")
     c = open_stream(rt.addr, 10)
-    status, _, data, _ = c.response()
+    status, _, data, _ = own_response(c)
     assert status == 503 and error_message(data) == "Server unavailable: no worker available"
     assert rejections(rt) == (2, 3), rejections(rt)
     wait_unbooked(rt, "the worker died")

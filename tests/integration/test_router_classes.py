@@ -21,7 +21,7 @@ import shutil
 import tempfile
 import time
 
-from harness import Mock, RawClient, Tap, error_message, wait_for
+from harness import Mock, RawClient, Tap, check_own, close_own, error_message, marker, wait_for
 from test_router import worker
 from test_router_booking import CHAT, Router, body, mock_count
 
@@ -50,7 +50,8 @@ def cls(name):
 
 
 def send(addr, tokens, klass, max_tokens=2, stream=True):
-    c = RawClient(addr)
+    """A request of class klass, with a marker and a secret of its own (check_own)."""
+    c = RawClient(addr, marker=marker(), auth=True)
     c.post(CHAT, body(tokens, max_tokens, stream), cls(klass))
     return c
 
@@ -137,8 +138,7 @@ def test_interactive_waits_batch_flows():
     assert dispatched(rt, "interactive") == 2
     h = rt.metrics()
     assert h['admit_router_queue_wait_seconds_count{policy_class="interactive"}'] == 2, h
-    for c in [first, waiting] + batch:
-        c.close()
+    close_own([first, waiting] + batch)
     f.stop()
 
 
@@ -168,8 +168,7 @@ def test_full_queue_and_timeout():
     assert rejected(rt, "interactive", "queue_timeout") == 1
     assert pending(rt, "interactive") == 0
     assert mock_count(f.mock) == 1, "only the held request reached the engine"
-    for c in (held, waiter, full):
-        c.close()
+    close_own([held, waiter, full])
     f.stop()
 
 
@@ -186,17 +185,18 @@ def test_hangup_while_queued_frees_the_place():
         elif how == "fin-later":
             time.sleep(0.3)  # it hangs up after waiting a while, not at once
         before = cancelled(rt)
+        check_own(c)
         c.close()
         wait_left(rt, "interactive", before, "the %s client left the queue" % how)
         # Its place is free: the next one queues instead of getting 529.
         nxt = send(rt.addr, 100, "interactive")
         wait_for(lambda: pending(rt, "interactive") == 1, 10, "the next one queued")
         before = cancelled(rt)
-        nxt.close()
+        close_own([nxt])
         wait_left(rt, "interactive", before, "the next one left")
     assert rejected(rt, "interactive", "queue_full") == 0
     assert mock_count(f.mock) == 1, "no queued request reached the engine"
-    held.close()
+    close_own([held])
     f.stop()
 
 
@@ -214,8 +214,7 @@ def test_selection_still_rejects_on_router_wide_thresholds():
     assert status == 529 and "All workers are busy" in error_message(body_), (status, body_)
     assert rejected(rt, "batch", "all_busy") == 1
     assert pending(rt, "batch") == 0
-    a.close()
-    b.close()
+    close_own([a, b])
     f.stop()
 
 
@@ -238,8 +237,7 @@ def test_classifier_plugin_demotes_a_large_prompt():
     assert dispatched(rt, "batch") == 1 and pending(rt, "interactive") == 0
     small = send(rt.addr, 100, "interactive")
     wait_for(lambda: pending(rt, "interactive") == 1, 10, "the small one waits in its class")
-    for c in (held, large, small):
-        c.close()
+    close_own([held, large, small])
     f.stop()
 
 

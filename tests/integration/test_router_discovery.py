@@ -19,7 +19,8 @@ import tempfile
 import threading
 import time
 
-from harness import Admitd, Mock, RawClient, Tap, chat_body, request, wait_for
+from harness import (Admitd, Mock, RawClient, Tap, chat_body, close_own, marker, own_request,
+                     request, wait_for)
 from test_router import MODEL, worker
 from test_router import Router as _Router
 
@@ -163,7 +164,9 @@ def lookups(rt, result):
 
 
 def short_request(rt):
-    status, _, body = request(rt.addr, "POST", "/v1/chat/completions", chat_body(max_tokens=1))
+    """A request with a marker and a secret of its own; its answer must be its own."""
+    status, _, body = own_request(rt.addr, "/v1/chat/completions", chat_body(max_tokens=1),
+                                  marker(), auth=True)
     assert status == 200, (status, body)
 
 
@@ -198,7 +201,7 @@ def test_dns_discovery():
     assert m['admit_router_dns_workers{name="%s"}' % NAME] == 3, m
     # A stream through the second worker (pinned there), then its address leaves the answer.
     victim = "%s:%d" % (ADDRS[1], http_port)
-    c = RawClient(rt.addr)
+    c = RawClient(rt.addr, marker=marker(), auth=True)
     c.post("/v1/chat/completions", chat_body(max_tokens=100), "X-Admit-Worker: %s\r\n" % victim)
     status, hdrs = c.read_head()
     assert status == 200, (status, hdrs)
@@ -214,13 +217,13 @@ def test_dns_discovery():
     for _ in range(6):
         short_request(rt)
     assert served(mocks[1]) == before, (before, served(mocks[1]))
-    status, _, body = request(rt.addr, "POST", "/v1/chat/completions", chat_body(max_tokens=1),
-                              headers={"X-Admit-Worker": victim})
+    status, _, body = own_request(rt.addr, "/v1/chat/completions", chat_body(max_tokens=1),
+                                  marker(), auth=True, extra="X-Admit-Worker: %s\r\n" % victim)
     assert status == 503 and b"no worker named" in body, (status, body)
     # The stream finishes whole; then the worker holds nothing and leaves /load.
     body, complete = c.read_body(hdrs)
     assert complete and b"[DONE]" in body, body[-200:]
-    c.close()
+    close_own([c])
     wait_for(lambda: victim not in by_url(rt), 15, "the retired worker removed")
     m = rt.metrics()
     assert m['admit_router_worker_changes_total{change="retired"}'] == 1, m

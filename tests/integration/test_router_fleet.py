@@ -25,7 +25,7 @@ The figures are printed side by side as TAP comments; the README quotes a run.
 import threading
 import time
 
-from harness import Admitd, Mock, RawClient, Tap, wait_for
+from harness import Admitd, Mock, RawClient, Tap, marker, own_response, wait_for
 from test_router import MODEL
 from test_router_booking import CHAT, Router, content
 
@@ -78,12 +78,15 @@ def load(fleet):
             rt = fleet.routers[i % ROUTERS]
             i += 1
             try:
-                c = RawClient(rt.addr)
+                # Each request with a marker and a secret of its own: its answer must be its own.
+                c = RawClient(rt.addr, marker=marker(k * 100000 + i), auth=True)
                 c.post(CHAT, body)
-                status, hdrs, _, _ = c.response()
+                status, hdrs, _, _ = own_response(c)
                 c.close()
             except (OSError, EOFError) as e:
                 status, hdrs = "error: %s" % type(e).__name__, {}
+            except AssertionError as e:  # counted as a status: check_run shows it
+                status, hdrs = "not its own answer: %s" % e, {}
             with lock:
                 statuses[status] = statuses.get(status, 0) + 1
                 if status == 529:

@@ -18,7 +18,8 @@ import signal
 import tempfile
 import time
 
-from harness import Mock, RawClient, Tap, error_message, request, wait_for
+from harness import (Mock, RawClient, Tap, close_own, error_message, marker, request,
+                     wait_for)
 from test_router import MODEL, worker
 from test_router_booking import CHAT, NO_TOKEN, Router, body
 from test_router_classes import dispatched, pending
@@ -63,7 +64,8 @@ def has(lines, pattern):
 
 
 def send(rt, tokens, extra=""):
-    c = RawClient(rt.addr)
+    """A request with a marker and a secret of its own (check_own)."""
+    c = RawClient(rt.addr, marker=marker(), auth=True)
     c.post(CHAT, body(tokens), extra)
     return c
 
@@ -73,7 +75,7 @@ def refused(rt, tokens):
     c = send(rt, tokens)
     status, hdrs = c.read_head()
     data, _ = c.read_body(hdrs)
-    c.close()
+    close_own([c])
     assert status == 529 and "All workers are busy" in error_message(data), (status, data)
 
 
@@ -87,8 +89,7 @@ def reloads(rt, result):
 
 
 def close_all(cs):
-    for c in cs:
-        c.close()
+    close_own(cs)
 
 
 def test_thresholds_workers_restart_keys_log_level():

@@ -8,7 +8,9 @@ import subprocess
 import tempfile
 import time
 
-from harness import (Admitd, Mock, Tap, _procs, chat_body, error_message, request, wait_for)
+import harness
+from harness import (Admitd, Mock, Tap, _procs, chat_body, close_own, error_message, marker,
+                     own_request, request, wait_for)
 from test_router import PROMPT, Router, router_with_streams, stream_to, wait_heard, worker
 
 
@@ -21,6 +23,7 @@ class RoutingTap(Tap):
 
     def run(self, name, fn, *args):
         failure = []
+        harness._running_check = fn.__name__  # for marker(): Tap.run sees only `outcome`
         try:
             fn(*args)
         except Skip as e:
@@ -55,8 +58,9 @@ def mock_requests(mock):
 
 
 def chat(addr, max_tokens=1):
-    return request(addr, "POST", "/v1/chat/completions", chat_body(max_tokens=max_tokens,
-                                                                  stream=False))
+    """A request with a marker and a secret of its own; the answer must be its own."""
+    return own_request(addr, "/v1/chat/completions", chat_body(max_tokens=max_tokens,
+                                                              stream=False), marker(), auth=True)
 
 
 def test_no_worker_503_and_ready():
@@ -118,10 +122,9 @@ def test_draining_worker_excluded():
     assert [mock_requests(m) for m in mocks] == [2, 5]
     assert leaving.metrics()['admitd_requests_total{outcome="draining"}'] == 0
     # Its stream finishes: then it exits 0 by itself.
-    held[0].close()
+    close_own(held[:1])
     assert leaving.proc.p.wait(20) == 0
-    for c in held[1:]:
-        c.close()
+    close_own(held[1:])
     rt.stop()
     staying.stop()
     for m in mocks:
@@ -234,8 +237,7 @@ def test_refusal_retried_once_then_skipped():
         if window_checked and expiry_checked:
             print("# decided in round %d" % rnd, flush=True)
             break
-    for c in held:
-        c.close()
+    close_own(held)
     if not (window_checked and expiry_checked):
         raise Skip("6 rounds too slow or disturbed by a load message (window %s, expiry %s)"
                    % (window_checked, expiry_checked))
@@ -261,8 +263,7 @@ def test_lone_refusal_nowhere_to_retry():
         assert error_message(body) == "All workers are busy, please retry later", body
         if n == 1:
             assert rejected(full) == 1  # asked once
-    for c in held:
-        c.close()
+    close_own(held)
     rt.stop()  # exit 0: under ASan, nothing freed was touched
     full.stop()
     mock.stop()
@@ -349,8 +350,7 @@ def test_worker_metrics_known_state():
     text = request(rt.maddr, "GET", "/metrics")[2].decode()
     for f in fams + ("admit_router_workers",):
         assert "# TYPE %s gauge\n" % f in text, f
-    for c in held:
-        c.close()
+    close_own(held)
     rt.stop()
     for ad in (busy, free):
         ad.stop()
@@ -374,6 +374,7 @@ def test_second_signal_exits_at_once():
     rt.proc.wait_line("second signal: exiting now", 10)
     body, complete = h.read_body(hdrs)
     assert not complete, "the stream was cut, it must not end cleanly"
+    close_own([h])
     wait_for(lambda: ad.metrics()["dynamo_engine_request"] == 0, what="worker slot freed")
     ad.stop()
     mock.stop()

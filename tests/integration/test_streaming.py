@@ -5,8 +5,8 @@ import os
 import signal
 import time
 
-from harness import (Admitd, Mock, RawClient, Tap, chat_body, request, tcp_sockets,
-                     wait_for)
+from harness import (Admitd, Mock, RawClient, Tap, chat_body, check_own, close_own, marker,
+                     own_response, request, tcp_sockets, wait_for)
 
 TOKENS = 'vllm:generation_tokens_total{engine="0",model_name="mock-model"}'
 
@@ -82,18 +82,19 @@ def test_engine_connections_are_reused():
 def test_client_leaving_mid_stream_cancels_the_engine():
     mock = Mock("--token-interval-ms", "30")
     ad = Admitd(mock.url, "--engine-request-limit", "1", "--request-queue-limit", "2")
-    a = RawClient(ad.addr)
+    a = RawClient(ad.addr, marker=marker(0))
     a.post("/v1/chat/completions", chat_body(max_tokens=1000))
     status, hdrs = a.read_head()
     assert status == 200
-    b = RawClient(ad.addr)
+    b = RawClient(ad.addr, marker=marker(1))
     b.post("/v1/chat/completions", chat_body(max_tokens=3))
     wait_for(lambda: ad.metrics()["dynamo_request_queue"] == 1, what="b queued")
+    check_own(a)
     a.reset()
     # The engine sees the cancel and stops; the slot goes to b at once.
     wait_for(lambda: mock.metrics()["admit_mock_requests_cancelled_total"] == 1,
              what="engine saw the cancel")
-    status, _, body, complete = b.response()
+    status, _, body, complete = own_response(b)
     assert status == 200 and complete
     m = ad.wait_idle()
     assert m['admitd_client_cancellations_total{stage="streaming"}'] == 1, m
@@ -138,18 +139,18 @@ def test_a_request_cancelled_before_the_engine_read_it_never_runs():
     mock = Mock("--token-interval-ms", "20")
     ad = Admitd(mock.url, "--engine-request-limit", "1", "--request-queue-limit", "4",
                 "--health-interval-ms", "3600000", "--engine-metrics-interval-ms", "3600000")
-    h = RawClient(ad.addr)
+    h = RawClient(ad.addr, marker=marker(0))
     h.post("/v1/chat/completions", chat_body(max_tokens=5000))
     assert h.read_head()[0] == 200
-    a, b = RawClient(ad.addr), RawClient(ad.addr)
+    a, b = RawClient(ad.addr, marker=marker(1)), RawClient(ad.addr, marker=marker(2))
     a.post("/v1/chat/completions", chat_body(max_tokens=5000))
     b.post("/v1/chat/completions", chat_body(max_tokens=5000, stream=False))
     wait_for(lambda: ad.metrics()["dynamo_request_queue"] == 2, what="a and b queued")
     os.kill(mock.proc.p.pid, signal.SIGSTOP)  # the engine reads nothing from here on
     try:
-        h.close()  # the slot goes to a, whose request reaches the engine's socket
+        close_own([h])  # the slot goes to a, whose request reaches the engine's socket
         wait_for(lambda: engine_sockets_with_request(mock.addr[1]) == 1, what="a sent")
-        a.close()  # a is cancelled before the engine read it; the slot goes to b
+        close_own([a])  # a is cancelled before the engine read it; the slot goes to b
         wait_for(lambda: engine_sockets_with_request(mock.addr[1]) == 2, what="b sent")
         m = ad.metrics()
         assert m["dynamo_engine_request"] == 1 and m["dynamo_request_queue"] == 0, m
@@ -162,7 +163,7 @@ def test_a_request_cancelled_before_the_engine_read_it_never_runs():
     assert engine["admit_mock_requests_total"] == 3, engine  # a's request was read
     assert engine["admit_mock_requests_running_peak"] == 1, engine
     assert engine["admit_mock_requests_in_flight"] == 1, engine
-    b.close()
+    close_own([b])
     ad.wait_idle()
     ad.stop()
     mock.stop()
@@ -204,7 +205,7 @@ def read_until_last_chunk(c):
     data = bytearray(c.buf)
     c.buf = b""
     while not data.endswith(b"\r\n0\r\n\r\n"):
-        chunk = c.s.recv(1 << 20)
+        chunk = c._recv(1 << 20)
         if not chunk:
             raise EOFError("connection closed after %d bytes" % len(data))
         data += chunk
@@ -241,7 +242,7 @@ def test_slot_held_until_the_reply_is_written():
     # A stream buffer larger than the reply: admitd reads the engine to the end at once.
     ad = Admitd(mock.url, "--engine-request-limit", "1", "--request-queue-limit", "2",
                 "--stream-buffer-bytes", str(max(64 << 20, tokens * 400)))
-    a = RawClient(ad.addr)
+    a = RawClient(ad.addr, marker=marker(0))
     a.post("/v1/chat/completions", chat_body(max_tokens=tokens))
     # The engine is done and admitd has read all of it: the engine made every token, nothing
     # is left in the kernel between them, and admitd booked them all (decode blocks of 16
@@ -253,7 +254,7 @@ def test_slot_held_until_the_reply_is_written():
         m["dynamo_engine_request"] == 0))(ad.metrics()), 60, "admitd holding the whole reply")
     m = ad.metrics()
     assert m["dynamo_engine_request"] == 1, m
-    b = RawClient(ad.addr)
+    b = RawClient(ad.addr, marker=marker(1))
     b.post("/v1/chat/completions", chat_body(max_tokens=2))
     wait_for(lambda: ad.metrics()["dynamo_request_queue"] == 1, what="b queued behind a")
     # a reads a little: still far from the end, so nothing may have moved.
@@ -277,13 +278,12 @@ def test_slot_held_until_the_reply_is_written():
     body = dechunk(read_until_last_chunk(a))
     assert body.endswith(b"data: [DONE]\n\n"), body[-200:]
     assert body.count(b'"content":"tok') == tokens
-    status, hdrs, body, complete = b.response()
+    status, hdrs, body, complete = own_response(b)
     assert status == 200 and complete, status
     assert float(hdrs["x-admitd-queue-wait-ms"]) > 0, hdrs
     m = ad.wait_idle()
     assert m['admitd_requests_total{outcome="ok"}'] == 2, m
-    a.close()
-    b.close()
+    close_own([a, b])
     ad.stop()
     mock.stop()
 

@@ -9,7 +9,8 @@ import json
 import os
 import signal
 
-from harness import Admitd, Mock, RawClient, Tap, chat_body, request, wait_for
+from harness import (Admitd, Mock, RawClient, Tap, chat_body, check_own, marker, own_request,
+                     own_response, request, wait_for)
 
 os.environ.setdefault("ADMITD_WRAP", "valgrind --quiet --error-exitcode=99 --leak-check=full "
                       "--errors-for-leak-kinds=definite --show-leak-kinds=definite "
@@ -20,11 +21,13 @@ def test_admission_paths():
     mock = Mock("--token-interval-ms", "20")
     ad = Admitd(mock.url, "--engine-request-limit", "1", "--request-queue-limit", "2")
     holders = ad.fill(3, queued=2, max_tokens=40)
-    status, _, body = request(ad.addr, "POST", "/v1/chat/completions", chat_body())
+    status, _, body = own_request(ad.addr, "/v1/chat/completions", chat_body(), marker())
     assert status == 529, status
+    for h in holders:
+        check_own(h)
     holders[2].reset()  # a queued client leaves with an RST
     holders[0].close()  # the running one leaves mid-stream: the engine request is cancelled
-    assert holders[1].response()[0] == 200
+    assert own_response(holders[1])[0] == 200
     assert request(ad.addr, "GET", "/v1/models")[0] == 200
     ad.wait_idle()
     ad.stop()

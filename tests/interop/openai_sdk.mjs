@@ -1,6 +1,7 @@
 // The official OpenAI SDK for Node.js as a client of admitd (in front of admit-mock-engine).
 // Prints TAP. Environment: ADMITD_URL (http://host:port), ADMITD_METRICS (http://host:port),
 // N and Q (admitd's limits), RETRY_AFTER (admitd's --retry-after seconds).
+import { randomBytes } from 'node:crypto';
 import OpenAI from 'openai';
 
 const base = process.env.ADMITD_URL;
@@ -28,6 +29,26 @@ function assert(cond, what) {
   if (!cond) throw new Error('assertion failed: ' + what);
 }
 
+// Each concurrent request carries a marker of its own as X-Request-Id, which the mock engine
+// echoes (reply head, completion ids): an answer holding another's marker is cross-talk.
+const MARKER_RX = /mk-[A-Za-z0-9]+-[0-9]+-[0-9a-f]{12}/g;
+let markerSeq = 0;
+function marker() {
+  return `mk-sdk-${markerSeq++}-${randomBytes(6).toString('hex')}`;
+}
+// One answer read whole: its head's X-Request-Id (null if none), status and body text.
+function checkOwn(m, { status, requestId, text }) {
+  const foreign = (text.match(MARKER_RX) || []).filter((x) => x !== m);
+  assert(foreign.length === 0, `${m} received another's marker ${foreign[0]}`);
+  assert(requestId === null || requestId === m, `${m} got X-Request-Id ${requestId}`);
+  assert(status !== 200 || requestId === m, `a 200 without ${m}'s X-Request-Id`);
+  for (const line of text.split('\n')) {
+    if (!line.startsWith('data:') || line.slice(5).trim() === '[DONE]') continue;
+    const ev = JSON.parse(line.slice(5));
+    assert(ev.id === undefined || ev.id === `chatcmpl-${m}`, `${m} got the id ${ev.id}`);
+  }
+}
+
 async function gauge(name) {
   const text = await (await fetch(metricsUrl)).text();
   const line = text.split('\n').find((l) => l.startsWith(name + ' '));
@@ -41,27 +62,37 @@ async function waitFor(pred, what) {
   throw new Error('timed out waiting for ' + what);
 }
 
-// Fills all N slots and the Q queue places with long streams; returns a function that
-// releases them.
+// Fills all N slots and the Q queue places with long streams, each with its own marker;
+// returns a function that releases them, and checks that every answer was its client's own
+// (of one aborted after its head, the head and what came of its body).
 async function fillGate(maxTokens) {
   const ctl = new AbortController();
   const holders = [];
   for (let i = 0; i < N + Q; i++) {
+    const m = marker();
     holders.push(
       fetch(base + '/v1/chat/completions', {
         method: 'POST',
-        headers: { 'Content-Type': 'application/json' },
+        headers: { 'Content-Type': 'application/json', 'X-Request-Id': m },
         body: JSON.stringify({ stream: true, max_tokens: maxTokens, messages }),
         signal: ctl.signal,
       })
-        .then((r) => r.text())
-        .catch(() => null),
+        .then(async (r) => {
+          const got = { m, status: r.status, requestId: r.headers.get('x-request-id'), text: '' };
+          try {
+            got.text = await r.text();
+          } catch {
+            got.text = ''; // aborted mid-body: the head is judged alone
+          }
+          return got;
+        })
+        .catch(() => null), // aborted before its head
     );
   }
   await waitFor(async () => (await gauge('dynamo_request_queue')) === Q, 'the queue to fill');
   return async () => {
     ctl.abort();
-    await Promise.all(holders);
+    for (const got of await Promise.all(holders)) if (got) checkOwn(got.m, got);
     await waitFor(async () => (await gauge('dynamo_engine_request')) === 0, 'slots to drain');
   };
 }
@@ -113,8 +144,10 @@ await check('an overload is an APIError with the overload status and our message
   const release = await fillGate(400);
   try {
     let err = null;
+    const m = marker();
     try {
-      await client.chat.completions.create({ model: 'mock-model', messages, max_tokens: 1 });
+      await client.chat.completions.create({ model: 'mock-model', messages, max_tokens: 1 },
+        { headers: { 'X-Request-Id': m } });
     } catch (e) {
       err = e;
     }
@@ -123,6 +156,8 @@ await check('an overload is an APIError with the overload status and our message
     assert(err.error && err.error.message === OVERLOAD, `error.message (got ${JSON.stringify(err.error)})`);
     assert(String(err.message).includes(OVERLOAD), `message (got ${err.message})`);
     assert(err.headers.get('retry-after') === String(RETRY_AFTER), 'Retry-After header');
+    checkOwn(m, { status: err.status, requestId: err.headers.get('x-request-id'),
+      text: JSON.stringify(err.error) });
   } finally {
     await release();
   }
@@ -141,8 +176,11 @@ await check("the SDK's retry waits as Retry-After says, then gets in", async () 
   // Holders that finish after about RETRY_AFTER + 1 seconds of tokens.
   const release = await fillGate(60);
   const started = performance.now();
-  const r = await recording.chat.completions.create({ model: 'mock-model', messages, max_tokens: 1 });
+  const m = marker();
+  const r = await recording.chat.completions.create({ model: 'mock-model', messages, max_tokens: 1 },
+    { headers: { 'X-Request-Id': m } });
   assert(r.choices.length === 1, 'the retried request succeeded');
+  assert(r.id === `chatcmpl-${m}`, `its own completion id (got ${r.id})`);
   assert(attempts[0].status === 529, `first attempt rejected (got ${attempts[0].status})`);
   assert(attempts.at(-1).status === 200, 'last attempt admitted');
   for (let i = 1; i < attempts.length; i++) {
