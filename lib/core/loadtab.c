@@ -3,6 +3,7 @@
  * A sorted array with binary search: a router follows tens to hundreds of workers, reads
  * far more often than it writes, and wants a stable order to print. Staleness is judged
  * against each message's own heartbeat, so publishers with different intervals mix. */
+#include "core/loadtab.h"
 #include "admit/load.h"
 #include "core/xmalloc.h"
 
@@ -12,6 +13,7 @@
 struct slot {
     struct admit_load load;
     int64_t received_ms;
+    struct busy_latch latch; /* every message kept, noted (core/loadtab.h) */
 };
 
 struct admit_loadtab {
@@ -86,6 +88,7 @@ int admit_loadtab_update(struct admit_loadtab *t, const struct admit_load *m, in
             return 0;
         s->load = *m;
         s->received_ms = now_ms;
+        busy_latch_note(&s->latch, m);
         return 1;
     }
     if (t->n == t->cap) {
@@ -95,6 +98,8 @@ int admit_loadtab_update(struct admit_loadtab *t, const struct admit_load *m, in
     memmove(&t->v[i + 1], &t->v[i], (t->n - i) * sizeof *t->v);
     t->v[i].load = *m;
     t->v[i].received_ms = now_ms;
+    memset(&t->v[i].latch, 0, sizeof t->v[i].latch);
+    busy_latch_note(&t->v[i].latch, m);
     t->n++;
     return 1;
 }
@@ -131,6 +136,11 @@ int admit_loadtab_at(const struct admit_loadtab *t, size_t i, int64_t now_ms,
         return -1;
     fill(t, &t->v[i], now_ms, e);
     return 0;
+}
+
+const struct busy_latch *loadtab_latch_at(const struct admit_loadtab *t, size_t i)
+{
+    return i < t->n ? &t->v[i].latch : NULL;
 }
 
 size_t admit_loadtab_expire(struct admit_loadtab *t, int64_t now_ms, int64_t max_age_ms)

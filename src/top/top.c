@@ -1,5 +1,6 @@
 /* top: a fixed-width table of worker load, "-" for unknown values. */
 #include "top.h"
+#include "core/loadtab.h"
 
 #include <stdio.h>
 
@@ -25,16 +26,16 @@ static const char *num(char *b, size_t n, int64_t v)
     return b;
 }
 
-/* "yes" or "no": the one room rule (core/busy.h) on what the rank publishes. */
-static const char *room(const struct admit_load *m, const struct busy_thresholds *th)
+/* "yes" or "no": the one room rule (core/busy.h) on what the rank publishes, through its
+ * latch as admit-router's monitor judges it (a signal unknown keeps its last known value). */
+static const char *room(const struct busy_latch *latch, const struct busy_thresholds *th)
 {
     struct busy_capacity c;
     struct busy_load l;
 
-    if (th == NULL || !busy_thresholds_any(th))
+    if (th == NULL || !busy_thresholds_any(th) || latch == NULL)
         return "-";
-    busy_capacity_of(m, &c);
-    busy_load_of(m, &l);
+    busy_latch_row(latch, &l, &c);
     return has_room(&l, &c, th) ? "yes" : "no";
 }
 
@@ -61,7 +62,7 @@ void top_render(const struct admit_loadtab *t, int64_t now_ms, const struct busy
                    pair(b, sizeof b, m->queued_requests, m->request_queue_limit),
                    pair(c, sizeof c, m->kv_used_blocks, m->kv_total_blocks), pct,
                    num(d, sizeof d, m->active_decode_blocks),
-                   num(f, sizeof f, m->active_prefill_tokens), room(m, th),
+                   num(f, sizeof f, m->active_prefill_tokens), room(loadtab_latch_at(t, i), th),
                    (double) (now_ms - e.received_ms) / 1000.0, e.stale ? " STALE" : "");
     }
 }

@@ -9,7 +9,8 @@
 #include <stdint.h>
 
 /** renders one row per (worker, rank) with a header line, as of now_ms; ROOM is has_room()
- *  of each rank's published load under th ("-" when th sets no threshold) */
+ *  of each rank's published load, as its latch keeps it (core/loadtab.h), under th ("-"
+ *  when th sets no threshold) */
 void top_render(const struct admit_loadtab *t, int64_t now_ms, const struct busy_thresholds *th,
                 struct buf *out);
 

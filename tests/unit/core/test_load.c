@@ -6,6 +6,7 @@
 #include <cmocka.h>
 
 #include "admit/load.h"
+#include "core/loadtab.h"
 
 #include <stdio.h>
 #include <string.h>
@@ -731,6 +732,47 @@ static void test_worker_id_rule(void **state)
     assert_false(admit_load_worker_id_ok(longest));
 }
 
+/* Each entry keeps the monitor's latch (core/loadtab.h): a message with the engine's numbers
+ * unknown (a failed scrape) leaves them as last known, so admit-top's ROOM agrees with the
+ * router's monitor. */
+static void test_table_latch(void **state)
+{
+    struct admit_loadtab *t = admit_loadtab_new(3);
+    struct busy_thresholds th;
+    struct busy_capacity cap;
+    struct busy_load row;
+    struct admit_load m;
+
+    (void) state;
+    busy_thresholds_unset(&th);
+    th.active_decode_blocks_threshold = 0.8;
+    sample(&m);
+    m.kv_used_blocks = 95;
+    m.kv_total_blocks = 100;
+    m.active_decode_blocks = 10;
+    admit_loadtab_update(t, &m, 1000);
+    busy_latch_row(loadtab_latch_at(t, 0), &row, &cap);
+    assert_false(has_room(&row, &cap, &th));
+    /* A failed scrape: kv_used_blocks and kv_total_blocks unknown, admitd's own bookings low. */
+    m.seq++;
+    m.kv_used_blocks = -1;
+    m.kv_total_blocks = -1;
+    admit_loadtab_update(t, &m, 1100);
+    busy_latch_row(loadtab_latch_at(t, 0), &row, &cap);
+    assert_int_equal(row.decode_blocks, 95);
+    assert_int_equal(cap.kv_total_blocks, 100);
+    assert_false(has_room(&row, &cap, &th));
+    /* Known and under: room again. */
+    m.seq++;
+    m.kv_used_blocks = 20;
+    m.kv_total_blocks = 100;
+    admit_loadtab_update(t, &m, 1200);
+    busy_latch_row(loadtab_latch_at(t, 0), &row, &cap);
+    assert_true(has_room(&row, &cap, &th));
+    assert_null(loadtab_latch_at(t, 1));
+    admit_loadtab_free(t);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -749,6 +791,7 @@ int main(void)
         cmocka_unit_test(test_truncations),
         cmocka_unit_test(test_table_newest_wins_and_staleness),
         cmocka_unit_test(test_table_order_and_expiry),
+        cmocka_unit_test(test_table_latch),
         cmocka_unit_test(test_worker_id_rule),
     };
 
