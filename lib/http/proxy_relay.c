@@ -36,30 +36,25 @@ static int is_refusal(const struct pxreq *x, const struct h1_header *why, int st
     return why->value.len >= 6 && memcmp(why->value.p, "queue-", 6) == 0;
 }
 
-/* The Content-Length the client gets: one line, never the engine's repeated ones ("5" twice,
- * or "5, 5": the parser refused differing values, and strict clients such as Node's llhttp
- * refuse a repeated one). None for a reply that may not have one (1xx, 204). */
-static void put_content_length(const struct h1_parser *rp, struct buf *h)
+/* The engine's Content-Length line f, as the client gets it: once (the first line; the others
+ * are skipped), and only where a reply may have one (not 1xx, not 204). A repeated line ("5"
+ * twice) or a list ("5, 5"; the parser refused differing values) would reach strict clients,
+ * such as Node's llhttp, which refuse it: a plain line goes as it came, a list as its first
+ * value. */
+static void put_content_length(const struct h1_parser *rp, const struct h1_header *f, struct buf *h)
 {
-    const struct h1_header *cl = h1_get(rp, H1_H_CONTENT_LENGTH);
-    char num[24];
     size_t n = 0;
 
-    if (rp->framing == H1_BODY_LENGTH) {
-        n = httpu_fmt_uint(num, rp->content_length);
-    } else if (cl != NULL && rp->status >= 200 && rp->status != 204) {
-        /* HEAD's answer or a 304: the length of what a GET would get, its first value's
-         * digits (the parser checked that every value is the same number). */
-        while (n < cl->value.len && n < sizeof num && cl->value.p[n] >= '0' &&
-               cl->value.p[n] <= '9') {
-            num[n] = cl->value.p[n];
-            n++;
-        }
-    }
-    if (n == 0)
+    if (rp->status < 200 || rp->status == 204 || f != h1_get(rp, H1_H_CONTENT_LENGTH))
         return;
+    while (n < f->value.len && f->value.p[n] >= '0' && f->value.p[n] <= '9')
+        n++;
+    if (n == f->value.len) {
+        buf_append(h, f->name.p, f->line_len); /* the common case: one plain line */
+        return;
+    }
     buf_append(h, "Content-Length: ", 16);
-    buf_append(h, num, n);
+    buf_append(h, f->value.p, n);
     buf_append(h, "\r\n", 2);
 }
 
@@ -80,11 +75,14 @@ static void build_reply_head(struct pxreq *x, struct buf *h)
     for (size_t i = 0; i < rp->nhdr; i++) {
         const struct h1_header *f = &rp->hdr[i];
 
-        if (f->id == H1_H_CONTENT_LENGTH || px_hop_by_hop(rp, f))
+        if (f->id == H1_H_CONTENT_LENGTH) {
+            put_content_length(rp, f, h);
+            continue;
+        }
+        if (px_hop_by_hop(rp, f))
             continue;
         buf_append(h, f->name.p, f->line_len); /* the line as it came, its CRLF included */
     }
-    put_content_length(rp, h);
     if (x->has_wait) {
         /* Tells clients and load balancers how long admission held the request, in ms
          * with one decimal. */

@@ -86,6 +86,10 @@ class ScriptedEngine:
                     conn.sendall(data)
                 if self.after in ("close", "reset"):
                     if self.after == "reset":
+                        # After admitd has read what was sent: an RST that overtook the
+                        # bytes would make the kernel drop them, and the case would be
+                        # "closed before answering" (503), not the one under test.
+                        time.sleep(0.2)
                         conn.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER,
                                         struct.pack("ii", 1, 0))
                     conn.close()
