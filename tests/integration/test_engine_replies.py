@@ -11,6 +11,10 @@ against scripted engines on loopback (issue 23, items 5, 6 and 9):
 - A repeated Content-Length of one value reaches the client as one field; differing values
   are a 502.
 - When the drain timeout runs out, requests still queued get the drain's 503, not a close.
+
+Where several clients are in flight at once, each sends a marker of its own, the scripted
+engine echoes it as the mock does (fake_reply_head, own_completion), and each client's bytes
+are checked to be its own answer (harness's check_own).
 """
 
 import json
@@ -20,8 +24,9 @@ import struct
 import threading
 import time
 
-from harness import Admitd, LoopbackServer, Mock, RawClient, Tap, chat_body, error_message, \
-    only_answer, strict_response
+from harness import (Admitd, LoopbackServer, Mock, RawClient, Tap, chat_body, check_own,
+                     error_message, fake_reply_head, marker, only_answer, own_completion,
+                     own_response)
 
 
 def read_request(conn, buf):
@@ -47,7 +52,8 @@ def read_request(conn, buf):
 
 
 class ScriptedEngine:
-    """Answers every POST with reply(index) -> [(delay_s, bytes), ...] then, per `after`:
+    """Answers every POST with reply(index, request head, body) -> [(delay_s, bytes), ...]
+    then, per `after`:
     "close" (close the connection), "reset" (close it with an RST), "keep" (keep reading requests on it) or "hold" (say
     nothing more and keep it open). GETs (admitd's probes) get an empty 404 and the
     connection goes on. Counts POSTs per connection, so a second request on a connection
@@ -80,7 +86,7 @@ class ScriptedEngine:
                         slot = len(self.per_conn) - 1
                     self.per_conn[slot] += 1
                 mine += 1
-                for delay, data in self.reply(i, body):
+                for delay, data in self.reply(i, head, body):
                     if delay:
                         time.sleep(delay)
                     conn.sendall(data)
@@ -106,12 +112,14 @@ class ScriptedEngine:
         self.server.stop()
 
 
-def json_reply(i, extra=b"", version=b"1.1"):
-    body = json.dumps({"id": "cmpl-%d" % i, "object": "chat.completion",
+def json_reply(i, req, extra=b"", version=b"1.1"):
+    """The i-th answer, to the request whose head is req: it echoes the request's marker (in
+    the reply head and as the completion id) as the mock engine does."""
+    body = json.dumps({"id": own_completion(req), "object": "chat.completion",
                        "choices": [{"index": 0, "message": {"role": "assistant",
                                                             "content": "answer %d" % i}}]}).encode()
     return (b"HTTP/" + version + b" 200 OK\r\nContent-Type: application/json\r\n" + extra +
-            b"Content-Length: %d\r\n\r\n" % len(body) + body)
+            fake_reply_head(req).encode() + b"Content-Length: %d\r\n\r\n" % len(body) + body)
 
 
 def admitd(url, *args):
@@ -119,22 +127,25 @@ def admitd(url, *args):
                   "--engine-models-interval-ms", "0", *args)
 
 
-def post(addr, marker, stream=False):
-    c = RawClient(addr)
-    c.post("/v1/chat/completions", chat_body(max_tokens=4, stream=stream),
-           "X-Request-Id: %s\r\n" % marker)
+def post(addr, m, stream=False):
+    """A client with marker m (its X-Request-Id) that sends one chat request."""
+    c = RawClient(addr, marker=m)
+    c.post("/v1/chat/completions", chat_body(max_tokens=4, stream=stream))
     return c
 
 
 def served_one_per_connection(after, extra, version=b"1.1"):
     """N=1 and a queue of 4: five clients at once against an engine that answers each request
-    with extra (a Connection: close) and then `after`. Every client gets its own 200, and no
-    engine connection carries a second request."""
-    eng = ScriptedEngine(lambda i, body: [(0.05, json_reply(i, extra, version))], after)
+    with extra (a Connection: close) and then `after`. Every client gets its own 200 (its
+    marker echoed, check_own), and no engine connection carries a second request."""
+    eng = ScriptedEngine(lambda i, req, body: [(0.05, json_reply(i, req, extra, version))],
+                         after)
     try:
         ad = admitd(eng.url, "--engine-request-limit", "1", "--request-queue-limit", "4")
-        clients = [post(ad.addr, "m%d" % k) for k in range(5)]
+        clients = [post(ad.addr, marker(k)) for k in range(5)]
         answers = [only_answer(c) for c in clients]
+        for c in clients:
+            check_own(c)
         assert [a[0] for a in answers] == [200] * 5, [(a[0], a[2][:120]) for a in answers]
         contents = sorted(json.loads(a[2])["choices"][0]["message"]["content"] for a in answers)
         assert contents == ["answer %d" % k for k in range(5)], contents
@@ -161,7 +172,7 @@ def test_http10_reply_without_keep_alive():
 
 def test_keep_alive_still_reused():
     """The control: an engine that keeps its connections gets several requests on one."""
-    eng = ScriptedEngine(lambda i, body: [(0, json_reply(i))], "keep")
+    eng = ScriptedEngine(lambda i, req, body: [(0, json_reply(i, req))], "keep")
     try:
         ad = admitd(eng.url, "--engine-request-limit", "1")
         for k in range(4):
@@ -203,7 +214,7 @@ def test_head_and_broken_body_in_one_read():
     for name, broken in BROKEN.items():
         for head in (SSE_HEAD, PLAIN_HEAD):
             for after in ("close", "reset"):
-                eng = ScriptedEngine(lambda i, body: [(0, head + broken)], after)
+                eng = ScriptedEngine(lambda i, req, body: [(0, head + broken)], after)
                 try:
                     ad = admitd(eng.url, "--engine-request-limit", "1")
                     expect_502(ad, "one-read", head is SSE_HEAD)
@@ -224,7 +235,7 @@ def test_broken_body_after_the_head_cuts_cleanly():
         for head in (SSE_HEAD, PLAIN_HEAD):
             for after in ("close", "reset"):
                 script = [(0, head + GOOD_CHUNK), (0.3, BROKEN[name].replace(GOOD_CHUNK, b""))]
-                eng = ScriptedEngine(lambda i, body: script, after)
+                eng = ScriptedEngine(lambda i, req, body: script, after)
                 try:
                     ad = admitd(eng.url, "--engine-request-limit", "1")
                     c = post(ad.addr, "after", head is SSE_HEAD)
@@ -246,7 +257,7 @@ def test_repeated_content_length():
                   b"Content-Length: 5,5\r\n"):
         reply = (b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n" + extra +
                  b"\r\n{\"a\"}")
-        eng = ScriptedEngine(lambda i, body: [(0, reply)], "keep")
+        eng = ScriptedEngine(lambda i, req, body: [(0, reply)], "keep")
         try:
             ad = admitd(eng.url, "--engine-request-limit", "1")
             c = post(ad.addr, "cl")
@@ -259,7 +270,7 @@ def test_repeated_content_length():
         finally:
             eng.stop()
     reply = (b"HTTP/1.1 200 OK\r\nContent-Length: 5\r\nContent-Length: 6\r\n\r\n{\"a\"}x")
-    eng = ScriptedEngine(lambda i, body: [(0, reply)], "keep")
+    eng = ScriptedEngine(lambda i, req, body: [(0, reply)], "keep")
     try:
         ad = admitd(eng.url, "--engine-request-limit", "1")
         expect_502(ad, "cl-differ", False)
@@ -278,8 +289,9 @@ def test_drain_timeout_answers_the_queued():
     ad.proc.p.send_signal(signal.SIGTERM)
     body, complete = holders[0].read_body(hdrs)
     assert not complete, "the running stream is cut, never ended cleanly"
+    check_own(holders[0])
     for h in holders[1:]:
-        status, hdrs, body, complete = strict_response(h)
+        status, hdrs, body, complete = own_response(h)
         assert status == 503 and complete, (status, body)
         assert error_message(body) == "Server unavailable: worker draining", body
         assert hdrs["connection"].lower() == "close", hdrs

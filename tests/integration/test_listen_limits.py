@@ -5,6 +5,9 @@ descriptors come back; a request head not whole within --client-header-timeout-m
 however its bytes trickle in; past --max-client-connections new connections wait in the
 kernel's backlog until one closes.
 
+Every client sends a marker of its own (admit-router's clients their own secret too) and what
+each got back, an answer or nothing, is checked to be its own (harness's check_own).
+
 CPU time is read from /proc/PID/stat over a couple of seconds: a bound of 30 % of a core is a
 behaviour check (a listener that spins takes a whole core), not a speed benchmark."""
 
@@ -15,8 +18,9 @@ import socket
 import threading
 import time
 
-from harness import (Admitd, Mock, RawClient, Tap, chat_body, error_message, read_to_close,
-                     request, strict_response, wait_for)
+from harness import (Admitd, Mock, RawClient, Tap, chat_body, check_own, close_own,
+                     error_message, marker, marker_fields, own_request, own_response,
+                     read_to_close, request, wait_for)
 from test_router import Router, worker
 
 # The open-file limit the starved daemons get, and the connections held against it (as in
@@ -44,15 +48,15 @@ def starve(proc, addr, listener, served):
     """Lowers proc's open-file limit, holds HELD connections to addr (the kernel completes
     them: those proc cannot accept wait in the backlog) and checks that the listener named
     listener ("client", "metrics") pauses: little CPU, one warning naming it and the errno.
-    Then lets go of them and checks that it says it accepts again and that served() works.
-    Returns the CPU share seen while starved."""
+    Then lets go of them (each got nothing, check_own) and checks that it says it accepts
+    again and that served() works. Returns the CPU share seen while starved."""
     _, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     resource.prlimit(proc.p.pid, resource.RLIMIT_NOFILE, (NOFILE, hard))
     warn = r"warn: %s listener \S+: cannot accept: Too many open files" % listener
     held = []
     try:
-        for _ in range(HELD):
-            held.append(socket.create_connection(addr, timeout=10))
+        for i in range(HELD):
+            held.append(RawClient(addr, timeout=10, marker=marker(i)))
         time.sleep(0.5)  # it takes what it can, and runs out
         share = cpu_share(proc)
         print("# %s listener out of descriptors: %.1f %% of a core, %d warning(s)" % (
@@ -61,9 +65,11 @@ def starve(proc, addr, listener, served):
                                                                                 share * 100)
         proc.wait_line(warn, 15)
         assert count_lines(proc, warn) == 1, [ln for ln in proc.lines if "accept" in ln]
+        for c in held:
+            check_own(c)
     finally:
-        for s in held:
-            s.close()
+        for c in held:
+            c.close()
     proc.wait_line(r"info: %s listener \S+: accepting again, no connection waiting \(after \d+ pauses\)" % listener, 15)
     resource.prlimit(proc.p.pid, resource.RLIMIT_NOFILE, (hard, hard))
     wait_for(served, 15, "the %s listener serving again" % listener)
@@ -71,9 +77,10 @@ def starve(proc, addr, listener, served):
     return share
 
 
-def chat_ok(addr):
-    return lambda: request(addr, "POST", "/v1/chat/completions", chat_body(max_tokens=1),
-                           timeout=10)[0] == 200
+def chat_ok(addr, auth=False):
+    """A check that one request (its own marker; auth: its own secret) gets its own 200."""
+    return lambda: own_request(addr, "/v1/chat/completions", chat_body(max_tokens=1), marker(),
+                               auth=auth, timeout=10)[0] == 200
 
 
 def metrics_ok(addr):
@@ -102,7 +109,7 @@ def test_router_listeners_out_of_descriptors():
     ad, w = worker(mock)
     rt = Router([w], "--max-client-connections", "100000")
     rt.wait_routable(1)
-    starve(rt.proc, rt.addr, "client", chat_ok(rt.addr))
+    starve(rt.proc, rt.addr, "client", chat_ok(rt.addr, auth=True))
     starve(rt.proc, rt.maddr, "metrics", metrics_ok(rt.maddr))
     m = rt.metrics()
     assert m['admitd_accept_pauses_total{listener="client"}'] >= 1, m
@@ -128,19 +135,22 @@ def dribble(c, data, every, stop):
         time.sleep(every)
 
 
-def slow_head_client(addr, results, name, deadline_s, every=0.2):
+def slow_head_client(addr, results, name, deadline_s, every=0.2, auth=False):
     """A client that sends a head a byte every 200 ms: it must get 408 at the deadline (from
-    its connect), then the close."""
-    c = RawClient(addr, timeout=30)
+    its connect), then the close. Its marker (with auth, its secret too) comes last in what
+    it dribbles and is never reached: the 408 must be its own, nothing of another exchange."""
+    c = RawClient(addr, timeout=30, marker=marker(), auth=auth)
     t0 = time.monotonic()
     stop = threading.Event()
-    t = threading.Thread(target=dribble, args=(c, HEAD, every, stop), daemon=True)
+    t = threading.Thread(target=dribble, args=(c, HEAD + marker_fields(c.marker, auth).encode(),
+                                               every, stop), daemon=True)
     t.start()
     try:
-        status, hdrs, body, complete = strict_response(c)
+        status, hdrs, body, complete = own_response(c)
         took = time.monotonic() - t0
         stop.set()
         rest, how = read_to_close(c, 10)
+        check_own(c)
         results[name] = (status, hdrs, body, complete, took, rest, how)
     except Exception as e:  # noqa: BLE001 - reported by the checking thread
         results[name] = e
@@ -180,50 +190,68 @@ def test_slow_heads_cut_at_the_deadline():
     # served); heads dribbled and then abandoned with a FIN or a reset; a connection that
     # sends nothing (closed at the deadline without an answer).
     body = json.dumps(chat_body(max_tokens=1)).encode()
-    whole = HEAD + b"Content-Length: %d\r\n\r\n" % len(body) + body
+
+    def recorded(name, fn):  # a thread's failure is its result, raised by the checks below
+        def run():
+            try:
+                fn()
+            except Exception as e:  # noqa: BLE001
+                results[name] = e
+        return threading.Thread(target=run)
 
     def quick():
-        c = RawClient(ad.addr)
+        c = RawClient(ad.addr, marker=marker())
+        whole = (HEAD + marker_fields(c.marker).encode() +
+                 b"Content-Length: %d\r\n\r\n" % len(body) + body)
         for i in range(2):
             c.send(whole[i:i + 1])
             time.sleep(0.2)
         c.send(whole[2:])
-        results["dribbled then whole"] = strict_response(c)
+        results["dribbled then whole"] = own_response(c)
         c.close()
 
     def abandoned(reset):
-        c = RawClient(ad.addr)
+        c = RawClient(ad.addr, marker=marker())
         for i in range(3):
             c.send(HEAD[i:i + 1])
             time.sleep(0.2)
+        check_own(c)  # nothing, or nothing of another's
         if reset:
             c.reset()
         else:
             c.close()
+        results["abandoned, reset" if reset else "abandoned, FIN"] = True
 
     def silent():
-        c = RawClient(ad.addr)
+        c = RawClient(ad.addr, marker=marker())
         t0 = time.monotonic()
         data, how = read_to_close(c, 10)
+        check_own(c)
         results["silent"] = (data, how, time.monotonic() - t0)
         c.close()
 
-    extra = [threading.Thread(target=quick), threading.Thread(target=abandoned, args=(False,)),
-             threading.Thread(target=abandoned, args=(True,)), threading.Thread(target=silent)]
+    extra = [recorded("dribbled then whole", quick),
+             recorded("abandoned, FIN", lambda: abandoned(False)),
+             recorded("abandoned, reset", lambda: abandoned(True)),
+             recorded("silent", silent)]
     for t in threads + extra:
         t.start()
     # A keep-alive client idle between its requests for twice the head deadline: only the
     # idle timeout counts there, so it is served twice.
-    k = RawClient(ad.addr)
+    k = RawClient(ad.addr, marker=marker())
     k.post("/v1/chat/completions", chat_body(max_tokens=1))
-    assert strict_response(k)[0] == 200
+    assert own_response(k)[0] == 200
     time.sleep(deadline_s * 2)
     k.post("/v1/chat/completions", chat_body(max_tokens=1))
-    assert strict_response(k)[0] == 200
-    k.close()
+    assert own_response(k)[0] == 200
+    close_own([k])
     for t in threads + extra:
         t.join(30)
     check_slow_heads(results, slow, deadline_s)
+    for name in ("dribbled then whole", "abandoned, FIN", "abandoned, reset", "silent"):
+        if isinstance(results.get(name), Exception):
+            raise AssertionError("%s: %r" % (name, results[name]))
+    assert results.get("abandoned, FIN") and results.get("abandoned, reset"), results
     status, _, _, complete = results["dribbled then whole"]
     assert status == 200 and complete, status
     data, how, took = results["silent"]
@@ -244,7 +272,8 @@ def test_router_slow_head_cut_at_the_deadline():
     rt = Router([w], "--client-header-timeout-ms", "1000", "--client-timeout-ms", "6000")
     rt.wait_routable(1)
     results = {}
-    threads = [threading.Thread(target=slow_head_client, args=(rt.addr, results, n, 1.0))
+    threads = [threading.Thread(target=slow_head_client, args=(rt.addr, results, n, 1.0),
+                                kwargs={"auth": True})
                for n in ("router slow head 1", "router slow head 2")]
     for t in threads:
         t.start()
@@ -252,7 +281,7 @@ def test_router_slow_head_cut_at_the_deadline():
         t.join(30)
     check_slow_heads(results, ["router slow head 1", "router slow head 2"], 1.0)
     assert rt.metrics()['admitd_request_head_timeouts_total{listener="client"}'] == 2
-    assert chat_ok(rt.addr)()
+    assert chat_ok(rt.addr, auth=True)()
     rt.stop()
     ad.stop()
     mock.stop()
@@ -262,7 +291,7 @@ def no_answer_within(c, seconds):
     """True when nothing at all comes on c for seconds."""
     c.s.settimeout(seconds)
     try:
-        data = c.s.recv(1)
+        data = c._recv(1)  # kept in c.received, for check_own
     except socket.timeout:
         return True
     finally:
@@ -276,40 +305,40 @@ def test_connection_cap():
     mock = Mock("--speedup-ratio", "0")
     ad = Admitd(mock.url, "--max-client-connections", str(cap))
     clients = []
-    for _ in range(cap):  # accepted, and kept alive after their answer
-        c = RawClient(ad.addr)
+    for i in range(cap):  # accepted, and kept alive after their answer
+        c = RawClient(ad.addr, marker=marker(i))
         c.post("/v1/chat/completions", chat_body(max_tokens=1))
-        assert strict_response(c)[0] == 200
+        assert own_response(c)[0] == 200
         clients.append(c)
     cap_line = r"warn: client listener \S+: %d connections open, its cap" % cap
     ad.proc.wait_line(cap_line, 10)
     # Past the cap: connected by the kernel, but not accepted: a whole request gets nothing,
     # and admitd does not spin on the waiting connections.
-    waiting = [RawClient(ad.addr) for _ in range(2)]
+    waiting = [RawClient(ad.addr, marker=marker(cap + i)) for i in range(2)]
     waiting[0].post("/v1/chat/completions", chat_body(max_tokens=1, content="first waiting"))
     assert no_answer_within(waiting[0], 1.5)
     share = cpu_share(ad.proc)
     assert share < CPU_BOUND, "admitd spins at the cap: %.0f %% of a core" % (share * 100)
     # One that waits, sends half a head, and resets before its turn: dropped at its turn.
-    gone = RawClient(ad.addr)
-    gone.send(HEAD)
+    gone = RawClient(ad.addr, marker=marker(cap + 2))
+    gone.send(HEAD + marker_fields(gone.marker).encode())
+    check_own(gone)  # nothing, or nothing of another's
     gone.reset()
     # The accepted ones are served as before, and the metrics listener is not capped.
     clients[0].post("/v1/chat/completions", chat_body(max_tokens=1))
-    assert strict_response(clients[0])[0] == 200
+    assert own_response(clients[0])[0] == 200
     m = ad.metrics()
     assert m['admitd_connections{listener="client"}'] == cap, m
     assert m['admitd_connection_cap_reached_total{listener="client"}'] >= 1, m
     # One closes: the first waiting one is accepted and answered.
-    clients.pop(1).close()
-    status, _, body, complete = strict_response(waiting[0])
+    close_own([clients.pop(1)])
+    status, _, body, complete = own_response(waiting[0])
     assert status == 200 and complete, (status, body[-200:])
-    clients.pop(1).close()
+    close_own([clients.pop(1)])
     waiting[1].post("/v1/chat/completions", chat_body(max_tokens=1))
-    assert strict_response(waiting[1])[0] == 200
-    clients.pop(1).close()  # the reset one's turn: it is gone
-    for c in clients + waiting:
-        c.close()
+    assert own_response(waiting[1])[0] == 200
+    close_own([clients.pop(1)])  # the reset one's turn: it is gone
+    close_own(clients + waiting)
     wait_for(lambda: ad.metrics()['admitd_connections{listener="client"}'] == 0,
              what="every connection closed")
     assert count_lines(ad.proc, cap_line) == 1  # at most once a minute

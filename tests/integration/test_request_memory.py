@@ -7,7 +7,10 @@ Memory is limited the way each build allows: under ASan (which cannot run under 
 space limit) ASAN_OPTIONS makes any allocation over a size fail (allocator_may_return_null,
 max_allocation_size_mb); without ASan admitd's address space is limited (RLIMIT_AS) a little
 above what it uses at start. Either way, reserving an announced 32 MiB up front fails, and
-before the fix that aborted the process with every request in flight."""
+before the fix that aborted the process with every request in flight.
+
+Every client sends a marker of its own, and what each got back, an answer or nothing, is
+checked to be its own (harness's check_own)."""
 
 import json
 import resource
@@ -15,8 +18,9 @@ import socket
 import threading
 import time
 
-from harness import (ADMITD, Admitd, Mock, RawClient, Tap, chat_body, error_message,
-                     read_to_close, request, strict_response, wait_for)
+from harness import (ADMITD, Admitd, Mock, RawClient, Tap, chat_body, check_own, close_own,
+                     error_message, marker, marker_fields, own_request, own_response,
+                     read_to_close, request, wait_for)
 
 MIB = 1024 * 1024
 ANNOUNCED = 32 * MIB  # the default --max-body-bytes: the largest body a client may announce
@@ -44,10 +48,11 @@ def limited_admitd(upstream, asan_mb, headroom, *args):
     return ad
 
 
-def head(addr, length):
+def head(c, length):
+    """The head of a POST from RawClient c (with its marker) announcing length bytes."""
     return (b"POST /v1/chat/completions HTTP/1.1\r\nHost: %s:%d\r\n"
-            b"Content-Type: application/json\r\nContent-Length: %d\r\n\r\n" %
-            (addr[0].encode(), addr[1], length))
+            b"Content-Type: application/json\r\nContent-Length: %d\r\n%s\r\n" %
+            (c.addr[0].encode(), c.addr[1], length, marker_fields(c.marker).encode()))
 
 
 def test_announced_bodies_cost_what_arrives():
@@ -59,8 +64,8 @@ def test_announced_bodies_cost_what_arrives():
     filler = b"x" * SENT
     clients = []
     for i in range(CONNECTIONS):
-        c = RawClient(ad.addr)
-        c.send(head(ad.addr, ANNOUNCED))
+        c = RawClient(ad.addr, marker=marker(i))
+        c.send(head(c, ANNOUNCED))
         if i % 3 == 1:  # varied timing: half now, the rest a moment later
             c.send(filler[:SENT // 2])
             clients.append((c, filler[SENT // 2:]))
@@ -75,7 +80,8 @@ def test_announced_bodies_cost_what_arrives():
     # serves another client, and its memory grew by what arrived, not what was announced.
     wait_for(lambda: ad.metrics()['admitd_connections{listener="client"}'] >= CONNECTIONS,
              what="%d connections open" % CONNECTIONS)
-    assert request(ad.addr, "POST", "/v1/chat/completions", chat_body(max_tokens=1))[0] == 200
+    assert own_request(ad.addr, "/v1/chat/completions", chat_body(max_tokens=1),
+                       marker(CONNECTIONS))[0] == 200
     grown = {f: ad.proc.status_kb(f) - before[f] for f in before}
     print("# %d connections announcing %d MiB and sending %d KiB: VmSize grew %d MiB, "
           "VmRSS %d MiB" % (CONNECTIONS, ANNOUNCED // MIB, SENT // 1024, grown["VmSize"] // 1024,
@@ -85,6 +91,8 @@ def test_announced_bodies_cost_what_arrives():
         assert grown["VmSize"] < 400 * 1024, grown
     # They leave: a third with a FIN, a third with a reset, a third after more bytes and a
     # FIN. admitd closes every one, and none of their requests reached the engine.
+    for c, _ in clients:
+        check_own(c)  # nothing so far, or nothing of another's
     for i, (c, _) in enumerate(clients):
         if i % 3 == 0:
             c.s.shutdown(socket.SHUT_WR)
@@ -97,7 +105,7 @@ def test_announced_bodies_cost_what_arrives():
         if i % 3 == 0:
             data, _ = read_to_close(c)
             assert data == b"", data[:200]  # a client that left mid-body gets nothing
-            c.close()
+            close_own([c])
     wait_for(lambda: ad.metrics()['admitd_connections{listener="client"}'] == 0,
              what="every connection closed")
     m = ad.metrics()
@@ -113,21 +121,21 @@ def test_request_without_memory_refused_alone():
     # A 40 MiB body: its buffer cannot grow past 16 MiB (ASan), or past 24 MiB of address
     # space (without); small requests need far less.
     ad = limited_admitd(mock.url, 16, 24 * MIB, "--max-body-bytes", str(64 * MIB))
-    big = RawClient(ad.addr, timeout=60)
+    big = RawClient(ad.addr, timeout=60, marker=marker(6))
     body = b"x" * (40 * MIB)
     sent = {"error": None}
 
     def upload():
         try:
-            big.send(head(ad.addr, len(body)) + body)
+            big.send(head(big, len(body)) + body)
         except OSError as e:  # the refusal closes the connection while it still sends
             sent["error"] = e
 
     results = []
 
     def small(i):
-        results.append(request(ad.addr, "POST", "/v1/chat/completions",
-                               chat_body(max_tokens=2, content="client %d" % i)))
+        results.append(own_request(ad.addr, "/v1/chat/completions",
+                                   chat_body(max_tokens=2, content="client %d" % i), marker(i)))
 
     up = threading.Thread(target=upload)
     others = [threading.Thread(target=small, args=(i,)) for i in range(6)]
@@ -136,7 +144,7 @@ def test_request_without_memory_refused_alone():
     up.start()
     for t in others[3:]:
         t.start()
-    status, hdrs, answer, complete = strict_response(big)
+    status, hdrs, answer, complete = own_response(big)
     up.join(60)
     for t in others:
         t.join(60)
@@ -146,7 +154,7 @@ def test_request_without_memory_refused_alone():
     err = json.loads(answer)["error"]
     assert err["type"] == "server_error" and err["code"] == 500, err
     assert error_message(answer).startswith("Server out of memory: "), answer
-    big.close()
+    close_own([big])
     # The others, before, during and after it, were served whole, each its own answer.
     assert len(results) == 6, results
     for i, (st, _, data) in enumerate(results):

@@ -7,17 +7,16 @@ silent is dropped from its worker's view, so its last idle numbers do not keep a
 open.
 
 The workers are admitd processes with a 100 ms heartbeat in front of mock engines that do not
-read their model lists (so any model goes anywhere): each request names its own model, which
-the mock echoes, so every answer is checked to be its client's own. The misbehaving
-publishers are loadpub's."""
+read their model lists (so any model goes anywhere): each client sends a marker of its own and
+its own secret, which the mock echoes, so every answer is checked to be its client's own
+(harness's check_own). The misbehaving publishers are loadpub's."""
 
-import json
 import re
 import threading
 
-from harness import Admitd, LoopbackServer, Mock, Tap, request, wait_for
+from harness import Admitd, LoopbackServer, Mock, Tap, marker, own_request, wait_for
 from loadpub import LoadPub, dead_port, load_message
-from test_router import Router
+from test_router import MODEL, Router
 
 NO_MODELS = ("--engine-models-interval-ms", "0")
 
@@ -27,25 +26,24 @@ def worker(mock, *args):
     return ad, ("http://%s:%d" % ad.addr, ad.publish)
 
 
-def chat(rt, marker, timeout=30):
-    """One request whose model is marker; (status, the model its answer names, body)."""
-    body = {"model": marker, "stream": False, "max_tokens": 1,
+def chat(rt, m=None, timeout=30):
+    """One request on a new connection with marker m (a new one by default) and its own
+    secret; its answer must be its own (own_request): (marker, status, body)."""
+    m = m or marker()
+    body = {"model": MODEL, "stream": False, "max_tokens": 1,
             "messages": [{"role": "user", "content": "hi"}]}
-    status, _, out = request(rt.addr, "POST", "/v1/chat/completions", body, timeout=timeout)
-    try:
-        got = json.loads(out).get("model")
-    except ValueError:
-        got = None
-    return status, got, out
+    status, _, out = own_request(rt.addr, "/v1/chat/completions", body, m, auth=True,
+                                 timeout=timeout)
+    return m, status, out
 
 
-def burst(rt, prefix, n):
-    """n requests at once, each its own marker: [(marker, status, model answered, body)]."""
+def burst(rt, n):
+    """n requests at once, each with its own marker: [(marker, status, body)] (None for a
+    client whose answer was not its own: its traceback is above)."""
     out = [None] * n
 
     def one(i):
-        marker = "%s-%d" % (prefix, i)
-        out[i] = (marker,) + chat(rt, marker)
+        out[i] = chat(rt, marker(i))
 
     threads = [threading.Thread(target=one, args=(i,)) for i in range(n)]
     for t in threads:
@@ -55,8 +53,8 @@ def burst(rt, prefix, n):
     return out
 
 
-def assert_all_own(answers):
-    bad = [a for a in answers if a is None or a[1] != 200 or a[2] != a[0]]
+def assert_all_ok(answers):
+    bad = [a for a in answers if a is None or a[1] != 200]
     assert not bad, "answers not 200 or not the client's own: %r" % bad[:5]
 
 
@@ -79,16 +77,15 @@ def test_killed_worker_costs_no_request(via):
     ads = [worker(m) for m in mocks]
     rt = Router([w for _, w in ads], "--subscriber=" + via, "--missed-heartbeats", "30")
     rt.wait_routable(2)
-    assert_all_own(burst(rt, "warm", 8))  # connections to both, pooled
+    assert_all_ok(burst(rt, 8))  # connections to both, pooled
     assert served(mocks[0]) > 0 and served(mocks[1]) > 0
     victim, (url, pub) = ads[0]
     listen = "%s:%d" % victim.addr
     victim.proc.kill()
-    assert_all_own(burst(rt, "burst", 16))
-    for i in range(16):
-        marker = "row-%d" % i
-        status, got, body = chat(rt, marker)
-        assert status == 200 and got == marker, (marker, status, body)
+    assert_all_ok(burst(rt, 16))
+    for _ in range(16):
+        m, status, body = chat(rt)
+        assert status == 200, (m, status, body)
     rt.proc.wait_line(r"worker %s lost: " % re.escape(listen), 10)
     assert not routable_of(rt, url)  # skipped: it has not published since
     # (Once, or again if a message it sent before it died was read after a refusal.)
@@ -99,7 +96,7 @@ def test_killed_worker_costs_no_request(via):
     rt.wait_routable(2)
     rt.proc.wait_line(r"worker %s back: it publishes again" % re.escape(listen), 10)
     before = served(mocks[0])
-    assert_all_own(burst(rt, "again", 8))
+    assert_all_ok(burst(rt, 8))
     assert served(mocks[0]) > before, "the worker back took none of 8 requests"
     assert rt.metrics()['admit_router_worker_changes_total{change="back"}'] >= 1, rt.metrics()
     rt.stop()
@@ -121,11 +118,10 @@ def test_refusing_worker_retried_and_skipped():
     wait_for(lambda: pub.subscribers() == 1, what="the router to subscribe")
     pub.beat(lambda seq: load_message("ghost", seq=seq), 100)
     rt.wait_routable(2)
-    for i in range(12):
-        marker = "row-%d" % i
-        status, got, body = chat(rt, marker)
-        assert status == 200 and got == marker, (marker, status, body)
-    assert_all_own(burst(rt, "burst", 12))
+    for _ in range(12):
+        m, status, body = chat(rt)
+        assert status == 200, (m, status, body)
+    assert_all_ok(burst(rt, 12))
     hp = ghost_url.split("//", 1)[1]
     rt.proc.wait_line(r"worker %s lost: its engine's port refused a connection" %
                       re.escape(hp), 10)
@@ -137,9 +133,8 @@ def test_refusing_worker_retried_and_skipped():
     wait_for(lambda: routable_of(rt, ghost_url), 10, "the ghost routable after its last message")
     lost = rt.metrics()['admit_router_worker_changes_total{change="lost"}']
     for i in range(4):  # ties go round: the ghost's turn comes within two
-        marker = "probe-%d" % i
-        status, got, body = chat(rt, marker)
-        assert status == 200 and got == marker, (marker, status, body)
+        m, status, body = chat(rt)
+        assert status == 200, (m, status, body)
         if rt.metrics()['admit_router_worker_changes_total{change="lost"}'] > lost:
             break
     assert rt.metrics()['admit_router_worker_changes_total{change="lost"}'] == lost + 1
@@ -206,8 +201,8 @@ def test_written_request_not_retried():
     wait_for(lambda: pub.subscribers() == 1, what="the router to subscribe")
     pub.beat(lambda seq: load_message("closer", seq=seq), 100)
     rt.wait_routable(2)
-    answers = [chat(rt, "row-%d" % i) for i in range(8)]
-    broken = [a for a in answers if a[0] == 503]
+    answers = [chat(rt) for _ in range(8)]
+    broken = [a for a in answers if a[1] == 503]
     assert len(broken) == len(taken) > 0, (answers, taken)
     assert all(b"closed the connection before answering" in a[2] for a in broken), broken
     assert served(mock) == 8 - len(taken), (served(mock), taken)
@@ -230,7 +225,7 @@ def test_heartbeat_claim_bounded():
     wait_for(lambda: rt.workers()[0]["alive"], 10, "the message to make it alive")
     wait_for(lambda: not rt.workers()[0]["alive"], 15, "the silent worker to drop out")
     assert pub.subscribers() == 1  # its connection is up all along: silence alone did it
-    status, _, body = chat(rt, "m")
+    _, status, body = chat(rt)
     assert status == 503, (status, body)
     rt.stop()
     pub.close()
@@ -254,7 +249,7 @@ def test_silent_ranks_dropped():
              "the worker busy once its silent ranks are dropped")
     ranks = rt.workers()[0]["ranks"]
     assert [r["alive"] for r in ranks] == [True, False, False, False], ranks
-    status, _, body = chat(rt, "m")
+    _, status, body = chat(rt)
     assert status == 529 and b"All workers are busy" in body, (status, body)
     # Rank 2 speaks again, idle: it takes requests again (here: the worker is not busy).
     pub.beat(lambda seq: [load_message("dp4", dp_rank=0, seq=seq * 4, kv_used=99),
