@@ -14,8 +14,6 @@
 #include <time.h>
 #include <unistd.h>
 
-/* Connections taken per wakeup, so that a burst does not starve the rest of the loop. */
-#define ACC_PER_WAKEUP 16
 /* A listener that keeps reaching its cap says so at most this often. */
 #define ACC_CAP_LOG_S 60
 
@@ -84,7 +82,11 @@ static void on_ready(evutil_socket_t lfd, short what, void *arg)
     struct acceptor *a = arg;
 
     (void) what;
-    for (int i = 0; i < ACC_PER_WAKEUP && a->watching; i++) {
+    /* A starved listener goes on past ACC_PER_WAKEUP to the empty backlog (EAGAIN): that is
+     * how it knows it has recovered. A backlog emptied by the last accept of a wakeup would
+     * leave the socket unreadable, no wakeup would follow, and the next starvation would go
+     * unsaid. The backlog is finite: this ends. */
+    for (int i = 0; (i < ACC_PER_WAKEUP || a->starved) && a->watching; i++) {
         struct sockaddr_storage ss;
         socklen_t len = sizeof ss;
         int fd = accept4(lfd, (struct sockaddr *) &ss, &len, SOCK_NONBLOCK | SOCK_CLOEXEC);
@@ -180,6 +182,11 @@ void acc_closed(struct acceptor *a)
         a->pausing = 0;
     }
     follow(a);
+}
+
+int acc_starved(const struct acceptor *a)
+{
+    return a->starved;
 }
 
 const struct listen_stats *acc_stats(const struct acceptor *a)

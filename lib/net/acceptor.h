@@ -24,6 +24,9 @@
 struct event_base;
 struct acceptor;
 
+/* Connections taken per wakeup, so that a burst does not starve the rest of the loop (a
+ * starved listener takes all that wait: acceptor.c). */
+#define ACC_PER_WAKEUP 16
 /* How long accepting rests when the process is out of descriptors or memory. */
 #define ACC_PAUSE_MS 100
 /* Descriptors the automatic cap leaves to everything but client connections: listeners,
@@ -50,6 +53,9 @@ unsigned acc_cap(const struct acceptor *a);
 /** a connection given by fn was closed: below the cap accepting resumes, and a pause for
  *  want of descriptors ends at once */
 void acc_closed(struct acceptor *a);
+/** 1 from a failure for want of descriptors or memory until the backlog is next found
+ *  empty (the warning and the recovery line are said at those two moments) */
+int acc_starved(const struct acceptor *a);
 /** the counts (those of st when one was given) */
 const struct listen_stats *acc_stats(const struct acceptor *a);
 /** the cap that leaves room under the open-file limit (RLIMIT_NOFILE's soft value): half of

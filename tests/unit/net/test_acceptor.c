@@ -146,6 +146,25 @@ static void test_pauses_when_out_of_descriptors(void **state)
     assert_int_equal(st->conns, CLIENTS);
 }
 
+/* Recovery is seen even when the backlog empties on the last accept a wakeup takes: a
+ * starved listener goes on to the empty backlog, so the next starvation is warned of again. */
+static void test_recovery_at_a_full_wakeup(void **state)
+{
+    struct fixture *f = *state;
+    struct rlimit low = f->nofile;
+
+    connect_clients(f, ACC_PER_WAKEUP);
+    low.rlim_cur = limit_leaving(0);
+    assert_int_equal(setrlimit(RLIMIT_NOFILE, &low), 0);
+    run_ms(f, 50);
+    assert_int_equal(f->naccepted, 0);
+    assert_true(acc_starved(f->a));
+    assert_int_equal(setrlimit(RLIMIT_NOFILE, &f->nofile), 0);
+    run_ms(f, 300);
+    assert_int_equal(f->naccepted, ACC_PER_WAKEUP);
+    assert_false(acc_starved(f->a));
+}
+
 /* A connection closing ends a pause at once: its descriptor goes to one that waits. */
 static void test_a_close_ends_the_pause(void **state)
 {
@@ -213,6 +232,7 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_setup_teardown(test_pauses_when_out_of_descriptors, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_recovery_at_a_full_wakeup, setup, teardown),
         cmocka_unit_test_setup_teardown(test_a_close_ends_the_pause, setup, teardown),
         cmocka_unit_test_setup_teardown(test_cap_leaves_the_rest_in_the_backlog, setup, teardown),
         cmocka_unit_test_setup_teardown(test_auto_cap_follows_the_open_file_limit, setup, teardown),
