@@ -82,11 +82,7 @@ static void on_ready(evutil_socket_t lfd, short what, void *arg)
     struct acceptor *a = arg;
 
     (void) what;
-    /* A starved listener goes on past ACC_PER_WAKEUP to the empty backlog (EAGAIN): that is
-     * how it knows it has recovered. A backlog emptied by the last accept of a wakeup would
-     * leave the socket unreadable, no wakeup would follow, and the next starvation would go
-     * unsaid. The backlog is finite: this ends. */
-    for (int i = 0; (i < ACC_PER_WAKEUP || a->starved) && a->watching; i++) {
+    for (int i = 0; i < ACC_PER_WAKEUP && a->watching; i++) {
         struct sockaddr_storage ss;
         socklen_t len = sizeof ss;
         int fd = accept4(lfd, (struct sockaddr *) &ss, &len, SOCK_NONBLOCK | SOCK_CLOEXEC);
@@ -132,6 +128,11 @@ static void on_ready(evutil_socket_t lfd, short what, void *arg)
         }
         a->fn(a->arg, fd, (struct sockaddr *) &ss, len);
     }
+    /* The quota is used up. A starved listener knows it has recovered only when it finds the
+     * backlog empty (EAGAIN): if the last accept emptied it, the socket is not readable and
+     * no wakeup would come, so it looks again on the next loop pass. */
+    if (a->starved && a->watching)
+        event_active(&a->watch, EV_READ, 0);
 }
 
 static void on_pause_end(evutil_socket_t fd, short what, void *arg)

@@ -24,8 +24,7 @@
 struct event_base;
 struct acceptor;
 
-/* Connections taken per wakeup, so that a burst does not starve the rest of the loop (a
- * starved listener takes all that wait: acceptor.c). */
+/* Connections taken per wakeup, so that a burst does not starve the rest of the loop. */
 #define ACC_PER_WAKEUP 16
 /* How long accepting rests when the process is out of descriptors or memory. */
 #define ACC_PAUSE_MS 100
