@@ -63,6 +63,12 @@ def routable_of(rt, url):
     return [w["routable"] for w in rt.workers() if w["url"] == hp][0]
 
 
+def models_of(rt, url):
+    """The model list a worker's newest message gave (None: unknown)."""
+    hp = url.split("//", 1)[1]
+    return [w for w in rt.workers() if w["url"] == hp][0].get("models")
+
+
 def served(mock):
     return mock.metrics()["admit_mock_requests_total"]
 
@@ -129,8 +135,13 @@ def test_refusing_worker_retried_and_skipped():
     # One message more, then silence, within its window (30 x 100 ms): once refused, it
     # stays out.
     pub.stop_beat()
-    pub.send(load_message("ghost", seq=pub.next_seq()))
-    wait_for(lambda: routable_of(rt, ghost_url), 10, "the ghost routable after its last message")
+    # Marked (it lists the model; the beats' list is unknown, and neither weighs in the
+    # choice), so that the wait below ends only once every beat sent before it has been read
+    # too: messages are read in order, and a beat still on its way would make the ghost
+    # routable again after the refusal below.
+    pub.send(load_message("ghost", seq=pub.next_seq(), models=[MODEL]))
+    wait_for(lambda: routable_of(rt, ghost_url) and models_of(rt, ghost_url) == [MODEL], 10,
+             "the ghost routable after its last message")
     lost = rt.metrics()['admit_router_worker_changes_total{change="lost"}']
     for i in range(4):  # ties go round: the ghost's turn comes within two
         m, status, body = chat(rt)
