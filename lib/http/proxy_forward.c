@@ -222,13 +222,39 @@ static void build_head(struct pxreq *x, struct buf *h)
     buf_append(h, "\r\n", 2);
 }
 
+/* Where a request's bytes went (write_request). */
+enum px_sent {
+    PX_SENT,     /* written (what the socket did not take waits in the connection) */
+    PX_NO_CONN,  /* no connect could even start: refused at once */
+    PX_NOT_SENT, /* the connection was found closed before a byte of it went out */
+};
+
+/* Writes the request (v: head and body) on a connection to up: a pooled one, or a new one.
+ * A pooled connection the engine closed before we wrote a byte carried nothing of it, so a
+ * fresh connection may carry it; once written, never. Calls no hook. */
+static enum px_sent write_request(struct pxreq *x, struct upstream *up, const struct iovec *v)
+{
+    int reused;
+
+    for (int attempt = 0;; attempt++) {
+        if ((x->uc = upstream_get(up, on_engine, x, &reused)) == NULL)
+            return PX_NO_CONN;
+        if (uconn_write(x->uc, v, 2) == 0)
+            return PX_SENT;
+        uconn_drop(x->uc);
+        x->uc = NULL;
+        if (!reused || attempt > 0)
+            return PX_NOT_SENT;
+    }
+}
+
 void px_start_upstream(struct pxreq *x)
 {
     struct proxy *px = x->px;
     struct upstream *up;
     struct buf *head;
     struct iovec v[2];
-    int reused, attempt;
+    enum px_sent sent;
 
     x->state = X_UPSTREAM;
     if (x->c == NULL) {
@@ -256,32 +282,23 @@ void px_start_upstream(struct pxreq *x)
     v[1].iov_len = x->req.body_len;
     x->body_left = 0;
     x->reusable = 1;
-    for (attempt = 0;; attempt++) {
-        x->uc = upstream_get(up, on_engine, x, &reused);
-        if (x->uc == NULL) {
-            buf_pool_give(&px->bufs, head);
-            /* Refused at once (a dead engine on this host): answered from the loop, as a
-             * refusal that takes a moment is, not from inside the call that let this
-             * request through, which may be the end of the one before it. Otherwise a
-             * queue of requests meeting a dead engine would end one inside the other. */
-            evtimer_assign(&x->later, px->base, on_connect_failed_later, x);
-            event_active(&x->later, EV_TIMEOUT, 0);
-            x->later_on = 1;
-            return;
-        }
-        if (uconn_write(x->uc, v, 2) == 0) {
-            buf_pool_give(&px->bufs, head);
-            return;
-        }
-        /* A pooled connection the engine closed before we wrote a byte: nothing of this
-         * request reached it, so a fresh connection may carry it. Once written, never. */
-        uconn_drop(x->uc);
-        x->uc = NULL;
-        if (!reused || attempt > 0) {
-            buf_pool_give(&px->bufs, head);
-            if (!px_retry_unsent(x, UERR_BROKEN)) /* nothing of it was written */
-                px_upstream_failed(x, UERR_BROKEN);
-            return;
-        }
+    sent = write_request(x, up, v);
+    buf_pool_give(&px->bufs, head);
+    switch (sent) {
+    case PX_SENT:
+        break;
+    case PX_NO_CONN:
+        /* Refused at once (a dead engine on this host): answered from the loop, as a
+         * refusal that takes a moment is, not from inside the call that let this request
+         * through, which may be the end of the one before it. Otherwise a queue of requests
+         * meeting a dead engine would end one inside the other. */
+        evtimer_assign(&x->later, px->base, on_connect_failed_later, x);
+        event_active(&x->later, EV_TIMEOUT, 0);
+        x->later_on = 1;
+        break;
+    case PX_NOT_SENT:
+        if (!px_retry_unsent(x, UERR_BROKEN)) /* nothing of it was written */
+            px_upstream_failed(x, UERR_BROKEN);
+        break;
     }
 }
