@@ -1,6 +1,6 @@
 /* libFuzzer harness for the /busy_threshold endpoint: any POST body gets one of the documented
  * statuses and a response that is a JSON object (with "error" on every failure). */
-#include "core/bt_api.h"
+#include "admission/bt_api.h"
 
 #include <jansson.h>
 #include <stdint.h>

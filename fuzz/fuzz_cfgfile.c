@@ -2,7 +2,7 @@
  * "name:line:column: message" error, every item delivered is well formed, and nothing leaks,
  * crashes or takes more than linear time; with structured keys (whose values are skipped) as
  * without. */
-#include "core/cfgfile.h"
+#include "config/cfgfile.h"
 
 #include <stdint.h>
 #include <stdio.h>

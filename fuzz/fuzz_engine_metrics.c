@@ -1,6 +1,6 @@
 /* libFuzzer harness for the Prometheus text parser and the vLLM/SGLang extraction: any
  * bytes are survived, and every extracted value is in range. */
-#include "core/engine_metrics.h"
+#include "admission/engine_metrics.h"
 
 #include <math.h>
 #include <stdint.h>

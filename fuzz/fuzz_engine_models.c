@@ -1,7 +1,7 @@
 /* libFuzzer harness for the engine's GET /v1/models answer: any bytes are survived; an answer
  * that parses gives a list within a load message's bounds (or unknown, when it does not fit),
  * which encodes into a load message that decodes to the same list. */
-#include "core/engine_models.h"
+#include "admission/engine_models.h"
 
 #include <stdint.h>
 #include <stdlib.h>

@@ -2,7 +2,7 @@
  * pieces cut at offsets taken from the input, each piece in a buffer of its own: both runs
  * must give the same data, the same end and the same verdict, every data slice must lie in
  * the piece it came from, and a finished body's data must add up to its chunk sizes. */
-#include "core/h1chunk.h"
+#include "wire/h1chunk.h"
 
 #include <stdint.h>
 #include <stdlib.h>

@@ -3,7 +3,7 @@
  * byte. An accepted head must hold only what the grammar allows (slices inside the head,
  * token names, values without CTL or outer whitespace, framing that matches its fields),
  * and written out again canonically it must parse to the same message. */
-#include "core/h1parse.h"
+#include "wire/h1parse.h"
 
 #include <stdint.h>
 #include <stdio.h>

@@ -3,7 +3,7 @@
  * classification, Connection lists and the bearer-token check; none may crash, a name is
  * found in a Connection list exactly when a plain split-and-trim finds it there, and a token
  * is accepted exactly when it matches. The first 8 bytes also make a date. */
-#include "core/httputil.h"
+#include "wire/httputil.h"
 
 #include <stdint.h>
 #include <stdlib.h>

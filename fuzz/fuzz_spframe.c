@@ -1,4 +1,4 @@
-/* libFuzzer harness for the SP framing parser (core/spframe.h): any stream is survived, and
+/* libFuzzer harness for the SP framing parser (wire/spframe.h): any stream is survived, and
  * reading it through a reader's one bounded buffer, in pieces of any sizes, finds exactly
  * what parsing it whole finds: the same messages, byte for byte, and the same end.
  *
@@ -7,7 +7,7 @@
  * the stream. The reader's buffer is exactly SPFRAME_PREFIX_MAX + max + 1 bytes on the heap,
  * as spsub's is, so a parser that let the rest outgrow it is caught by the sanitizer and by
  * the check that a read always has room. */
-#include "core/spframe.h"
+#include "wire/spframe.h"
 
 #include <stdint.h>
 #include <stdlib.h>
@@ -81,7 +81,7 @@ static void pieces(enum spframe_mode mode, size_t max, uint8_t seed, const uint8
         size_t room = cap - have, take, off = 0;
 
         if (room == 0)
-            abort(); /* the invariant of core/spframe.h */
+            abort(); /* the invariant of wire/spframe.h */
         rng = rng * 1103515245u + 12345u;
         take = 1 + (rng >> 16) % room;
         if (take > len - fed)

@@ -1,6 +1,6 @@
 /* libFuzzer harness for the SSE event counter: the count of a stream does not depend on
  * where it was split into chunks. */
-#include "core/sse.h"
+#include "wire/sse.h"
 
 #include <stdint.h>
 #include <stdlib.h>

@@ -1,6 +1,6 @@
 /* libFuzzer harness for tokcount_body: any bytes must be survived, and the counts must keep
  * their invariants, for the whole input and for a prefix of it. */
-#include "core/tokcount.h"
+#include "admission/tokcount.h"
 
 #include <stdint.h>
 #include <stdlib.h>

@@ -1,4 +1,4 @@
-/* load_jansson: the load message decoder admitd had before lib/core/load_decode.c, on jansson,
+/* load_jansson: the load message decoder admitd had before lib/admission/load_decode.c, on jansson,
  * kept as the oracle that the fuzz harness and the benchmark hold the new one against. It is
  * frozen: what it accepts and the errors it gives are what the new decoder must reproduce. */
 #ifndef ADMIT_FUZZ_LOAD_JANSSON_H

@@ -1,20 +1,26 @@
 #!/usr/bin/env python3
-"""The architecture as a check, run as a build step before the core is compiled.
+"""The architecture as a check, run as a build step before anything is compiled.
 
 Each folder is a layer and may include only the layers beneath it:
 
-    lib/core     pure logic: no libevent, no nng, no sockets
-    lib/net      sockets on libevent's events, no protocol (accepting) -> core
-    lib/http     the HTTP engine (libevent's events, no evhttp) -> core, net
-    lib/pubsub   load messages over nng                         -> core, net
-    lib/daemon   what admitd and admit-router share above the HTTP seam -> core, net, http,
-                 pubsub
-    tests/bench/fleet  the fleet benches: load messages over lib/pubsub or nng itself -> core, pubsub
+    lib/util      pure helpers: buffers, allocation, logging, the clock, addresses, JSON scanning
+    lib/wire      wire formats: HTTP/1, SSE, SP framing, Prometheus text     -> util
+    lib/admission the admission domain: gate, booking, thresholds, queues,
+                  load messages, token counts, engine metrics                -> util, wire
+    lib/config    options, their YAML file, reload differences               -> util
+                  (the four above are the pure layers: no libevent, no nng, no sockets)
+    lib/net       sockets on libevent's events, no protocol (accepting)      -> pure
+    lib/http      the HTTP engine (libevent's events, no evhttp)             -> pure, net
+    lib/pubsub    load messages over nng                                     -> pure, net
+    lib/daemon    what admitd and admit-router share above the HTTP seam     -> pure, net,
+                  http, pubsub
+    tests/bench/fleet  the fleet benches: load messages over lib/pubsub or nng itself
+                  -> pure, pubsub
     src/<prog>   one folder per program, with its main          -> any lib/ layer
     examples/<x> code written against the public API alone        -> include/admit
 
 evhttp, bufferevents and the libevent buffer headers appear only in the mock engine, a
-program of its own (lib/http speaks HTTP/1.1 itself: ioconn, core/h1parse), and libevent's
+program of its own (lib/http speaks HTTP/1.1 itself: ioconn, wire/h1parse), and libevent's
 listener only there and in lib/http; nng only in lib/pubsub (and in tests/bench/fleet, whose
 intake benches compare nng's socket layouts and spsub); and no two modules include each
 other, directly or through others. Exits 1 with one line per violation, naming file:line.
@@ -28,28 +34,36 @@ import sys
 
 INCLUDE = re.compile(r'^\s*#\s*include\s*([<"])([^>"]+)[>"]')
 
+# The pure layers, which every layer above them may include.
+PURE = ("util", "wire", "admission", "config")
+
 # Project folders a layer may include ("admit" is the public include/admit/).
 MAY_INCLUDE = {
-    "lib/core": {"admit", "core"},
-    "lib/net": {"admit", "core", "net"},
-    "lib/http": {"admit", "core", "net", "http"},
-    "lib/pubsub": {"admit", "core", "net", "pubsub"},
-    "lib/daemon": {"admit", "core", "net", "http", "pubsub", "daemon"},
-    "src/admitd": {"admit", "core", "net", "http", "pubsub", "daemon", "mock"},
-    "src/router": {"admit", "core", "net", "http", "pubsub", "daemon"},
-    "src/top": {"admit", "core", "pubsub"},
-    "src/mock": {"admit", "core", "http"},
+    "lib/util": {"admit", "util"},
+    "lib/wire": {"admit", "util", "wire"},
+    "lib/admission": {"admit", "util", "wire", "admission"},
+    "lib/config": {"admit", "util", "config"},
+    "lib/net": {"admit", *PURE, "net"},
+    "lib/http": {"admit", *PURE, "net", "http"},
+    "lib/pubsub": {"admit", *PURE, "net", "pubsub"},
+    "lib/daemon": {"admit", *PURE, "net", "http", "pubsub", "daemon"},
+    "src/admitd": {"admit", *PURE, "net", "http", "pubsub", "daemon", "mock"},
+    "src/router": {"admit", *PURE, "net", "http", "pubsub", "daemon"},
+    "src/top": {"admit", *PURE, "pubsub"},
+    "src/mock": {"admit", *PURE, "http"},
     "include/admit": {"admit"},
-    "tests/unit/core": {"admit", "core", "tests"},  # tests: the shared fixtures (testenv)
-    "tests/unit/router": {"admit", "core", "router", "tests"},
-    "tests/unit/admitd": {"admit", "core", "admitd", "tests"},
-    "fuzz": {"admit", "core", "router"},  # router: its pure config readers (classes)
+    # tests: the shared fixtures (testenv)
+    **{"tests/unit/" + p: {"admit", *PURE, "tests"} for p in PURE},
+    "tests/unit/mock": {"admit", *PURE, "mock", "tests"},
+    "tests/unit/router": {"admit", *PURE, "router", "tests"},
+    "tests/unit/admitd": {"admit", *PURE, "admitd", "tests"},
+    "fuzz": {"admit", *PURE, "router"},  # router: its pure config readers (classes)
     # the selection bench: the pure modules only; the load decoder bench: fuzz/'s oracle
-    "tests/bench": {"admit", "core", "router", "fuzz"},
+    "tests/bench": {"admit", *PURE, "router", "fuzz"},
     # The fleet benches publish and receive load messages: fleetpub through lib/pubsub, and
     # the intake benches through nng itself too, since what they compare is how nng's sockets
     # are laid out (and, spsub_bench, nng against lib/pubsub/spsub).
-    "tests/bench/fleet": {"admit", "core", "pubsub"},
+    "tests/bench/fleet": {"admit", *PURE, "pubsub"},
     # A plugin is built from the public header alone: it links against nothing of ours.
     "examples/classifier": {"admit"},
 }
@@ -66,10 +80,11 @@ NNG = re.compile(r"^nng/")
 
 # Which system headers a layer may not include, and why.
 FORBIDDEN = {
-    "lib/core": [(LIBEVENT, "the core is pure: no libevent"), (NNG, "the core is pure: no nng")],
+    **{"lib/" + p: [(LIBEVENT, "lib/%s is pure: no libevent" % p),
+                    (NNG, "lib/%s is pure: no nng" % p)] for p in PURE},
     "lib/net": [(HTTP_HEADERS, "lib/net speaks no protocol: no evhttp, buffers or listener"),
                 (NNG, "nng belongs in lib/pubsub")],
-    "lib/http": [(EVHTTP, "admitd's HTTP is its own (ioconn, core/h1parse), not evhttp"),
+    "lib/http": [(EVHTTP, "admitd's HTTP is its own (ioconn, wire/h1parse), not evhttp"),
                  (NNG, "nng belongs in lib/pubsub")],
     "lib/pubsub": [(HTTP_HEADERS, "evhttp and libevent buffers belong in lib/http")],
     "lib/daemon": [(HTTP_HEADERS, "speak http/httpreq.h, not evhttp"),
@@ -81,7 +96,8 @@ FORBIDDEN = {
     "src/top": [(LIBEVENT, "admit-top has no event loop"), (NNG, "nng belongs in lib/pubsub")],
     "src/mock": [(NNG, "nng belongs in lib/pubsub")],
     "include/admit": [(LIBEVENT, "the public API is pure"), (NNG, "the public API is pure")],
-    "tests/unit/core": [(LIBEVENT, "core tests need no event loop"), (NNG, "no nng in core tests")],
+    **{"tests/unit/" + p: [(LIBEVENT, "pure tests need no event loop"),
+                           (NNG, "no nng in pure tests")] for p in PURE + ("mock",)},
     "tests/unit/router": [(LIBEVENT, "the router's unit tests link only its pure modules"),
                           (NNG, "the router's unit tests link only its pure modules")],
     "tests/unit/admitd": [(LIBEVENT, "admitd's unit tests link only its pure modules"),
@@ -95,7 +111,7 @@ FORBIDDEN = {
 }
 
 # Modules of the public headers.
-PUBLIC = {"admit/gate.h": "lib/core/gate", "admit/load.h": "lib/core/load",
+PUBLIC = {"admit/gate.h": "lib/admission/gate", "admit/load.h": "lib/admission/load",
           "admit/classify.h": "src/router/classify"}
 
 

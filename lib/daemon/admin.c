@@ -1,9 +1,9 @@
 /* admin: /metrics in Prometheus text format, /load as JSON, /admission, liveness and
  * readiness, answered through the HTTP engine's server (http/server.h). */
 #include "daemon/admin.h"
-#include "core/httputil.h"
-#include "core/prom.h"
-#include "core/xmalloc.h"
+#include "wire/httputil.h"
+#include "wire/prom.h"
+#include "util/xmalloc.h"
 #include "http/server.h"
 
 #include <stdio.h>

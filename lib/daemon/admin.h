@@ -8,9 +8,9 @@
 #ifndef ADMIT_ADMIN_H
 #define ADMIT_ADMIN_H
 
-#include "core/buf.h"
-#include "core/metrics.h"
-#include "core/netaddr.h"
+#include "util/buf.h"
+#include "admission/metrics.h"
+#include "util/netaddr.h"
 
 #include <stddef.h>
 

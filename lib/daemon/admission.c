@@ -1,9 +1,9 @@
 /* admission: the gate, the queue timeout, Retry-After and the book, as proxy hooks. */
 #include "daemon/admission.h"
-#include "core/httputil.h"
-#include "core/ratewin.h"
-#include "core/tokcount.h"
-#include "core/xmalloc.h"
+#include "wire/httputil.h"
+#include "util/ratewin.h"
+#include "admission/tokcount.h"
+#include "util/xmalloc.h"
 #include "http/proxy.h"
 
 #include <stdlib.h>

@@ -3,7 +3,7 @@
  * Sits above the HTTP seam and speaks only the proxy's hooks (http/proxy.h): it decides, for
  * every request the proxy hands it, whether it goes to the engine now, waits in the gate's
  * queue, or is refused at once with the overload answer; it books the prompt tokens and KV
- * blocks of what it lets in (core/book.h) and releases both when the exchange ends, which
+ * blocks of what it lets in (admission/book.h) and releases both when the exchange ends, which
  * dispatches the next waiter in the same call. GET, HEAD and OPTIONS never take a slot.
  * Without a cap (N unset) nothing waits: requests go straight through and are still booked.
  *
@@ -13,8 +13,8 @@
 #define ADMIT_ADMISSION_H
 
 #include "admit/gate.h"
-#include "core/book.h"
-#include "core/metrics.h"
+#include "admission/book.h"
+#include "admission/metrics.h"
 
 struct admission;
 struct proxy;

@@ -1,9 +1,9 @@
 /* drain: stop taking work, finish what is in flight, then end the loop. */
 #include "daemon/drain.h"
-#include "core/log.h"
-#include "core/metrics.h"
+#include "util/log.h"
+#include "admission/metrics.h"
 #include "http/proxy.h"
-#include "core/xmalloc.h"
+#include "util/xmalloc.h"
 
 #include <event2/event.h>
 #include <stdlib.h>

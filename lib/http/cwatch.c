@@ -1,6 +1,6 @@
 /* cwatch: client hang-up detection behind unread bytes. */
 #include "http/cwatch.h"
-#include "core/xmalloc.h"
+#include "util/xmalloc.h"
 
 #include <errno.h>
 #include <event2/event.h>

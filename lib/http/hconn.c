@@ -1,9 +1,9 @@
 /* hconn: one client connection: reading and parsing requests, answering them in order,
  * timeouts, and the graceful close. The listener and the pool are hlisten.c's; the life of
  * a connection is drawn in hconn_impl.h. */
-#include "core/buf.h"
-#include "core/httputil.h"
-#include "core/xmalloc.h"
+#include "util/buf.h"
+#include "wire/httputil.h"
+#include "util/xmalloc.h"
 #include "http/cwatch.h"
 #include "http/hconn_impl.h"
 #include "net/acceptor.h"

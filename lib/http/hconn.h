@@ -1,8 +1,8 @@
 /* hconn: the server side of admitd's HTTP/1.1 path: a listener and its client connections,
  * on raw libevent events with no evhttp and no bufferevent.
  *
- * A connection reads and parses requests with the strict parser of the pure core
- * (core/h1parse, core/h1chunk), hands each whole request (head and body) to its owner as a
+ * A connection reads and parses requests with the strict parser of the pure wire layer
+ * (wire/h1parse, wire/h1chunk), hands each whole request (head and body) to its owner as a
  * struct http_req whose strings are slices of the connection's own buffer, and writes the
  * owner's answer eagerly. Requests are answered one at a time and in order: bytes of a
  * pipelined request that arrive while one is being answered are read (so a hang-up behind
@@ -20,9 +20,9 @@
 #ifndef ADMIT_HCONN_H
 #define ADMIT_HCONN_H
 
-#include "core/h1parse.h"
-#include "core/metrics.h"
-#include "core/netaddr.h"
+#include "wire/h1parse.h"
+#include "admission/metrics.h"
+#include "util/netaddr.h"
 #include "http/httpreq.h"
 
 #include <stddef.h>

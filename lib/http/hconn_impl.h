@@ -14,9 +14,9 @@
 #ifndef ADMIT_HCONN_IMPL_H
 #define ADMIT_HCONN_IMPL_H
 
-#include "core/h1chunk.h"
-#include "core/buf.h"
-#include "core/h1parse.h"
+#include "wire/h1chunk.h"
+#include "util/buf.h"
+#include "wire/h1parse.h"
 #include "http/hconn.h"
 #include "http/ioconn.h"
 

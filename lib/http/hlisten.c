@@ -1,9 +1,9 @@
 /* hlisten: the listening socket (its accepting is net/acceptor's: the pause when descriptors
  * run out, the connection cap), the pool of connection structs, and the answers made here
  * (their head and Date). Reading and answering requests on a connection is hconn.c's. */
-#include "core/httputil.h"
-#include "core/log.h"
-#include "core/xmalloc.h"
+#include "wire/httputil.h"
+#include "util/log.h"
+#include "util/xmalloc.h"
 #include "http/hconn_impl.h"
 #include "http/netsock.h"
 #include "net/acceptor.h"

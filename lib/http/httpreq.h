@@ -8,7 +8,7 @@
 #ifndef ADMIT_HTTPREQ_H
 #define ADMIT_HTTPREQ_H
 
-#include "core/buf.h"
+#include "util/buf.h"
 
 #include <stddef.h>
 

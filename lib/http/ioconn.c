@@ -1,6 +1,6 @@
 /* ioconn: eager writes, one read per readiness, events embedded in the connection. */
 #include "http/ioconn.h"
-#include "core/xmalloc.h"
+#include "util/xmalloc.h"
 #include "http/netsock.h"
 
 #include <errno.h>

@@ -1,11 +1,11 @@
 /* netsock: the socket helpers of the HTTP engine.
  *
- * Kept apart from core/netaddr (which only parses) so that the pure core knows nothing of
+ * Kept apart from util/netaddr (which only parses) so that the pure layers know nothing of
  * sockets. */
 #ifndef ADMIT_NETSOCK_H
 #define ADMIT_NETSOCK_H
 
-#include "core/netaddr.h"
+#include "util/netaddr.h"
 
 #include <stddef.h>
 #include <netdb.h>

@@ -10,11 +10,11 @@
  * into the connection's buffer and decoded there, so once that buffer has grown to the
  * engine's page a poll allocates nothing. */
 #include "http/poller.h"
-#include "core/buf.h"
-#include "core/h1chunk.h"
-#include "core/h1parse.h"
-#include "core/log.h"
-#include "core/xmalloc.h"
+#include "util/buf.h"
+#include "wire/h1chunk.h"
+#include "wire/h1parse.h"
+#include "util/log.h"
+#include "util/xmalloc.h"
 #include "http/ioconn.h"
 #include "http/netsock.h"
 

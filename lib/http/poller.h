@@ -7,7 +7,7 @@
 #ifndef ADMIT_POLLER_H
 #define ADMIT_POLLER_H
 
-#include "core/netaddr.h"
+#include "util/netaddr.h"
 
 #include <stddef.h>
 

@@ -2,10 +2,10 @@
  * The engine side is in proxy_forward.c (the request) and proxy_relay.c (the reply); the
  * life of an exchange is drawn in proxy_impl.h. */
 #include "http/proxy.h"
-#include "core/httputil.h"
-#include "core/log.h"
-#include "core/ratewin.h"
-#include "core/xmalloc.h"
+#include "wire/httputil.h"
+#include "util/log.h"
+#include "util/ratewin.h"
+#include "util/xmalloc.h"
 #include "http/hconn.h"
 #include "http/proxy_impl.h"
 #include "http/upstream.h"

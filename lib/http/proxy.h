@@ -17,8 +17,8 @@
 #ifndef ADMIT_PROXY_H
 #define ADMIT_PROXY_H
 
-#include "core/metrics.h"
-#include "core/netaddr.h"
+#include "admission/metrics.h"
+#include "util/netaddr.h"
 #include "http/httpreq.h"
 
 #include <stddef.h>

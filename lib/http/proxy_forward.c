@@ -1,9 +1,9 @@
 /* proxy_forward: the request's way to the engine. Chooses the engine (router mode), writes
  * the request head and body in one system call, and turns engine failures into answers the
  * client cannot mistake for success. The reply is relayed by proxy_relay.c. */
-#include "core/httputil.h"
-#include "core/log.h"
-#include "core/xmalloc.h"
+#include "wire/httputil.h"
+#include "util/log.h"
+#include "util/xmalloc.h"
 #include "http/hconn.h"
 #include "http/proxy_impl.h"
 #include "http/upstream.h"

@@ -19,10 +19,10 @@
 #ifndef ADMIT_PROXY_IMPL_H
 #define ADMIT_PROXY_IMPL_H
 
-#include "core/buf.h"
-#include "core/h1chunk.h"
-#include "core/h1parse.h"
-#include "core/sse.h"
+#include "util/buf.h"
+#include "wire/h1chunk.h"
+#include "wire/h1parse.h"
+#include "wire/sse.h"
 #include "http/proxy.h"
 
 #include <event2/event_struct.h>

@@ -2,8 +2,8 @@
  * the client's reply (or, in router mode, drops an overload refusal to try another engine),
  * and passes the body on as it arrives: every read from the engine is written to the client
  * at once, in one system call, so SSE events are never held back. */
-#include "core/httputil.h"
-#include "core/log.h"
+#include "wire/httputil.h"
+#include "util/log.h"
 #include "http/hconn.h"
 #include "http/proxy_impl.h"
 #include "http/upstream.h"

@@ -1,7 +1,7 @@
 /* server: local answers on admitd's own HTTP/1.1 connections (hconn), through the seam's
  * request and reply types. */
 #include "http/server.h"
-#include "core/xmalloc.h"
+#include "util/xmalloc.h"
 #include "http/hconn.h"
 
 #include <stdlib.h>

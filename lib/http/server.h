@@ -7,8 +7,8 @@
 #ifndef ADMIT_SERVER_H
 #define ADMIT_SERVER_H
 
-#include "core/metrics.h"
-#include "core/netaddr.h"
+#include "admission/metrics.h"
+#include "util/netaddr.h"
 #include "http/httpreq.h"
 
 #include <stddef.h>

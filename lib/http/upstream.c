@@ -4,7 +4,7 @@
  * connection keeps its read event armed: the engine closing it, or sending anything
  * unasked, drops it before a request can be written to it. */
 #include "http/upstream.h"
-#include "core/xmalloc.h"
+#include "util/xmalloc.h"
 #include "http/netsock.h"
 
 #include <errno.h>

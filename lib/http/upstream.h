@@ -12,7 +12,7 @@
 #ifndef ADMIT_UPSTREAM_H
 #define ADMIT_UPSTREAM_H
 
-#include "core/netaddr.h"
+#include "util/netaddr.h"
 #include "http/ioconn.h"
 
 #include <stddef.h>

@@ -1,8 +1,8 @@
 /* acceptor: accept4 on a level-triggered watch that is taken off while accepting cannot
  * succeed (see acceptor.h). */
 #include "net/acceptor.h"
-#include "core/log.h"
-#include "core/xmalloc.h"
+#include "util/log.h"
+#include "util/xmalloc.h"
 
 #include <errno.h>
 #include <event2/event.h>

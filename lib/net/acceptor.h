@@ -17,7 +17,7 @@
 #ifndef ADMIT_ACCEPTOR_H
 #define ADMIT_ACCEPTOR_H
 
-#include "core/metrics.h"
+#include "admission/metrics.h"
 
 #include <sys/socket.h>
 

@@ -1,7 +1,7 @@
 /* feed: one nng SUB socket dialing several publishers, waited on with poll(). */
 #include "pubsub/feed.h"
 #include "admit/load.h"
-#include "core/xmalloc.h"
+#include "util/xmalloc.h"
 #include "pubsub/nngclose.h"
 #include "pubsub/nngrecv.h"
 

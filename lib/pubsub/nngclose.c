@@ -1,7 +1,7 @@
 /* nngclose: nng_close (or nng_dialer_close) on a helper thread, waited for with a deadline. */
 #include "pubsub/nngclose.h"
-#include "core/log.h"
-#include "core/xmalloc.h"
+#include "util/log.h"
+#include "util/xmalloc.h"
 
 #include <pthread.h>
 #include <stdio.h>

@@ -1,8 +1,8 @@
 /* publish: the PUB (our own, sppub, or nng's), coalescing timer, heartbeat timer, change
  * detection. */
 #include "pubsub/publish.h"
-#include "core/log.h"
-#include "core/xmalloc.h"
+#include "util/log.h"
+#include "util/xmalloc.h"
 #include "pubsub/nngclose.h"
 #include "pubsub/sppub.h"
 

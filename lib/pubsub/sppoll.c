@@ -19,7 +19,7 @@
  * from inside a message), and may let go of the poller: sppoll_del blanks the socket's entry
  * among the pass's events not yet handled, and the pass holds a reference of its own. */
 #include "pubsub/sppoll.h"
-#include "core/xmalloc.h"
+#include "util/xmalloc.h"
 
 #include <errno.h>
 #include <event2/event.h>

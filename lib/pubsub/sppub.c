@@ -9,10 +9,10 @@
  * part of a message went out: `qoff` bytes of the head are written, and a head that was
  * started is never dropped, since the stream would lose its framing. */
 #include "pubsub/sppub.h"
-#include "core/log.h"
-#include "core/netaddr.h"
-#include "core/spframe.h"
-#include "core/xmalloc.h"
+#include "util/log.h"
+#include "util/netaddr.h"
+#include "wire/spframe.h"
+#include "util/xmalloc.h"
 #include "net/acceptor.h"
 #include "pubsub/spaddr.h"
 

@@ -1,7 +1,7 @@
 /* sppub: an SP PUB0 listener on libevent, speaking nng's wire protocol itself.
  *
  * What admitd publishes its load on by default (pubsub/publish.c): the framing of
- * core/spframe.h on tcp:// and ipc://, read by nng's SUB and by our own (spsub) alike, with
+ * wire/spframe.h on tcp:// and ipc://, read by nng's SUB and by our own (spsub) alike, with
  * no nng thread and no allocation per message. Everything happens on the caller's loop:
  *
  * - A subscriber is accepted, our header goes out at once, and its header must arrive within

@@ -13,10 +13,10 @@
  * event of a closed descriptor is ever pending. */
 #include "pubsub/spsub.h"
 #include "admit/load.h"
-#include "core/log.h"
-#include "core/netaddr.h"
-#include "core/spframe.h"
-#include "core/xmalloc.h"
+#include "util/log.h"
+#include "util/netaddr.h"
+#include "wire/spframe.h"
+#include "util/xmalloc.h"
 #include "pubsub/spaddr.h"
 #include "pubsub/sppoll.h"
 
@@ -33,7 +33,7 @@
 #include <unistd.h>
 
 /* One message at its largest with its framing, and one byte more: after every whole unit is
- * taken the rest is shorter than prefix + max (core/spframe.h), so a read always has room. */
+ * taken the rest is shorter than prefix + max (wire/spframe.h), so a read always has room. */
 #define SPSUB_BUF (SPFRAME_PREFIX_MAX + ADMIT_LOAD_MSG_MAX + 1)
 
 enum sp_state { SP_WAIT, SP_CONNECTING, SP_HELLO, SP_OPEN };

@@ -6,7 +6,7 @@
  * own threads and the hand-over to the loop; this subscriber reads each message straight
  * from the kernel into the connection's buffer and passes it on from there.
  *
- * The wire (core/spframe.h), as Debian's libnng 1.5.2 speaks it (checked against it, see
+ * The wire (wire/spframe.h), as Debian's libnng 1.5.2 speaks it (checked against it, see
  * tests/unit/pubsub/test_spsub.c): each side sends the 8-byte SP header at once, 00 'S' 'P'
  * 00, its protocol big-endian (we send SUB0 0x0021; the peer's must be PUB0 0x0020, and PUB
  * hangs up on a peer that is not SUB0), 00 00; then PUB sends messages, tcp: 8-byte

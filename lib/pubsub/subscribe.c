@@ -33,11 +33,11 @@
  * only its own dialer. */
 #include "pubsub/subscribe.h"
 #include "admit/load.h"
-#include "core/log.h"
+#include "util/log.h"
 #include "pubsub/nngclose.h"
 #include "pubsub/nngrecv.h"
 #include "pubsub/sppoll.h"
-#include "core/xmalloc.h"
+#include "util/xmalloc.h"
 
 #include <event2/event.h>
 #include <nng/nng.h>

@@ -2,17 +2,17 @@
  *
  * Every option has a long flag, an environment variable and a key of the config file; the
  * flag wins over the environment, which wins over the file, which wins over the default.
- * The table of admitd's options lives in config.c; the engine that reads it is core/opt.h.
+ * The table of admitd's options lives in config.c; the engine that reads it is config/opt.h.
  * Parsing is pure: the environment comes in through a lookup function so tests can feed a
  * table. Errors name where the bad value came from ("--engine-request-limit",
  * "DYN_ENGINE_REQUEST_LIMIT" or the file's file:line:column) and what was expected. */
 #ifndef ADMIT_CONFIG_H
 #define ADMIT_CONFIG_H
 
-#include "core/log.h"
-#include "core/netaddr.h"
-#include "core/opt.h"
-#include "core/optdefs.h"
+#include "util/log.h"
+#include "util/netaddr.h"
+#include "config/opt.h"
+#include "config/optdefs.h"
 
 #include <stddef.h>
 #include <stdio.h>

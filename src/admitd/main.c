@@ -1,6 +1,6 @@
 /* admitd: the worker-side admission shim. Parses options, runs the loop, cleans up. */
 #include "config.h"
-#include "core/log.h"
+#include "util/log.h"
 #include "worker.h"
 
 #include <event2/event.h>

@@ -1,5 +1,5 @@
 /* admit-mock-engine: the mock engine as a program, for tests and demos of admitd. */
-#include "core/log.h"
+#include "util/log.h"
 #include "mock.h"
 
 #include <event2/event.h>

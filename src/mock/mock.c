@@ -3,11 +3,11 @@
  * This file owns routing, request validation, the small GET endpoints and /metrics; the
  * scheduling of generation requests lives in mock_sched.c. */
 #include "mock.h"
-#include "core/buf.h"
+#include "util/buf.h"
 #include "mock_sched.h"
 #include "http/netsock.h"
-#include "core/prom.h"
-#include "core/xmalloc.h"
+#include "wire/prom.h"
+#include "util/xmalloc.h"
 
 #include <event2/buffer.h>
 #include <event2/bufferevent.h>

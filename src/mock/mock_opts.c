@@ -3,7 +3,7 @@
  * Kept apart from the engine so that the scheduler (mock_sched) and the HTTP surface (mock)
  * both depend on it and not on each other. */
 #include "mock_opts.h"
-#include "core/xmalloc.h"
+#include "util/xmalloc.h"
 
 #include <ctype.h>
 #include <errno.h>

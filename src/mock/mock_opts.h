@@ -5,8 +5,8 @@
 #ifndef ADMIT_MOCK_OPTS_H
 #define ADMIT_MOCK_OPTS_H
 
-#include "core/log.h"
-#include "core/netaddr.h"
+#include "util/log.h"
+#include "util/netaddr.h"
 
 #include <stddef.h>
 

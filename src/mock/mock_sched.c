@@ -21,9 +21,9 @@
  * request starts, every running request's socket is looked at, and a waiting request whose
  * client has gone is not started (its watcher frees it on the next turn). */
 #include "mock_sched.h"
-#include "core/buf.h"
+#include "util/buf.h"
 #include "http/cwatch.h"
-#include "core/xmalloc.h"
+#include "util/xmalloc.h"
 
 #include <event2/buffer.h>
 #include <event2/bufferevent.h>

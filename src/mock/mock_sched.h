@@ -9,7 +9,7 @@
 #define ADMIT_MOCK_SCHED_H
 
 #include "mock_opts.h"
-#include "core/mock_model.h"
+#include "mock_model.h"
 
 #include <sys/queue.h>
 

@@ -16,8 +16,8 @@
  * any error the references and whatever *out holds are released on the one exit path and *out
  * is left empty; the message is written once, by rc_fail (or cfgfile), at the first error. */
 #include "classes.h"
-#include "core/cfgfile.h"
-#include "core/xmalloc.h"
+#include "config/cfgfile.h"
+#include "util/xmalloc.h"
 
 #include <math.h>
 #include <stdarg.h>

@@ -32,7 +32,7 @@
 #ifndef ADMIT_ROUTER_CLASSES_H
 #define ADMIT_ROUTER_CLASSES_H
 
-#include "core/busy.h"
+#include "admission/busy.h"
 
 #include <stddef.h>
 #include <stdint.h>

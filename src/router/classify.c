@@ -7,7 +7,7 @@
 #include <string.h>
 
 /* The public thresholds are the router's under plainer names: one conversion each way, so
- * that every judgement below is core/busy.h's. */
+ * that every judgement below is admission/busy.h's. */
 static void to_busy(const struct admit_thresholds *a, struct busy_thresholds *b)
 {
     b->active_prefill_tokens_threshold = a->prefill_tokens;
@@ -210,7 +210,7 @@ int admit_has_room(const struct admit_rank_load *l, const struct admit_rank_capa
         to_busy(t, &bt);
     else
         busy_thresholds_unset(&bt);
-    return has_room(&bl, &bc, &bt); /* the one rule, core/busy.h */
+    return has_room(&bl, &bc, &bt); /* the one rule, admission/busy.h */
 }
 
 int admit_classify_room_anywhere(const struct admit_classify *c, const struct admit_thresholds *t)

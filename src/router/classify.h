@@ -16,7 +16,7 @@
 #define ADMIT_ROUTER_CLASSIFY_H
 
 #include "admit/classify.h"
-#include "core/busy.h"
+#include "admission/busy.h"
 #include "select.h"
 
 #include <stddef.h>

@@ -1,8 +1,8 @@
-/* config: admit-router's option table, read by the engine in core/opt.c. */
+/* config: admit-router's option table, read by the engine in config/opt.c. */
 #include "config.h"
-#include "core/log.h"
-#include "core/optdiff.h"
-#include "core/xmalloc.h"
+#include "util/log.h"
+#include "config/optdiff.h"
+#include "util/xmalloc.h"
 #include "wlist.h"
 
 #include <arpa/inet.h>

@@ -1,4 +1,4 @@
-/* config: admit-router's settings, from the same option engine as admitd's (core/opt.h).
+/* config: admit-router's settings, from the same option engine as admitd's (config/opt.h).
  *
  * Every option is a flag, an environment variable (ADMIT_ROUTER_<FLAG>, or Dynamo's name
  * where there is one) and a key of the YAML file (--config or ADMIT_ROUTER_CONFIG); flag >
@@ -14,11 +14,11 @@
 #define ADMIT_ROUTER_CONFIG_H
 
 #include "classes.h"
-#include "core/busy.h"
-#include "core/log.h"
-#include "core/netaddr.h"
-#include "core/opt.h"
-#include "core/optdefs.h"
+#include "admission/busy.h"
+#include "util/log.h"
+#include "util/netaddr.h"
+#include "config/opt.h"
+#include "config/optdefs.h"
 #include "wlist.h"
 
 #include <stddef.h>

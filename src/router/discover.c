@@ -3,9 +3,9 @@
 #include "resolver.h"
 #include "router.h"
 #include "wlist.h"
-#include "core/log.h"
-#include "core/prom.h"
-#include "core/xmalloc.h"
+#include "util/log.h"
+#include "wire/prom.h"
+#include "util/xmalloc.h"
 
 #include <event2/dns.h>
 #include <event2/event.h>

@@ -18,7 +18,7 @@
 #define ADMIT_DISCOVER_H
 
 #include "config.h"
-#include "core/buf.h"
+#include "util/buf.h"
 
 #include <stddef.h>
 

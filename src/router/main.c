@@ -7,12 +7,12 @@
  *                (kill -HUP reloads the config and re-reads the workers file)
  */
 #include "daemon/admin.h"
-#include "core/busy.h"
+#include "admission/busy.h"
 #include "daemon/drain.h"
-#include "core/log.h"
-#include "core/metrics.h"
-#include "core/prom.h"
-#include "core/xmalloc.h"
+#include "util/log.h"
+#include "admission/metrics.h"
+#include "wire/prom.h"
+#include "util/xmalloc.h"
 #include "http/proxy.h"
 #include "config.h"
 #include "discover.h"

@@ -1,6 +1,6 @@
 /* models: the router's table of which workers take which model (see models.h). */
 #include "models.h"
-#include "core/xmalloc.h"
+#include "util/xmalloc.h"
 
 #include <stdlib.h>
 #include <string.h>

@@ -1,6 +1,6 @@
 /* resolver: the router's evdns resolver, as its configuration says (see resolver.h). */
 #include "resolver.h"
-#include "core/log.h"
+#include "util/log.h"
 
 #include <event2/dns.h>
 #include <stdio.h>

@@ -11,9 +11,9 @@
 #ifndef ADMIT_ROUTER_H
 #define ADMIT_ROUTER_H
 
-#include "core/buf.h"
-#include "core/busy.h"
-#include "core/metrics.h"
+#include "util/buf.h"
+#include "admission/busy.h"
+#include "admission/metrics.h"
 #include "config.h"
 
 #include <stddef.h>

@@ -8,8 +8,8 @@
  * when the worker is retired; what it had counted is kept in the router (load_gone), so the
  * families, which are counters, never go down as workers come and go. */
 #include "router_impl.h"
-#include "core/log.h"
-#include "core/prom.h"
+#include "util/log.h"
+#include "wire/prom.h"
 #include "http/upstream.h"
 #include "pubsub/subscribe.h"
 

@@ -9,7 +9,7 @@
  * holds it any more. */
 #include "router.h"
 #include "router_impl.h"
-#include "core/log.h"
+#include "util/log.h"
 
 #include <jansson.h>
 #include <stdio.h>

@@ -9,7 +9,7 @@
  * ones. When it goes, selection still judges the router-wide reject thresholds and may
  * answer 529: the two sets never merge.
  *
- * Across classes the heads go in weighted deficit round robin (core/classq.h). Dispatch is
+ * Across classes the heads go in weighted deficit round robin (admission/classq.h). Dispatch is
  * re-tried whenever room may have appeared: a booking released (first token, end, cancel),
  * a load message, a threshold change, and a short tick while anything waits, which covers a
  * worker coming back when its overload mark runs out. Each dispatch books its request, in
@@ -20,10 +20,10 @@
  * into it, in arrival order (rq_reconfigure): a reload loses no request. */
 #include "router.h"
 #include "router_impl.h"
-#include "core/httputil.h"
-#include "core/log.h"
-#include "core/ratewin.h"
-#include "core/xmalloc.h"
+#include "wire/httputil.h"
+#include "util/log.h"
+#include "util/ratewin.h"
+#include "util/xmalloc.h"
 
 #include <event2/event.h>
 #include <stdio.h>

@@ -4,7 +4,7 @@
  * of the model ""), the same ones a request without a model is judged by. */
 #include "router.h"
 #include "router_impl.h"
-#include "core/prom.h"
+#include "wire/prom.h"
 
 #include <jansson.h>
 #include <stdio.h>

@@ -2,7 +2,7 @@
  * view's state is in select_impl.h; which sets of thresholds it keeps limits for, and how a
  * call finds the one it is judged under, in select_slots.c. */
 #include "select_impl.h"
-#include "core/xmalloc.h"
+#include "util/xmalloc.h"
 
 #include <stdlib.h>
 #include <string.h>

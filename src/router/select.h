@@ -21,7 +21,7 @@
  * what it publishes (the monitor: the same thresholds on worker-published load, which covers
  * other routers' traffic and generated tokens that this router cannot book); of a candidate,
  * only the ranks heard within their own window are chosen and judged. The room rule is
- * core/busy.h's, applied through limits kept per rank for each of the last few sets of
+ * admission/busy.h's, applied through limits kept per rank for each of the last few sets of
  * thresholds used (SEL_MAX_TSETS): the router alternates between its reject thresholds, a
  * model's and a policy class's, and a set it used lately costs no pass to compute them.
  *
@@ -30,7 +30,7 @@
 #define ADMIT_SELECT_H
 
 #include "admit/load.h"
-#include "core/busy.h"
+#include "admission/busy.h"
 
 #include <stddef.h>
 #include <stdint.h>

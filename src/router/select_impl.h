@@ -5,7 +5,7 @@
 #define ADMIT_SELECT_IMPL_H
 
 #include "select.h"
-#include "core/busy.h"
+#include "admission/busy.h"
 
 #include <stdint.h>
 
@@ -137,7 +137,7 @@ static inline struct shot *hot(const struct sel *s, const struct sworker *w)
     return &s->shots[w->first];
 }
 
-/* The published load row and capacity the monitor judges rank r by: its latch (core/busy.h),
+/* The published load row and capacity the monitor judges rank r by: its latch (admission/busy.h),
  * each signal as the newest message that knew it said, so that a message with a signal
  * unknown does not release a rank that signal marked busy. */
 static inline void published(const struct srank *r, struct busy_load *load,

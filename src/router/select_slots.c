@@ -23,7 +23,7 @@
  * new rank) updates every live slot, which stays cheap: a booking touches one rank, so one
  * room and one gate a slot. */
 #include "select_impl.h"
-#include "core/xmalloc.h"
+#include "util/xmalloc.h"
 
 #include <math.h>
 #include <stddef.h>
@@ -126,7 +126,7 @@ static void judge(struct sel *s, struct sworker *w, unsigned from, unsigned to)
     for (unsigned j = from; j < to; j++) {
         uint8_t bit = (uint8_t) (1u << j);
 
-        if (worker_is_full(rows, caps, n, &s->slot[j].t)) /* the one rule, core/busy.h */
+        if (worker_is_full(rows, caps, n, &s->slot[j].t)) /* the one rule, admission/busy.h */
             w->full |= bit;
         else
             w->full &= (uint8_t) ~bit;

@@ -1,9 +1,9 @@
 /* wlist: worker entries, workers files, DNS answers and the difference of two lists. */
 #include "wlist.h"
-#include "core/cfgfile.h"
-#include "core/netaddr.h"
-#include "core/opt.h"
-#include "core/xmalloc.h"
+#include "config/cfgfile.h"
+#include "util/netaddr.h"
+#include "config/opt.h"
+#include "util/xmalloc.h"
 
 #include <arpa/inet.h>
 #include <ctype.h>

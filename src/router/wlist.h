@@ -13,7 +13,7 @@
 #ifndef ADMIT_WLIST_H
 #define ADMIT_WLIST_H
 
-#include "core/netaddr.h"
+#include "util/netaddr.h"
 
 #include <stddef.h>
 #include <stdint.h>

@@ -4,8 +4,8 @@
  *   admit-top --json tcp://gpu1:5557                  one JSON line per message
  */
 #include "admit/load.h"
-#include "core/buf.h"
-#include "core/log.h"
+#include "util/buf.h"
+#include "util/log.h"
 #include "pubsub/feed.h"
 #include "top.h"
 

@@ -1,6 +1,6 @@
 /* top: a fixed-width table of worker load, "-" for unknown values. */
 #include "top.h"
-#include "core/loadtab.h"
+#include "admission/loadtab.h"
 
 #include <stdio.h>
 
@@ -26,7 +26,7 @@ static const char *num(char *b, size_t n, int64_t v)
     return b;
 }
 
-/* "yes" or "no": the one room rule (core/busy.h) on what the rank publishes, through its
+/* "yes" or "no": the one room rule (admission/busy.h) on what the rank publishes, through its
  * latch as admit-router's monitor judges it (a signal unknown keeps its last known value). */
 static const char *room(const struct busy_latch *latch, const struct busy_thresholds *th)
 {

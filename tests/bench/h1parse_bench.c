@@ -14,8 +14,8 @@
  *
  * llhttp is there when node-llhttp was installed at setup (scripts/install-deps.sh); without
  * it the bench prints ours alone. */
-#include "core/h1chunk.h"
-#include "core/h1parse.h"
+#include "wire/h1chunk.h"
+#include "wire/h1parse.h"
 
 #include <sched.h>
 #include <stdio.h>

@@ -3,7 +3,7 @@
  *
  * admit-router follows every worker's load messages: 1,000 workers at 10 a second make 10,000
  * messages a second, and intake is to stay under 5 % of one core, 5 µs a message all in. This
- * times admit_load_decode() (lib/core/load_decode.c) beside load_jansson_decode() (the decoder
+ * times admit_load_decode() (lib/admission/load_decode.c) beside load_jansson_decode() (the decoder
  * before it, kept as the fuzzing oracle in fuzz/load_jansson.c) on the messages a router gets:
  *
  *   1 rank    a worker's message as admitd writes it (docs/load-message.md), two model names

@@ -28,7 +28,7 @@ fi
 # its own on a free port), so leave the system's services alone.
 scripts/install-deps.sh >/dev/null
 
-# werror=false: at -O3 GCC 12 reports a false -Wmaybe-uninitialized in lib/core/load.c, which the
+# werror=false: at -O3 GCC 12 reports a false -Wmaybe-uninitialized in lib/admission/load.c, which the
 # project's werror=true turns into a build failure of the release build.
 if [ ! -f build-bench/build.ninja ]; then
     meson setup build-bench --buildtype=release -Db_sanitize=none -Dwerror=false >/dev/null

@@ -10,7 +10,7 @@
  * without a model or one every worker takes. Rounds alternate off, on, off,
  * on... on one pinned core so drift falls on both alike; the table gives medians.
  *
- * Part 2 puts the class gate (core/classq.h) in front, at 512 and 4,096 workers of 1 rank:
+ * Part 2 puts the class gate (admission/classq.h) in front, at 512 and 4,096 workers of 1 rank:
  * each admission is queued in one of four classes and dispatched by the queue, whose ready()
  * is a selection under the class thresholds and whose go() is the selection and booking of
  * part 1, then released; side by side with part 1's plain select-and-book (gate_table()).
@@ -30,8 +30,8 @@
  * under valgrind --tool=cachegrind do the same work (instructions and misses per request are
  * steadier than timings on a shared machine); --part keeps one part (both by default). */
 #include "benchutil.h"
-#include "core/busy.h"
-#include "core/classq.h"
+#include "admission/busy.h"
+#include "admission/classq.h"
 #include "router/select.h"
 
 #include <math.h>

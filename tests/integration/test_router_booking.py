@@ -1,7 +1,7 @@
 """admit-router's own booking (src/router/select.h): what it books on dispatch, when it lets
 go, and how the reject thresholds judge it.
 
-On dispatch the router books the request's prompt tokens (lib/core/tokcount, 4 bytes of text a
+On dispatch the router books the request's prompt tokens (lib/admission/tokcount, 4 bytes of text a
 token) as prefill on the chosen worker rank, plus ceil(prompt / block size) decode blocks.
 Prefill is released at the first body byte from the worker (not at its headers), the blocks
 at completion, error, cancel or migration. The thresholds judge each rank on its booked load

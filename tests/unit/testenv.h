@@ -7,7 +7,7 @@
 #ifndef ADMIT_TESTENV_H
 #define ADMIT_TESTENV_H
 
-#include "core/opt.h"
+#include "config/opt.h"
 
 #include <stdarg.h>
 #include <stddef.h>

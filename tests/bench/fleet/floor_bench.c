@@ -2,7 +2,7 @@
  *
  * What the router's intake is measured against (README "1,000 workers"): a reader that does
  * nothing but take the bytes. One TCP connection per publisher speaking nng's SP protocol
- * (an 8-byte header each way, then messages framed by core/spframe), connected once at the
+ * (an 8-byte header each way, then messages framed by wire/spframe), connected once at the
  * start and never again; each message is framed and counted, not decoded, and nothing else
  * runs in the process. Two ways of waiting, each woken every --batch-ms as the router's
  * poller (lib/pubsub/sppoll.c) is:
@@ -29,7 +29,7 @@
  * FILE is fleetpub's: one `http://H:P=tcp://A:P` line per publisher (the part after the last
  * '='). tests/bench/fleet.py runs it beside the router. */
 #include "benchproc.h"
-#include "core/spframe.h"
+#include "wire/spframe.h"
 
 #include <arpa/inet.h>
 #include <errno.h>

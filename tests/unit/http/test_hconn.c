@@ -11,7 +11,7 @@
 #include <stdint.h>
 #include <cmocka.h>
 
-#include "core/netaddr.h"
+#include "util/netaddr.h"
 #include "http/hconn.h"
 #include "../testenv.h"
 

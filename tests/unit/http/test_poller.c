@@ -9,7 +9,7 @@
 #include <stdint.h>
 #include <cmocka.h>
 
-#include "core/netaddr.h"
+#include "util/netaddr.h"
 #include "http/poller.h"
 
 #include <arpa/inet.h>

@@ -12,7 +12,7 @@
 #include <stdint.h>
 #include <cmocka.h>
 
-#include "core/spframe.h"
+#include "wire/spframe.h"
 #include "pubsub/sppub.h"
 
 #include <arpa/inet.h>

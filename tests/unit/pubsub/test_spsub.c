@@ -12,7 +12,7 @@
 #include <cmocka.h>
 
 #include "admit/load.h"
-#include "core/spframe.h"
+#include "wire/spframe.h"
 #include "pubsub/publish.h"
 #include "pubsub/spsub.h"
 #include "pubsub/subscribe.h"

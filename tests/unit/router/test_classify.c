@@ -314,7 +314,7 @@ static void test_run(void **state)
     sel_free(s);
 }
 
-/* admit_has_room is core/busy.h's has_room() over a grid of loads, capacities and
+/* admit_has_room is admission/busy.h's has_room() over a grid of loads, capacities and
  * thresholds, unknowns and boundaries included; NULL thresholds are all unset. */
 static void test_has_room_grid(void **state)
 {
