@@ -27,37 +27,6 @@ const char *metrics_outcome_name(enum outcome o)
     return (o >= 0 && o < OUT__COUNT) ? outcome_names[o] : "unknown";
 }
 
-/* One labelled counter family from an array of values and their label names. */
-static void labelled(struct buf *out, const char *name, const char *type, const char *help,
-                     const char *key, const char *const *names, const uint64_t *vals, size_t n)
-{
-    prom_family(out, name, type, help);
-    for (size_t i = 0; i < n; i++) {
-        struct buf l;
-
-        buf_init(&l);
-        prom_label(&l, key, names[i]);
-        prom_sample(out, name, l.data, (double) vals[i]);
-        buf_free(&l);
-    }
-}
-
-static void single(struct buf *out, const char *name, const char *type, const char *help, double v)
-{
-    prom_family(out, name, type, help);
-    prom_sample(out, name, NULL, v);
-}
-
-static void gauge(struct buf *out, const char *name, const char *help, double v)
-{
-    single(out, name, "gauge", help, v);
-}
-
-static void counter(struct buf *out, const char *name, const char *help, uint64_t v)
-{
-    single(out, name, "counter", help, (double) v);
-}
-
 /* The listeners' families: one sample per listener each. */
 static void listeners(struct buf *out, const struct metrics *m)
 {
@@ -90,8 +59,8 @@ static void listeners(struct buf *out, const struct metrics *m)
 
             v[i] = all[f];
         }
-        labelled(out, fam[f].name, fam[f].type, fam[f].help, "listener", listener_names, v,
-                 LISTENER__COUNT);
+        prom_labelled(out, fam[f].name, fam[f].type, fam[f].help, "listener", listener_names, v,
+                      LISTENER__COUNT);
     }
 }
 
@@ -131,67 +100,68 @@ void metrics_render(const struct metrics_view *v, struct buf *out)
                 "request queue both full, or the queue wait ran out)");
     prom_sample(out, "dynamo_rejection_request_total", NULL,
                 (double) (m->outcomes[OUT_REJECTED] + m->outcomes[OUT_QUEUE_TIMEOUT]));
-    gauge(out, "dynamo_engine_request",
-          "Current number of requests being handled by the engine (--engine-request-limit)",
-          g ? g->slots_used : m->inflight_nocap);
-    gauge(out, "dynamo_request_queue",
-          "Current number of requests waiting for an engine slot, the dispatcher-held one "
-          "included (DYN_DYNAMO_REQUEST_QUEUE_LIMIT)",
-          g ? g->queued : 0);
+    prom_gauge(out, "dynamo_engine_request",
+               "Current number of requests being handled by the engine (--engine-request-limit)",
+               g ? g->slots_used : m->inflight_nocap);
+    prom_gauge(out, "dynamo_request_queue",
+               "Current number of requests waiting for an engine slot, the dispatcher-held one "
+               "included (DYN_DYNAMO_REQUEST_QUEUE_LIMIT)",
+               g ? g->queued : 0);
 
-    gauge(out, "admitd_engine_request_limit", "Configured engine slots N (0 when there is no cap)",
-          g ? g->limit : 0);
-    gauge(out, "admitd_request_queue_limit", "Configured queue limit Q (0 when there is no cap)",
-          g ? g->queue_limit : 0);
-    gauge(out, "admitd_request_queue_held",
-          "Requests held by the dispatcher for the next free slot (0 or 1)", g ? g->held : 0);
-    labelled(out, "admitd_requests_total", "counter",
-             "Finished requests by outcome (each request is counted once)", "outcome",
-             outcome_names, m->outcomes, OUT__COUNT);
-    labelled(out, "admitd_client_cancellations_total", "counter",
-             "Clients that disconnected before their response was complete, by stage", "stage",
-             stage_names, m->cancelled, STAGE__COUNT);
-    labelled(out, "admitd_upstream_errors_total", "counter", "Failures talking to the engine",
-             "kind", uerr_names, m->upstream_errors, UERR__COUNT);
+    prom_gauge(out, "admitd_engine_request_limit",
+               "Configured engine slots N (0 when there is no cap)", g ? g->limit : 0);
+    prom_gauge(out, "admitd_request_queue_limit",
+               "Configured queue limit Q (0 when there is no cap)", g ? g->queue_limit : 0);
+    prom_gauge(out, "admitd_request_queue_held",
+               "Requests held by the dispatcher for the next free slot (0 or 1)", g ? g->held : 0);
+    prom_labelled(out, "admitd_requests_total", "counter",
+                  "Finished requests by outcome (each request is counted once)", "outcome",
+                  outcome_names, m->outcomes, OUT__COUNT);
+    prom_labelled(out, "admitd_client_cancellations_total", "counter",
+                  "Clients that disconnected before their response was complete, by stage", "stage",
+                  stage_names, m->cancelled, STAGE__COUNT);
+    prom_labelled(out, "admitd_upstream_errors_total", "counter", "Failures talking to the engine",
+                  "kind", uerr_names, m->upstream_errors, UERR__COUNT);
     prom_hist_write(out, "admitd_queue_wait_seconds",
                     "Time from arrival to an engine slot, for admitted requests", &m->queue_wait);
-    counter(out, "admitd_bypass_requests_total",
-            "Requests passed to the engine without taking a slot (GET, HEAD, OPTIONS)",
-            m->requests_bypass);
-    gauge(out, "admitd_bypass_requests_in_flight",
-          "Requests passing to the engine without a slot, in flight now", m->inflight_bypass);
-    gauge(out, "admitd_engine_ready", "1 when the last engine health probe succeeded",
-          m->engine_ready ? 1 : 0);
+    prom_counter(out, "admitd_bypass_requests_total",
+                 "Requests passed to the engine without taking a slot (GET, HEAD, OPTIONS)",
+                 m->requests_bypass);
+    prom_gauge(out, "admitd_bypass_requests_in_flight",
+               "Requests passing to the engine without a slot, in flight now", m->inflight_bypass);
+    prom_gauge(out, "admitd_engine_ready", "1 when the last engine health probe succeeded",
+               m->engine_ready ? 1 : 0);
     {
         static const char *const results[] = {"ok", "failed"};
         const uint64_t scrapes[] = {m->scrapes_ok, m->scrapes_failed};
-        labelled(out, "admitd_engine_scrapes_total", "counter",
-                 "Scrapes of the engine's /metrics by result", "result", results, scrapes, 2);
+        prom_labelled(out, "admitd_engine_scrapes_total", "counter",
+                      "Scrapes of the engine's /metrics by result", "result", results, scrapes, 2);
     }
     {
         static const char *const results[] = {"ok", "failed", "too_many"};
-        labelled(out, "admitd_engine_models_scrapes_total", "counter",
-                 "Scrapes of the engine's /v1/models by result (too_many: sent as unknown)",
-                 "result", results, m->models_scrapes, 3);
+        prom_labelled(out, "admitd_engine_models_scrapes_total", "counter",
+                      "Scrapes of the engine's /v1/models by result (too_many: sent as unknown)",
+                      "result", results, m->models_scrapes, 3);
     }
-    counter(out, "admitd_drain_cancelled_total",
-            "Requests ended because --drain-timeout-ms ran out (queued: 503; at the engine: cut)",
-            m->drain_cancelled);
-    counter(out, "admitd_limit_changes_total",
-            "Live changes of N or Q applied (POST /admission, SIGHUP)", m->limit_changes);
+    prom_counter(
+        out, "admitd_drain_cancelled_total",
+        "Requests ended because --drain-timeout-ms ran out (queued: 503; at the engine: cut)",
+        m->drain_cancelled);
+    prom_counter(out, "admitd_limit_changes_total",
+                 "Live changes of N or Q applied (POST /admission, SIGHUP)", m->limit_changes);
     listeners(out, m);
-    counter(out, "admitd_load_messages_total", "Load messages published", m->load_messages);
+    prom_counter(out, "admitd_load_messages_total", "Load messages published", m->load_messages);
     if (m->load_pub_seen) {
-        gauge(out, "admitd_load_subscribers",
-              "Subscribers (routers, monitors) the load publisher sends to now",
-              m->load_subscribers);
-        counter(out, "admitd_load_dropped_total",
-                "Load messages not sent to a subscriber that fell behind (its oldest queued)",
-                m->load_dropped);
-        counter(out, "admitd_load_bad_subscribers_total",
-                "Connections to the load publisher dropped for breaking the SP protocol "
-                "(a wrong header, none in time, data after it)",
-                m->load_bad_peers);
+        prom_gauge(out, "admitd_load_subscribers",
+                   "Subscribers (routers, monitors) the load publisher sends to now",
+                   m->load_subscribers);
+        prom_counter(out, "admitd_load_dropped_total",
+                     "Load messages not sent to a subscriber that fell behind (its oldest queued)",
+                     m->load_dropped);
+        prom_counter(out, "admitd_load_bad_subscribers_total",
+                     "Connections to the load publisher dropped for breaking the SP protocol "
+                     "(a wrong header, none in time, data after it)",
+                     m->load_bad_peers);
     }
     if (v->book != NULL)
         booked(out, v->book);

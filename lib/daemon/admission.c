@@ -5,6 +5,7 @@
 #include "admission/tokcount.h"
 #include "util/xmalloc.h"
 #include "http/proxy.h"
+#include "util/clock.h"
 
 #include <stdlib.h>
 #include <time.h>
@@ -43,22 +44,6 @@ static void changed(struct admission *a)
         a->on_change(a->on_change_arg);
 }
 
-static int64_t mono_ms(void)
-{
-    struct timespec now;
-
-    clock_gettime(CLOCK_MONOTONIC, &now);
-    return (int64_t) now.tv_sec * 1000 + now.tv_nsec / 1000000;
-}
-
-static double seconds_since(const struct timespec *t0)
-{
-    struct timespec now;
-
-    clock_gettime(CLOCK_MONOTONIC, &now);
-    return (double) (now.tv_sec - t0->tv_sec) + (double) (now.tv_nsec - t0->tv_nsec) / 1e9;
-}
-
 int admission_retry_after(struct admission *a)
 {
     struct gate_stats st;
@@ -68,7 +53,7 @@ int admission_retry_after(struct admission *a)
     if (a->gate == NULL)
         return RETRY_AFTER_MIN;
     gate_get_stats(a->gate, &st);
-    return (int) retry_after_estimate(st.queued, ratewin_rate(&a->releases, mono_ms()));
+    return (int) retry_after_estimate(st.queued, ratewin_rate(&a->releases, clock_mono_ms()));
 }
 
 /* A slot for a request: how long it waited goes into the histogram and its reply. One that
@@ -76,7 +61,7 @@ int admission_retry_after(struct admission *a)
  * machine can stretch past the 0.05 ms that would show as 0.1). */
 static void admitted(struct areq *q, int at_once)
 {
-    double waited = at_once ? 0.0 : seconds_since(&q->t_arrive);
+    double waited = at_once ? 0.0 : clock_seconds_since(&q->t_arrive);
 
     pxreq_set_queue_wait(pxreq_of_state(q), waited);
     prom_hist_observe(&q->a->m->queue_wait, waited);
@@ -91,7 +76,7 @@ static void on_begin(void *arg, struct pxreq *x, const struct http_req *r)
 
     q->a = a;
     gate_ticket_init(&q->ticket);
-    clock_gettime(CLOCK_MONOTONIC, &q->t_arrive);
+    clock_mono(&q->t_arrive);
     if (http_method_is_safe(r->method)) {
         q->kind = AK_BYPASS;
         a->m->requests_bypass++;
@@ -193,7 +178,7 @@ static void on_finish(void *arg, struct pxreq *x, enum outcome o)
         break;
     case AK_GATED:
         if (gate_ticket_state(&q->ticket) == GATE_SLOT)
-            ratewin_add(&a->releases, mono_ms());
+            ratewin_add(&a->releases, clock_mono_ms());
         gate_leave(a->gate, &q->ticket); /* may start the next waiter right here */
         break;
     }

@@ -9,6 +9,7 @@
 #include "http/hconn.h"
 #include "http/proxy_impl.h"
 #include "http/upstream.h"
+#include "util/clock.h"
 
 #include <event2/event.h>
 #include <stdio.h>
@@ -42,25 +43,20 @@ void px_unhold(struct pxreq *x)
     }
 }
 
-static double ms_between(const struct timespec *a, const struct timespec *b)
-{
-    return (double) (b->tv_sec - a->tv_sec) * 1e3 + (double) (b->tv_nsec - a->tv_nsec) / 1e6;
-}
-
 /* One line per finished request, in logfmt (key=value). */
 static void access_log(struct pxreq *x, enum outcome o)
 {
     struct timespec now;
     char ttfb[32] = "-";
 
-    clock_gettime(CLOCK_MONOTONIC, &now);
+    clock_mono(&now);
     if (x->got_body)
-        snprintf(ttfb, sizeof ttfb, "%.1f", ms_between(&x->t_arrive, &x->t_first));
+        snprintf(ttfb, sizeof ttfb, "%.1f", 1e3 * clock_seconds_between(&x->t_arrive, &x->t_first));
     log_info("access method=%s path=%.200s status=%d outcome=%s queue_ms=%.1f ttfb_ms=%s "
              "ms=%.1f bytes=%llu",
              x->req.method == HTTP_OTHER ? "?" : http_method_name(x->req.method),
              x->req.target[0] ? x->req.target : "-", x->status, metrics_outcome_name(o),
-             x->queue_wait_s * 1000.0, ttfb, ms_between(&x->t_arrive, &now),
+             x->queue_wait_s * 1000.0, ttfb, 1e3 * clock_seconds_between(&x->t_arrive, &now),
              (unsigned long long) x->bytes);
 }
 
@@ -311,7 +307,7 @@ static void on_request(void *arg, struct hconn *c, const struct http_req *r)
     x->c = c;
     x->req = *r;
     hc_set_owner(c, x);
-    clock_gettime(CLOCK_MONOTONIC, &x->t_arrive);
+    clock_mono(&x->t_arrive);
     TAILQ_INSERT_TAIL(&px->live, x, link);
     px->nlive++;
 

@@ -7,6 +7,7 @@
 #include "http/hconn.h"
 #include "http/proxy_impl.h"
 #include "http/upstream.h"
+#include "util/clock.h"
 
 #include <errno.h>
 #include <stdio.h>
@@ -257,7 +258,7 @@ static void tell_output(struct pxreq *x, const char *data, long dlen)
 
     if (first) {
         x->got_body = 1;
-        clock_gettime(CLOCK_MONOTONIC, &x->t_first);
+        clock_mono(&x->t_first);
     }
     x->bytes += (uint64_t) dlen;
     if (x->count_tokens)

@@ -5,6 +5,7 @@
 #include "util/xmalloc.h"
 #include "pubsub/nngclose.h"
 #include "pubsub/sppub.h"
+#include "util/clock.h"
 
 #include <event2/event.h>
 #include <nng/nng.h>
@@ -62,28 +63,12 @@ static int send_msg(struct publisher *p, const char *buf, size_t len)
     return (rv);
 }
 
-static int64_t mono_us(void)
-{
-    struct timespec ts;
-
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (int64_t) ts.tv_sec * 1000000 + ts.tv_nsec / 1000;
-}
-
-static int64_t wall_ms(void)
-{
-    struct timeval tv;
-
-    gettimeofday(&tv, NULL);
-    return (int64_t) tv.tv_sec * 1000 + tv.tv_usec / 1000;
-}
-
 /* Sends the ranks that changed since last time, or all of them. */
 static void publish(struct publisher *p, int all)
 {
     struct admit_load msgs[PUB_MAX_RANKS];
     unsigned n = 0;
-    int64_t now = wall_ms();
+    int64_t now = clock_wall_ms();
     char buf[ADMIT_LOAD_MSG_MAX];
 
     p->fill(p->arg, msgs, &n);
@@ -121,7 +106,7 @@ static void on_coalesce(evutil_socket_t fd, short what, void *arg)
 
     (void) fd;
     (void) what;
-    p->last_us = mono_us();
+    p->last_us = clock_mono_us();
     publish(p, 0);
 }
 
@@ -201,7 +186,7 @@ void pub_changed(struct publisher *p)
 
     if (p == NULL || evtimer_pending(p->coalesce, NULL))
         return;
-    now = mono_us();
+    now = clock_mono_us();
     since = now - p->last_us;
     if (since >= COALESCE_US) {
         p->last_us = now;

@@ -49,6 +49,39 @@ void prom_sample(struct buf *b, const char *name, const char *labels, double val
     buf_append(b, "\n", 1);
 }
 
+void prom_sample1(struct buf *b, const char *name, const char *key, const char *value, double v)
+{
+    buf_printf(b, "%s{%s=\"", name, key);
+    put_escaped(b, value, 1);
+    buf_puts(b, "\"} ");
+    put_value(b, v);
+    buf_append(b, "\n", 1);
+}
+
+void prom_single(struct buf *b, const char *name, const char *type, const char *help, double v)
+{
+    prom_family(b, name, type, help);
+    prom_sample(b, name, NULL, v);
+}
+
+void prom_counter(struct buf *b, const char *name, const char *help, uint64_t v)
+{
+    prom_single(b, name, "counter", help, (double) v);
+}
+
+void prom_gauge(struct buf *b, const char *name, const char *help, double v)
+{
+    prom_single(b, name, "gauge", help, v);
+}
+
+void prom_labelled(struct buf *b, const char *name, const char *type, const char *help,
+                   const char *key, const char *const *names, const uint64_t *vals, size_t n)
+{
+    prom_family(b, name, type, help);
+    for (size_t i = 0; i < n; i++)
+        prom_sample1(b, name, key, names[i], (double) vals[i]);
+}
+
 void prom_label(struct buf *labels, const char *key, const char *value)
 {
     if (labels->len > 0)

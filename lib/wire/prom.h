@@ -29,6 +29,17 @@ struct prom_hist {
 void prom_family(struct buf *b, const char *name, const char *type, const char *help);
 /** writes one sample; labels is NULL or a pre-rendered `k="v",k2="v2"` list */
 void prom_sample(struct buf *b, const char *name, const char *labels, double value);
+/** writes one sample with a single label, `name{key="value"} v` (the value escaped) */
+void prom_sample1(struct buf *b, const char *name, const char *key, const char *value, double v);
+/** writes a family of one unlabelled sample */
+void prom_single(struct buf *b, const char *name, const char *type, const char *help, double v);
+/** writes a counter family of one unlabelled sample */
+void prom_counter(struct buf *b, const char *name, const char *help, uint64_t v);
+/** writes a gauge family of one unlabelled sample */
+void prom_gauge(struct buf *b, const char *name, const char *help, double v);
+/** writes a family whose n samples differ by one label: key=names[i], value vals[i] */
+void prom_labelled(struct buf *b, const char *name, const char *type, const char *help,
+                   const char *key, const char *const *names, const uint64_t *vals, size_t n);
 /** appends `key="value"` (escaped) to a label list, with a comma if it is not empty */
 void prom_label(struct buf *labels, const char *key, const char *value);
 /** initialises a histogram with the given bucket bounds (at most PROM_HIST_MAX_BUCKETS) */

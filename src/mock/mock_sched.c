@@ -24,6 +24,7 @@
 #include "util/buf.h"
 #include "http/cwatch.h"
 #include "util/xmalloc.h"
+#include "util/clock.h"
 
 #include <event2/buffer.h>
 #include <event2/bufferevent.h>
@@ -119,20 +120,12 @@ static void mreq_free(struct mreq *m)
     free(m);
 }
 
-static uint64_t mono_us(void)
-{
-    struct timespec ts;
-
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (uint64_t) ts.tv_sec * 1000000 + (uint64_t) ts.tv_nsec / 1000;
-}
-
 /* Arms the timer ms after the previous deadline, or after now when restart is set. Counting
  * from the deadline keeps timer latency (epoll rounds up to whole ms) from adding up over
  * thousands of tokens; a deadline already past fires at once but builds no further debt. */
 static void mreq_arm(struct mreq *m, double ms, int restart)
 {
-    uint64_t now = mono_us(), due, delay;
+    uint64_t now = (uint64_t) clock_mono_us(), due, delay;
     struct timeval tv;
 
     if (!(ms > 0))

@@ -6,6 +6,7 @@
 #include "util/log.h"
 #include "wire/prom.h"
 #include "util/xmalloc.h"
+#include "util/clock.h"
 
 #include <event2/dns.h>
 #include <event2/event.h>
@@ -50,14 +51,6 @@ struct discover {
     struct wlist file;  /* the workers file's workers, as last applied */
     uint64_t reloads_ok, reloads_failed;
 };
-
-static int64_t now_ms(void)
-{
-    struct timespec ts;
-
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (int64_t) ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
 
 /* ---- applying a source's new list -------------------------------------------------------- */
 
@@ -122,7 +115,7 @@ int discover_reload_file(struct discover *d)
  * the reason changes, and else at most every DNS_LOG_EVERY_MS. */
 static void bad_lookup(struct dname *n, const char *why)
 {
-    int64_t now = now_ms();
+    int64_t now = clock_mono_ms();
 
     if (n->bad++ == 0 || strcmp(n->why, why) != 0 || now - n->logged_ms >= DNS_LOG_EVERY_MS) {
         snprintf(n->why, sizeof n->why, "%s", why);
@@ -437,13 +430,12 @@ void discover_render_metrics(struct discover *d, struct buf *out)
         prom_family(out, "admit_router_workers_file_reloads_total", "counter",
                     "Readings of the workers file on SIGHUP, by result (failed: the workers "
                     "stayed as they were)");
-        prom_sample(out, "admit_router_workers_file_reloads_total{result=\"ok\"}", NULL,
-                    (double) d->reloads_ok);
-        prom_sample(out, "admit_router_workers_file_reloads_total{result=\"failed\"}", NULL,
-                    (double) d->reloads_failed);
-        prom_family(out, "admit_router_workers_file_workers", "gauge",
-                    "Workers the workers file gives now (as last applied)");
-        prom_sample(out, "admit_router_workers_file_workers", NULL, (double) d->file.n);
+        prom_sample1(out, "admit_router_workers_file_reloads_total", "result", "ok",
+                     (double) d->reloads_ok);
+        prom_sample1(out, "admit_router_workers_file_reloads_total", "result", "failed",
+                     (double) d->reloads_failed);
+        prom_gauge(out, "admit_router_workers_file_workers",
+                   "Workers the workers file gives now (as last applied)", (double) d->file.n);
     }
 }
 

@@ -12,6 +12,7 @@
 #include "http/proxy.h"
 #include "http/upstream.h"
 #include "pubsub/subscribe.h"
+#include "util/clock.h"
 
 #include <event2/dns.h>
 #include <event2/event.h>
@@ -23,14 +24,6 @@
 
 /* A worker marked overloaded by its own 529 is skipped this long (or until it speaks). */
 #define OVERLOAD_MARK_MS 1000
-
-int64_t router_now_ms(void)
-{
-    struct timespec ts;
-
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (int64_t) ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
 
 /* ---- workers that exchanges hold -------------------------------------------------------- */
 
@@ -299,7 +292,7 @@ static struct upstream *pick(void *arg, struct pxreq *x, const struct http_req *
         tp = &t;
     }
     elig = rm_eligible(r, q); /* the workers that take its model; NULL: any */
-    switch (sel_pick_in(r->sel, router_now_ms(), q->tokens, tp,
+    switch (sel_pick_in(r->sel, clock_mono_ms(), q->tokens, tp,
                         exclude != NULL ? index_of(r, exclude) : -1, q->pinned, elig, &w, &rank)) {
     case SEL_OK:
         if (!q->bypass)
@@ -334,7 +327,7 @@ static void overloaded(void *arg, struct upstream *up)
 
     if (k < 0)
         return;
-    sel_mark_overloaded(r->sel, k, router_now_ms() + OVERLOAD_MARK_MS);
+    sel_mark_overloaded(r->sel, k, clock_mono_ms() + OVERLOAD_MARK_MS);
     log_info("worker %s answered overloaded: skipped for %d ms", r->w[k]->proxy_url,
              OVERLOAD_MARK_MS);
 }
@@ -589,7 +582,7 @@ void router_add_model(struct router *r, const char *model)
 unsigned router_routable(struct router *r)
 {
     unsigned n = 0;
-    int64_t now = router_now_ms();
+    int64_t now = clock_mono_ms();
 
     for (size_t k = 0; k < r->n; k++)
         n += (unsigned) sel_routable(r->sel, (int) k, now);

@@ -118,8 +118,6 @@ struct router {
     struct event *kick; /* a dispatch asked for from inside a relay: run from the loop */
 };
 
-/** the monotonic clock in ms, as selection sees it */
-int64_t router_now_ms(void);
 /** reads a request's prompt tokens, model and pin into q, once per exchange */
 void router_read_request(struct router *r, struct rreq *q, const struct http_req *req);
 

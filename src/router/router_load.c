@@ -12,6 +12,7 @@
 #include "wire/prom.h"
 #include "http/upstream.h"
 #include "pubsub/subscribe.h"
+#include "util/clock.h"
 
 #include <stdio.h>
 #include <string.h>
@@ -43,7 +44,7 @@ static void stats_add(struct spsub_stats *sum, const struct spsub_stats *add)
  * and its next message must claim it again. 0 when w may, -1 when it may not. */
 static int claim(struct router *r, struct rworker *w, const char *id)
 {
-    int64_t now = router_now_ms();
+    int64_t now = clock_mono_ms();
 
     for (size_t k = 0; k < r->n; k++) {
         struct rworker *o = r->w[k];
@@ -135,7 +136,7 @@ static void on_message(void *arg, const void *msg, size_t len)
         log_info("worker %s: its host name is looked up; routable from now on", w->proxy_url);
         w->unresolved_said = 0;
     }
-    w->last_ms = router_now_ms();
+    w->last_ms = clock_mono_ms();
     if (strcmp(w->worker_id, m.worker_id) != 0)
         snprintf(w->worker_id, sizeof w->worker_id, "%s", m.worker_id);
     sel_message(w->r->sel, w->idx, &m, w->last_ms);
@@ -172,12 +173,6 @@ void rl_unsubscribe(struct router *r, struct rworker *w)
     w->sub = NULL;
 }
 
-static void counter(struct buf *out, const char *name, const char *help, uint64_t v)
-{
-    prom_family(out, name, "counter", help);
-    prom_sample(out, name, NULL, (double) v);
-}
-
 /* The load messages' intake: every worker's subscriber, and those of the workers retired
  * since the start, so that the counters never go down. */
 void rl_render_metrics(struct router *r, struct buf *out)
@@ -198,14 +193,15 @@ void rl_render_metrics(struct router *r, struct buf *out)
         sp += (unsigned) sub_is_sp(r->w[k]->sub);
         nng += (unsigned) !sub_is_sp(r->w[k]->sub);
     }
-    counter(out, "admit_router_load_messages_total",
-            "Load messages received from the workers' publishers (their topic's, before decoding)",
-            t.messages);
-    counter(out, "admit_router_load_bytes_total", "Bytes of those messages", t.bytes);
-    counter(out, "admit_router_load_connects_total",
-            "Sessions opened with a publisher (our reader's; nng's are not seen)", t.sessions);
-    counter(out, "admit_router_load_reconnects_total",
-            "Connection attempts to a publisher after the first (our reader's)", t.reconnects);
+    prom_counter(
+        out, "admit_router_load_messages_total",
+        "Load messages received from the workers' publishers (their topic's, before decoding)",
+        t.messages);
+    prom_counter(out, "admit_router_load_bytes_total", "Bytes of those messages", t.bytes);
+    prom_counter(out, "admit_router_load_connects_total",
+                 "Sessions opened with a publisher (our reader's; nng's are not seen)", t.sessions);
+    prom_counter(out, "admit_router_load_reconnects_total",
+                 "Connection attempts to a publisher after the first (our reader's)", t.reconnects);
     refused[0] = t.oversized;
     refused[1] = t.bad_headers;
     refused[2] = t.timeouts;
@@ -213,23 +209,18 @@ void rl_render_metrics(struct router *r, struct buf *out)
     refused[4] = t.filtered;
     refused[5] = r->load_bad_id;
     refused[6] = r->load_id_taken;
-    prom_family(out, "admit_router_load_refused_total", "counter",
-                "Load messages or connections refused, by reason (oversized: a message over "
-                "2048 bytes, bad_header: not an SP PUB0 peer, timeout: connect or handshake "
-                "over 10 s, all three dropping the connection; invalid: a message that does not "
-                "decode; other_topic: a message of another topic; bad_worker_id: a worker_id "
-                "admitd would not take; worker_id_taken: a worker_id another live worker holds)");
-    for (size_t i = 0; i < sizeof reasons / sizeof *reasons; i++) {
-        char name[96];
-
-        snprintf(name, sizeof name, "admit_router_load_refused_total{reason=\"%s\"}", reasons[i]);
-        prom_sample(out, name, NULL, (double) refused[i]);
-    }
+    prom_labelled(out, "admit_router_load_refused_total", "counter",
+                  "Load messages or connections refused, by reason (oversized: a message over "
+                  "2048 bytes, bad_header: not an SP PUB0 peer, timeout: connect or handshake "
+                  "over 10 s, all three dropping the connection; invalid: a message that does not "
+                  "decode; other_topic: a message of another topic; bad_worker_id: a worker_id "
+                  "admitd would not take; worker_id_taken: a worker_id another live worker holds)",
+                  "reason", reasons, refused, sizeof reasons / sizeof *reasons);
     prom_family(out, "admit_router_load_subscribers", "gauge",
                 "Workers followed, by reader (spsub: our own, on the loop; nng: nng's SUB)");
-    prom_sample(out, "admit_router_load_subscribers{via=\"spsub\"}", NULL, sp);
-    prom_sample(out, "admit_router_load_subscribers{via=\"nng\"}", NULL, nng);
-    prom_family(out, "admit_router_load_connected", "gauge",
-                "Workers whose publisher our reader is connected to now (nng's are not seen)");
-    prom_sample(out, "admit_router_load_connected", NULL, t.connected);
+    prom_sample1(out, "admit_router_load_subscribers", "via", "spsub", sp);
+    prom_sample1(out, "admit_router_load_subscribers", "via", "nng", nng);
+    prom_gauge(out, "admit_router_load_connected",
+               "Workers whose publisher our reader is connected to now (nng's are not seen)",
+               t.connected);
 }

@@ -24,6 +24,7 @@
 #include "util/log.h"
 #include "util/ratewin.h"
 #include "util/xmalloc.h"
+#include "util/clock.h"
 
 #include <event2/event.h>
 #include <stdio.h>
@@ -47,14 +48,6 @@ static const struct rclass *class_def(const struct router *r, int cls)
     return &r->cfg->classes.c[cls];
 }
 
-static double seconds_since(const struct timespec *t0)
-{
-    struct timespec now;
-
-    clock_gettime(CLOCK_MONOTONIC, &now);
-    return (double) (now.tv_sec - t0->tv_sec) + (double) (now.tv_nsec - t0->tv_nsec) / 1e9;
-}
-
 /* May a request of class cls with this prompt go now? Only "every candidate is busy under the
  * class's thresholds" holds it: with no worker alive it goes on, and selection answers 503. */
 static int class_has_room(struct router *r, int cls, const struct rreq *q)
@@ -63,7 +56,7 @@ static int class_has_room(struct router *r, int cls, const struct rreq *q)
 
     if (!busy_thresholds_any(t))
         return 1;
-    return sel_gate_in(r->sel, router_now_ms(), q->tokens, t, q->pinned >= 0 ? q->pinned : -1,
+    return sel_gate_in(r->sel, clock_mono_ms(), q->tokens, t, q->pinned >= 0 ? q->pinned : -1,
                        rm_eligible(r, q)) != SEL_ALL_BUSY;
 }
 
@@ -157,7 +150,7 @@ static void go_unclassed(struct rreq *q)
     struct pxreq *x = pxreq_of_state(q);
 
     q->cls = -1;
-    pxreq_set_queue_wait(x, seconds_since(&q->t_enq));
+    pxreq_set_queue_wait(x, clock_seconds_since(&q->t_enq));
     proxy_forward(x);
 }
 
@@ -247,7 +240,7 @@ static int classify(struct router *r, const struct rreq *q, const struct http_re
     if (r->classifier == NULL)
         return builtin;
     bt_registry_get(r->bt, q->model, &reject);
-    classify_init(&c, &r->view, &facts, builtin, &reject, router_now_ms());
+    classify_init(&c, &r->view, &facts, builtin, &reject, clock_mono_ms());
     k = classify_run(&c, r->classifier, NULL);
     return k >= 0 ? k : builtin;
 }
@@ -282,7 +275,7 @@ enum px_verdict rq_arrive(struct router *r, struct pxreq *x, struct rreq *q,
                            "class-queue-full", OUT_REJECTED);
         return PX_ANSWERED;
     }
-    clock_gettime(CLOCK_MONOTONIC, &q->t_enq);
+    clock_mono(&q->t_enq);
     if (d->queue_timeout_ms > 0)
         proxy_wait_deadline(x, d->queue_timeout_ms);
     arm_tick(r);
@@ -323,7 +316,7 @@ static void go(void *arg, struct classq_entry *e)
 {
     struct router *r = arg;
     struct rreq *q = rreq_of(e);
-    double waited = seconds_since(&q->t_enq);
+    double waited = clock_seconds_since(&q->t_enq);
     struct pxreq *x = pxreq_of_state(q);
 
     r->qc[q->cls].dispatched++;

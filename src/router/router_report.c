@@ -5,6 +5,7 @@
 #include "router.h"
 #include "router_impl.h"
 #include "wire/prom.h"
+#include "util/clock.h"
 
 #include <jansson.h>
 #include <stdio.h>
@@ -81,7 +82,7 @@ void router_render_metrics(struct router *r, struct buf *out)
 {
     struct busy_thresholds t;
     unsigned routable_n = 0, busy_n = 0, active_n = 0, retired_n = 0;
-    int64_t now = router_now_ms();
+    int64_t now = clock_mono_ms();
     static const char *const change_names[] = {"added",   "revived", "retired",
                                                "removed", "lost",    "back"};
     const uint64_t changes[] = {r->added, r->revived, r->retired, r->removed, r->lost, r->back};
@@ -102,12 +103,12 @@ void router_render_metrics(struct router *r, struct buf *out)
     prom_family(out, "admit_router_rejections_total", "counter",
                 "Requests the router answered itself, by reason (all_busy: overload status; "
                 "no_worker: 503; model_not_found: 404, a model no worker serves)");
-    prom_sample(out, "admit_router_rejections_total{reason=\"all_busy\"}", NULL,
-                (double) r->rejected_all_busy);
-    prom_sample(out, "admit_router_rejections_total{reason=\"no_worker\"}", NULL,
-                (double) r->rejected_no_worker);
-    prom_sample(out, "admit_router_rejections_total{reason=\"model_not_found\"}", NULL,
-                (double) r->rejected_unknown_model);
+    prom_sample1(out, "admit_router_rejections_total", "reason", "all_busy",
+                 (double) r->rejected_all_busy);
+    prom_sample1(out, "admit_router_rejections_total", "reason", "no_worker",
+                 (double) r->rejected_no_worker);
+    prom_sample1(out, "admit_router_rejections_total", "reason", "model_not_found",
+                 (double) r->rejected_unknown_model);
     rank_gauge(out, r, &t, "dynamo_frontend_worker_active_decode_blocks",
                "Active KV cache decode blocks per worker", RF_PUB_DECODE, 1);
     rank_gauge(out, r, &t, "dynamo_frontend_worker_active_prefill_tokens",
@@ -130,22 +131,16 @@ void router_render_metrics(struct router *r, struct buf *out)
                 "Workers by state (configured: named by a source now; routable: of those, "
                 "alive and not skipped; busy: routable but with no room under the default "
                 "thresholds; retired: no longer named, requests still in flight there)");
-    prom_sample(out, "admit_router_workers{state=\"configured\"}", NULL, active_n);
-    prom_sample(out, "admit_router_workers{state=\"routable\"}", NULL, routable_n);
-    prom_sample(out, "admit_router_workers{state=\"busy\"}", NULL, busy_n);
-    prom_sample(out, "admit_router_workers{state=\"retired\"}", NULL, retired_n);
-    prom_family(out, "admit_router_worker_changes_total", "counter",
-                "Workers that came and went (added, revived: named again while retired, "
-                "retired, removed: a retired worker's last request ended; lost: its publisher's "
-                "connection ended or its engine refused a connection, back: it published "
-                "again)");
-    for (size_t i = 0; i < sizeof changes / sizeof *changes; i++) {
-        char name[96];
-
-        snprintf(name, sizeof name, "admit_router_worker_changes_total{change=\"%s\"}",
-                 change_names[i]);
-        prom_sample(out, name, NULL, (double) changes[i]);
-    }
+    prom_sample1(out, "admit_router_workers", "state", "configured", active_n);
+    prom_sample1(out, "admit_router_workers", "state", "routable", routable_n);
+    prom_sample1(out, "admit_router_workers", "state", "busy", busy_n);
+    prom_sample1(out, "admit_router_workers", "state", "retired", retired_n);
+    prom_labelled(out, "admit_router_worker_changes_total", "counter",
+                  "Workers that came and went (added, revived: named again while retired, "
+                  "retired, removed: a retired worker's last request ended; lost: its publisher's "
+                  "connection ended or its engine refused a connection, back: it published "
+                  "again)",
+                  "change", change_names, changes, sizeof changes / sizeof *changes);
     rl_render_metrics(r, out);
     rq_render_metrics(r, out);
 }
@@ -214,7 +209,7 @@ static void render_models(struct buf *out, const struct admit_load_models *l)
 void router_render_workers(struct router *r, struct buf *out)
 {
     struct busy_thresholds t;
-    int64_t now = router_now_ms();
+    int64_t now = clock_mono_ms();
     int first = 1;
 
     bt_registry_get(r->bt, "", &t);

@@ -8,6 +8,7 @@
 #include "util/log.h"
 #include "pubsub/feed.h"
 #include "top.h"
+#include "util/clock.h"
 
 #include <errno.h>
 #include <getopt.h>
@@ -28,23 +29,6 @@ static void on_signal(int sig)
     stop = 1;
 }
 
-static int64_t now_ms(void)
-{
-    struct timeval tv;
-
-    gettimeofday(&tv, NULL);
-    return (int64_t) tv.tv_sec * 1000 + tv.tv_usec / 1000;
-}
-
-/* Receive stamps for --stamp: the clock Python's time.monotonic() reads too. */
-static int64_t mono_us(void)
-{
-    struct timespec ts;
-
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (int64_t) ts.tv_sec * 1000000 + ts.tv_nsec / 1000;
-}
-
 /* What a received message updates: one JSON line or the table. */
 struct sink {
     int json, stamp, bad;
@@ -55,7 +39,7 @@ struct sink {
 static void on_message(void *arg, const void *msg, size_t len)
 {
     struct sink *k = arg;
-    int64_t recv_us = mono_us(); /* first, so decoding does not count in the stamp */
+    int64_t recv_us = clock_mono_us(); /* first, so decoding does not count in the stamp */
     struct admit_load m;
     char err[256];
 
@@ -73,7 +57,7 @@ static void on_message(void *arg, const void *msg, size_t len)
         if (k->count > 0 && ++k->got >= k->count)
             stop = 1;
     } else {
-        admit_loadtab_update(k->tab, &m, now_ms());
+        admit_loadtab_update(k->tab, &m, clock_wall_ms());
     }
 }
 
@@ -226,7 +210,7 @@ int main(int argc, char **argv)
     signal(SIGTERM, on_signal);
     sink = (struct sink){.json = json, .stamp = stamp, .count = count};
     sink.tab = admit_loadtab_new((unsigned) missed);
-    next_draw = now_ms() + refresh;
+    next_draw = clock_wall_ms() + refresh;
     while (!stop) {
         /* A bounded wait that a signal cuts short (see feed.h), then at most one message. */
         if (feed_wait(feed, 100) < 0)
@@ -235,11 +219,11 @@ int main(int argc, char **argv)
             fprintf(stderr, "admit-top: %s\n", err);
             break;
         }
-        if (!json && now_ms() >= next_draw) {
+        if (!json && clock_wall_ms() >= next_draw) {
             struct buf b;
 
             buf_init(&b);
-            top_render(sink.tab, now_ms(), &th, &b);
+            top_render(sink.tab, clock_wall_ms(), &th, &b);
             /* Clear the screen only on a terminal, so output can be piped and read. */
             fputs(isatty(1) ? "\033[H\033[2J" : "\n", stdout);
             fputs(b.data, stdout);

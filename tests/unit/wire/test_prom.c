@@ -37,6 +37,28 @@ static void test_family_and_samples(void **state)
     buf_free(&l);
 }
 
+/* The one-label helpers escape the value as prom_label does: a worker or reason name with a
+ * quote in it cannot break the exposition. */
+static void test_one_label_helpers(void **state)
+{
+    static const char *const names[] = {"ok", "a\"b"};
+    static const uint64_t vals[] = {7, 2};
+    struct buf b;
+
+    (void) state;
+    buf_init(&b);
+    prom_sample1(&b, "s", "k", "x\\y\"z\n", 1.5);
+    prom_labelled(&b, "t_total", "counter", "Help", "r", names, vals, 2);
+    prom_counter(&b, "c_total", "C", 9);
+    prom_gauge(&b, "g", "G", -1);
+    assert_string_equal(b.data, "s{k=\"x\\\\y\\\"z\\n\"} 1.5\n"
+                                "# HELP t_total Help\n# TYPE t_total counter\n"
+                                "t_total{r=\"ok\"} 7\nt_total{r=\"a\\\"b\"} 2\n"
+                                "# HELP c_total C\n# TYPE c_total counter\nc_total 9\n"
+                                "# HELP g G\n# TYPE g gauge\ng -1\n");
+    buf_free(&b);
+}
+
 static void test_histogram_is_cumulative(void **state)
 {
     static const double bounds[] = {0.1, 1};
@@ -142,6 +164,7 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_family_and_samples),
+        cmocka_unit_test(test_one_label_helpers),
         cmocka_unit_test(test_histogram_is_cumulative),
         cmocka_unit_test(test_metrics_render_dynamo_names),
     };
