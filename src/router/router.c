@@ -409,7 +409,7 @@ struct router *router_new(struct event_base *base, struct proxy *px, struct metr
     r->m = m;
     r->cfg = cfg;
     r->bt = bt_registry_new(&cfg->t);
-    r->models = rmodels_new();
+    r->models = mtab_new();
     rm_init(r);
     r->sel = sel_new(cfg->missed_heartbeats ? cfg->missed_heartbeats : 3,
                      cfg->kv_block_size ? cfg->kv_block_size : 16);
@@ -426,7 +426,7 @@ struct router *router_new(struct event_base *base, struct proxy *px, struct metr
             rq_free(r);
             event_free(r->reap);
             sel_free(r->sel);
-            rmodels_free(r->models);
+            mtab_free(r->models);
             bt_registry_free(r->bt);
             free(r);
             return NULL;
@@ -522,7 +522,7 @@ int router_add_worker(struct router *r, const char *proxy_url, const char *pub_u
         struct admit_load_models unknown;
 
         admit_load_models_unknown(&unknown);
-        rmodels_set(r->models, w->idx, &unknown);
+        mtab_set(r->models, w->idx, &unknown);
     }
     /* A name is looked up on the loop without waiting: a worker added on SIGHUP, or one whose
      * lookup failed, must not stop every other request while a DNS server is slow. */
@@ -554,7 +554,7 @@ int router_retire_worker(struct router *r, const char *proxy_url)
         return 0; /* another source still names it */
     w->state = RW_RETIRED;
     sel_retire(r->sel, w->idx);
-    rmodels_drop(r->models, w->idx); /* it serves nothing now: a model only it had gets 404 */
+    mtab_drop(r->models, w->idx); /* it serves nothing now: a model only it had gets 404 */
     rl_unsubscribe(r, w);
     r->retired++;
     log_info("worker %s retired: no new request goes there, %u in flight finish", w->proxy_url,
@@ -612,7 +612,7 @@ void router_free(struct router *r)
         dns_left_at_exit = r->dns;
     rq_free(r);
     sel_free(r->sel);
-    rmodels_free(r->models);
+    mtab_free(r->models);
     bt_registry_free(r->bt);
     free(r);
 }

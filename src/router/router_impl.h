@@ -14,7 +14,7 @@
 #include "wire/prom.h"
 #include "http/httpreq.h"
 #include "http/proxy.h"
-#include "models.h"
+#include "model_table.h"
 #include "pubsub/spsub.h"
 #include "select.h"
 
@@ -90,7 +90,7 @@ struct router {
     struct evdns_base *dns;       /* the workers' host names' resolver, made for the first */
     struct bt_registry *bt;
     struct sel *sel;
-    struct rmodels *models; /* which workers serve which model (router_models.c) */
+    struct model_table *models; /* which workers serve which model (router_models.c) */
     struct rworker **w;
     size_t n;
     struct reject_key rejects[ROUTER_MAX_REJECT_KEYS];

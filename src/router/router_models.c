@@ -44,7 +44,7 @@ static void unserved(void *arg, const char *name)
 
 void rm_init(struct router *r)
 {
-    rmodels_set_hooks(r->models, served, unserved, r);
+    mtab_set_hooks(r->models, served, unserved, r);
 }
 
 void rm_message(struct router *r, int idx, const struct admit_load *m)
@@ -52,8 +52,8 @@ void rm_message(struct router *r, int idx, const struct admit_load *m)
     char names[256];
     size_t k = 0;
 
-    rmodels_reserve(r->models, sel_workers(r->sel));
-    if (!rmodels_set(r->models, idx, &m->models))
+    mtab_reserve(r->models, sel_workers(r->sel));
+    if (!mtab_set(r->models, idx, &m->models))
         return; /* the same list as before: nearly every message */
     if (m->models.n < 0) {
         log_info("worker %s: its models are unknown: it takes requests for any model",
@@ -75,8 +75,8 @@ const uint64_t *rm_eligible(struct router *r, const struct rreq *q)
     if (q->pinned >= 0 || q->model[0] == '\0')
         return NULL;
     /* Workers added since the last message (none heard yet: they take any model). */
-    rmodels_reserve(r->models, sel_workers(r->sel));
-    rmodels_eligible(r->models, q->model, &e);
+    mtab_reserve(r->models, sel_workers(r->sel));
+    mtab_eligible(r->models, q->model, &e);
     return e;
 }
 
@@ -92,8 +92,8 @@ int rm_refuse(struct router *r, struct pxreq *x, struct rreq *q, const struct ht
     router_read_request(r, q, req);
     if (q->pinned != -1 || q->model[0] == '\0')
         return 0; /* pinned: the pin decides (an unknown name is selection's 503) */
-    rmodels_reserve(r->models, sel_workers(r->sel));
-    if (rmodels_eligible(r->models, q->model, &e) != RMODELS_NONE)
+    mtab_reserve(r->models, sel_workers(r->sel));
+    if (mtab_eligible(r->models, q->model, &e) != MTAB_NONE)
         return 0;
     r->rejected_unknown_model++;
     /* vLLM's own answer for a model it does not serve, so that clients see one shape. */

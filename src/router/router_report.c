@@ -237,7 +237,7 @@ void router_render_workers(struct router *r, struct buf *out)
             buf_printf(out, "%lld", (long long) (now - w->last_ms));
         else
             buf_puts(out, "null");
-        render_models(out, rmodels_list(r->models, w->idx));
+        render_models(out, mtab_list(r->models, w->idx));
         buf_puts(out, ",\"ranks\":[");
         for (unsigned i = 0; i < sel_ranks(r->sel, (int) k); i++) {
             struct sel_rank_view v;

@@ -6,7 +6,7 @@
  * are mostly eligible, over published and booked load that is random but fixed, so the pass
  * does the monitor's skip and the projection's checks for real. A third column ("model")
  * is "on" for a request whose model three workers in four serve: sel_pick_in with a bitset,
- * as admit-router passes it (src/router/models.h); off and on pass none, as for a request
+ * as admit-router passes it (src/router/model_table.h); off and on pass none, as for a request
  * without a model or one every worker takes. Rounds alternate off, on, off,
  * on... on one pinned core so drift falls on both alike; the table gives medians.
  *

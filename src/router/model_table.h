@@ -1,4 +1,5 @@
-/* models: which workers serve which model, from the `models` lists of their load messages.
+/* model_table: which workers serve which model, from the `models` lists of their load
+ * messages (the engines' /v1/models, as admitd reads them: admission/engine_models.h).
  *
  * admitd sends its engine's model names in every load message (include/admit/load.h); a
  * worker whose list is unknown (no `models` key: an older admitd; `null`: not read yet, or
@@ -14,12 +15,12 @@
  * that repeats it costs one comparison to find out.
  *
  * The owner hears of each name that a list begins to hold and of each that no list holds any
- * more (rmodels_set_hooks()): admit-router's /busy_threshold follows the lists with them, so
- * that names a worker stopped listing do not pile up there.
+ * more (mtab_set_hooks()): admit-router's /busy_threshold follows the lists with them
+ * (model_route.h), so that names a worker stopped listing do not pile up there.
  *
  * Pure: no sockets, no clock, so that it is unit-tested on its own. */
-#ifndef ADMIT_ROUTER_MODELS_H
-#define ADMIT_ROUTER_MODELS_H
+#ifndef ADMIT_ROUTER_MODEL_TABLE_H
+#define ADMIT_ROUTER_MODEL_TABLE_H
 
 #include "admit/load.h"
 
@@ -28,45 +29,44 @@
 
 /* Most distinct names kept at once; when a new one would go over, names no worker lists any
  * more are forgotten first; a worker whose list still does not fit counts as unknown. */
-#define RMODELS_NAMES_MAX 4096
+#define MTAB_NAMES_MAX 4096
 
 /* Where a request for a model may go. */
-enum rmodels_verdict {
-    RMODELS_ANY,  /* every worker: no filter (no model named, or every worker takes it) */
-    RMODELS_SOME, /* the workers of the bitset */
-    RMODELS_NONE  /* none: no worker lists it and none accepts any model */
+enum mtab_verdict {
+    MTAB_ANY,  /* every worker: no filter (no model named, or every worker takes it) */
+    MTAB_SOME, /* the workers of the bitset */
+    MTAB_NONE  /* none: no worker lists it and none accepts any model */
 };
 
-struct rmodels;
+struct model_table;
 
-/** called with a name that worker lists begin or cease to hold (rmodels_set_hooks) */
-typedef void (*rmodels_name_fn)(void *arg, const char *name);
+/** called with a name that worker lists begin or cease to hold (mtab_set_hooks) */
+typedef void (*mtab_name_fn)(void *arg, const char *name);
 
 /** an empty table (no workers) */
-struct rmodels *rmodels_new(void);
+struct model_table *mtab_new(void);
 /** frees it; NULL is a no-op */
-void rmodels_free(struct rmodels *m);
+void mtab_free(struct model_table *m);
 /** served hears of each name that a list now holds and none held before it; unserved, of
  *  each name that no list holds any more (a list changed or unknown, a worker dropped); either
- *  may be NULL. Called from rmodels_set() and rmodels_drop(), after the change */
-void rmodels_set_hooks(struct rmodels *m, rmodels_name_fn served, rmodels_name_fn unserved,
-                       void *arg);
+ *  may be NULL. Called from mtab_set() and mtab_drop(), after the change */
+void mtab_set_hooks(struct model_table *m, mtab_name_fn served, mtab_name_fn unserved, void *arg);
 /** makes workers 0 .. n-1 known to the table: each one added is unknown (accepts any) */
-void rmodels_reserve(struct rmodels *m, int n);
+void mtab_reserve(struct model_table *m, int n);
 /** worker w's newest list (l->n < 0: unknown, accepts any model), told to the hooks; 1 when
  *  the worker's list changed, 0 when it was the same */
-int rmodels_set(struct rmodels *m, int w, const struct admit_load_models *l);
-/** worker w is gone for good: it neither serves nor accepts anything (rmodels_reserve() or
- *  rmodels_set() brings it back, unknown) */
-void rmodels_drop(struct rmodels *m, int w);
+int mtab_set(struct model_table *m, int w, const struct admit_load_models *l);
+/** worker w is gone for good: it neither serves nor accepts anything (mtab_reserve() or
+ *  mtab_set() brings it back, unknown) */
+void mtab_drop(struct model_table *m, int w);
 /** where a request for model ("" or NULL: none named) may go; *eligible is the bitset of the
- *  workers (valid until the next change of the table): for RMODELS_NONE one with no bit set,
- *  for RMODELS_ANY NULL (every worker) */
-enum rmodels_verdict rmodels_eligible(const struct rmodels *m, const char *model,
-                                      const uint64_t **eligible);
+ *  workers (valid until the next change of the table): for MTAB_NONE one with no bit set,
+ *  for MTAB_ANY NULL (every worker) */
+enum mtab_verdict mtab_eligible(const struct model_table *m, const char *model,
+                                const uint64_t **eligible);
 /** worker w's list as the table holds it (unknown for a worker it does not know) */
-const struct admit_load_models *rmodels_list(const struct rmodels *m, int w);
+const struct admit_load_models *mtab_list(const struct model_table *m, int w);
 /** names interned now */
-size_t rmodels_names(const struct rmodels *m);
+size_t mtab_names(const struct model_table *m);
 
 #endif

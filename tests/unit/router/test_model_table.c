@@ -1,4 +1,4 @@
-/* Unit tests for the router's model table (src/router/models.c) and selection among the
+/* Unit tests for the router's model table (src/router/model_table.c) and selection among the
  * workers it says may take a model (sel_pick_in, sel_gate_in): lists known and unknown,
  * changes, drops, growth past 64 workers, the table's name limit, and the filter in the pass
  * (candidates, turns, all-busy against no-worker, pins). */
@@ -8,7 +8,7 @@
 #include <stdint.h>
 #include <cmocka.h>
 
-#include "router/models.h"
+#include "router/model_table.h"
 #include "router/select.h"
 
 #include <stdio.h>
@@ -56,159 +56,159 @@ static void unlearned(void *arg, const char *name)
 
 static void test_unknown_takes_any(void **state)
 {
-    struct rmodels *m = rmodels_new();
+    struct model_table *m = mtab_new();
     const uint64_t *e = (const uint64_t *) 1;
 
     (void) state;
     /* No workers at all: no filter (selection answers that none is available). */
-    assert_int_equal(rmodels_eligible(m, "a", &e), RMODELS_ANY);
+    assert_int_equal(mtab_eligible(m, "a", &e), MTAB_ANY);
     assert_null(e);
-    rmodels_reserve(m, 3);
+    mtab_reserve(m, 3);
     /* Never heard from: unknown, so every model goes anywhere. */
-    assert_int_equal(rmodels_eligible(m, "a", &e), RMODELS_ANY);
+    assert_int_equal(mtab_eligible(m, "a", &e), MTAB_ANY);
     assert_null(e);
-    assert_int_equal(rmodels_eligible(m, "", &e), RMODELS_ANY);
-    assert_int_equal(rmodels_eligible(m, NULL, &e), RMODELS_ANY);
-    assert_int_equal(rmodels_list(m, 1)->n, ADMIT_LOAD_UNKNOWN);
-    assert_int_equal(rmodels_list(m, 99)->n, ADMIT_LOAD_UNKNOWN);
-    rmodels_free(m);
-    rmodels_free(NULL);
+    assert_int_equal(mtab_eligible(m, "", &e), MTAB_ANY);
+    assert_int_equal(mtab_eligible(m, NULL, &e), MTAB_ANY);
+    assert_int_equal(mtab_list(m, 1)->n, ADMIT_LOAD_UNKNOWN);
+    assert_int_equal(mtab_list(m, 99)->n, ADMIT_LOAD_UNKNOWN);
+    mtab_free(m);
+    mtab_free(NULL);
 }
 
 static void test_known_lists(void **state)
 {
     static const char *const a[] = {"A", NULL}, *const b[] = {"B", "shared", NULL},
                              *const c[] = {"A", "shared", NULL};
-    struct rmodels *m = rmodels_new();
+    struct model_table *m = mtab_new();
     struct admit_load_models la = list_of(a), lb = list_of(b), lc = list_of(c);
     const uint64_t *e;
 
     (void) state;
     learned_n = unlearned_n = 0;
-    rmodels_set_hooks(m, learned, unlearned, NULL);
-    rmodels_reserve(m, 3);
-    assert_int_equal(rmodels_set(m, 0, &la), 1);
+    mtab_set_hooks(m, learned, unlearned, NULL);
+    mtab_reserve(m, 3);
+    assert_int_equal(mtab_set(m, 0, &la), 1);
     assert_int_equal(learned_n, 1);
     assert_string_equal(learned_last, "A");
-    assert_int_equal(rmodels_set(m, 0, &la), 0); /* the same list again */
-    assert_int_equal(rmodels_set(m, 1, &lb), 1);
+    assert_int_equal(mtab_set(m, 0, &la), 0); /* the same list again */
+    assert_int_equal(mtab_set(m, 1, &lb), 1);
     assert_int_equal(learned_n, 3);
     /* Worker 2 is unknown: it takes A, B and anything else besides. */
-    assert_int_equal(rmodels_eligible(m, "A", &e), RMODELS_SOME);
+    assert_int_equal(mtab_eligible(m, "A", &e), MTAB_SOME);
     assert_true(bit(e, 0) && !bit(e, 1) && bit(e, 2));
-    assert_int_equal(rmodels_eligible(m, "B", &e), RMODELS_SOME);
+    assert_int_equal(mtab_eligible(m, "B", &e), MTAB_SOME);
     assert_true(!bit(e, 0) && bit(e, 1) && bit(e, 2));
-    assert_int_equal(rmodels_eligible(m, "nobody", &e), RMODELS_SOME);
+    assert_int_equal(mtab_eligible(m, "nobody", &e), MTAB_SOME);
     assert_true(!bit(e, 0) && !bit(e, 1) && bit(e, 2));
     /* Worker 2 speaks: every list is known. */
-    assert_int_equal(rmodels_set(m, 2, &lc), 1);
+    assert_int_equal(mtab_set(m, 2, &lc), 1);
     assert_int_equal(learned_n, 3); /* no new name */
-    assert_int_equal(rmodels_eligible(m, "A", &e), RMODELS_SOME);
+    assert_int_equal(mtab_eligible(m, "A", &e), MTAB_SOME);
     assert_true(bit(e, 0) && !bit(e, 1) && bit(e, 2));
-    assert_int_equal(rmodels_eligible(m, "shared", &e), RMODELS_SOME);
+    assert_int_equal(mtab_eligible(m, "shared", &e), MTAB_SOME);
     assert_true(!bit(e, 0) && bit(e, 1) && bit(e, 2));
-    assert_int_equal(rmodels_eligible(m, "nobody", &e), RMODELS_NONE);
+    assert_int_equal(mtab_eligible(m, "nobody", &e), MTAB_NONE);
     assert_non_null(e);
     assert_true(!bit(e, 0) && !bit(e, 1) && !bit(e, 2));
     /* A model every worker takes needs no filter. */
-    assert_int_equal(rmodels_set(m, 0, &lc), 1);
+    assert_int_equal(mtab_set(m, 0, &lc), 1);
     assert_int_equal(unlearned_n, 0);
-    assert_int_equal(rmodels_set(m, 1, &lc), 1);
+    assert_int_equal(mtab_set(m, 1, &lc), 1);
     assert_int_equal(learned_n, 3);
     assert_int_equal(unlearned_n, 1); /* B: no list holds it any more */
     assert_string_equal(unlearned_last, "B");
-    assert_int_equal(rmodels_eligible(m, "shared", &e), RMODELS_ANY);
+    assert_int_equal(mtab_eligible(m, "shared", &e), MTAB_ANY);
     assert_null(e);
     /* B is served by nobody now, and nobody takes any: it does not exist. */
-    assert_int_equal(rmodels_eligible(m, "B", &e), RMODELS_NONE);
+    assert_int_equal(mtab_eligible(m, "B", &e), MTAB_NONE);
     /* An empty list is known: it takes no named model. */
     {
         struct admit_load_models none;
         admit_load_models_clear(&none);
-        assert_int_equal(rmodels_set(m, 1, &none), 1);
-        assert_int_equal(rmodels_eligible(m, "shared", &e), RMODELS_SOME);
+        assert_int_equal(mtab_set(m, 1, &none), 1);
+        assert_int_equal(mtab_eligible(m, "shared", &e), MTAB_SOME);
         assert_true(bit(e, 0) && !bit(e, 1) && bit(e, 2));
-        assert_int_equal(rmodels_eligible(m, "", &e), RMODELS_ANY);
+        assert_int_equal(mtab_eligible(m, "", &e), MTAB_ANY);
     }
     /* A worker that goes back to unknown (an older admitd, a list too long) takes any. */
     {
         struct admit_load_models u = unknown();
-        assert_int_equal(rmodels_set(m, 1, &u), 1);
-        assert_int_equal(rmodels_eligible(m, "B", &e), RMODELS_SOME);
+        assert_int_equal(mtab_set(m, 1, &u), 1);
+        assert_int_equal(mtab_eligible(m, "B", &e), MTAB_SOME);
         assert_true(!bit(e, 0) && bit(e, 1) && !bit(e, 2));
-        assert_int_equal(rmodels_eligible(m, "shared", &e), RMODELS_ANY);
-        assert_int_equal(rmodels_list(m, 1)->n, ADMIT_LOAD_UNKNOWN);
+        assert_int_equal(mtab_eligible(m, "shared", &e), MTAB_ANY);
+        assert_int_equal(mtab_list(m, 1)->n, ADMIT_LOAD_UNKNOWN);
     }
-    rmodels_free(m);
+    mtab_free(m);
 }
 
 static void test_drop_and_return(void **state)
 {
     static const char *const a[] = {"A", NULL}, *const b[] = {"B", NULL};
-    struct rmodels *m = rmodels_new();
+    struct model_table *m = mtab_new();
     struct admit_load_models la = list_of(a), lb = list_of(b), u = unknown();
     const uint64_t *e;
 
     (void) state;
     learned_n = unlearned_n = 0;
-    rmodels_set_hooks(m, learned, unlearned, NULL);
-    rmodels_reserve(m, 2);
-    rmodels_set(m, 0, &la);
-    rmodels_set(m, 1, &lb);
+    mtab_set_hooks(m, learned, unlearned, NULL);
+    mtab_reserve(m, 2);
+    mtab_set(m, 0, &la);
+    mtab_set(m, 1, &lb);
     assert_int_equal(learned_n, 2);
-    rmodels_drop(m, 1);
+    mtab_drop(m, 1);
     assert_int_equal(unlearned_n, 1); /* B went with its only worker */
     assert_string_equal(unlearned_last, "B");
-    rmodels_drop(m, 1); /* twice is once */
-    rmodels_drop(m, 7); /* never known */
+    mtab_drop(m, 1); /* twice is once */
+    mtab_drop(m, 7); /* never known */
     assert_int_equal(unlearned_n, 1);
-    assert_int_equal(rmodels_eligible(m, "B", &e), RMODELS_NONE);
-    assert_int_equal(rmodels_eligible(m, "A", &e), RMODELS_ANY); /* the only worker left */
+    assert_int_equal(mtab_eligible(m, "B", &e), MTAB_NONE);
+    assert_int_equal(mtab_eligible(m, "A", &e), MTAB_ANY); /* the only worker left */
     /* A dropped unknown worker takes nothing either. */
-    rmodels_set(m, 0, &u);
-    rmodels_drop(m, 0);
-    assert_int_equal(rmodels_eligible(m, "A", &e), RMODELS_ANY); /* none left: selection 503 */
+    mtab_set(m, 0, &u);
+    mtab_drop(m, 0);
+    assert_int_equal(mtab_eligible(m, "A", &e), MTAB_ANY); /* none left: selection 503 */
     assert_int_equal(unlearned_n, 2); /* A went with worker 0's list, unknown since */
     assert_string_equal(unlearned_last, "A");
     /* Back with a list. */
-    assert_int_equal(rmodels_set(m, 1, &lb), 1);
+    assert_int_equal(mtab_set(m, 1, &lb), 1);
     assert_int_equal(learned_n, 3);
     assert_string_equal(learned_last, "B");
-    assert_int_equal(rmodels_eligible(m, "B", &e), RMODELS_ANY);
-    assert_int_equal(rmodels_eligible(m, "A", &e), RMODELS_NONE);
-    rmodels_free(m);
+    assert_int_equal(mtab_eligible(m, "B", &e), MTAB_ANY);
+    assert_int_equal(mtab_eligible(m, "A", &e), MTAB_NONE);
+    mtab_free(m);
 }
 
 /* Bitsets grow past one word, and keep what they held. */
 static void test_many_workers(void **state)
 {
     static const char *const a[] = {"A", NULL}, *const b[] = {"B", NULL};
-    struct rmodels *m = rmodels_new();
+    struct model_table *m = mtab_new();
     struct admit_load_models la = list_of(a), lb = list_of(b);
     const uint64_t *e;
 
     (void) state;
-    rmodels_reserve(m, 10);
+    mtab_reserve(m, 10);
     for (int k = 0; k < 10; k++)
-        rmodels_set(m, k, k % 2 ? &lb : &la);
-    rmodels_set(m, 199, &lb); /* 11 .. 198 come in unknown */
-    assert_int_equal(rmodels_eligible(m, "A", &e), RMODELS_SOME);
+        mtab_set(m, k, k % 2 ? &lb : &la);
+    mtab_set(m, 199, &lb); /* 11 .. 198 come in unknown */
+    assert_int_equal(mtab_eligible(m, "A", &e), MTAB_SOME);
     for (int k = 0; k < 200; k++)
         assert_int_equal(bit(e, k), k < 10 ? k % 2 == 0 : k != 199);
     for (int k = 10; k < 199; k++)
-        rmodels_set(m, k, &la);
-    assert_int_equal(rmodels_eligible(m, "B", &e), RMODELS_SOME);
+        mtab_set(m, k, &la);
+    assert_int_equal(mtab_eligible(m, "B", &e), MTAB_SOME);
     for (int k = 0; k < 200; k++)
         assert_int_equal(bit(e, k), (k < 10 && k % 2) || k == 199);
-    assert_int_equal(rmodels_eligible(m, "C", &e), RMODELS_NONE);
-    rmodels_free(m);
+    assert_int_equal(mtab_eligible(m, "C", &e), MTAB_NONE);
+    mtab_free(m);
 }
 
 /* Names nobody lists are forgotten when the table is full; a list that cannot fit makes its
  * worker unknown (it takes any model), never a worker that serves less than it does. */
 static void test_name_limit(void **state)
 {
-    struct rmodels *m = rmodels_new();
+    struct model_table *m = mtab_new();
     struct admit_load_models l;
     const uint64_t *e;
     char name[32];
@@ -216,34 +216,34 @@ static void test_name_limit(void **state)
 
     (void) state;
     learned_n = unlearned_n = 0;
-    rmodels_set_hooks(m, learned, unlearned, NULL);
-    rmodels_reserve(m, 2);
+    mtab_set_hooks(m, learned, unlearned, NULL);
+    mtab_reserve(m, 2);
     /* Worker 1 lists fixed names; worker 0 churns through many more. */
     {
         static const char *const fixed[] = {"keep", NULL};
         l = list_of(fixed);
-        rmodels_set(m, 1, &l);
+        mtab_set(m, 1, &l);
     }
-    for (int i = 0; i < RMODELS_NAMES_MAX * 2; i += 8) {
+    for (int i = 0; i < MTAB_NAMES_MAX * 2; i += 8) {
         admit_load_models_clear(&l);
         for (int k = 0; k < 8; k++) {
             snprintf(name, sizeof name, "m%d", i + k);
             assert_int_equal(admit_load_models_add(&l, name, strlen(name)), 0);
         }
-        rmodels_set(m, w, &l);
-        assert_true(rmodels_names(m) <= RMODELS_NAMES_MAX);
+        mtab_set(m, w, &l);
+        assert_true(mtab_names(m) <= MTAB_NAMES_MAX);
     }
-    snprintf(name, sizeof name, "m%d", RMODELS_NAMES_MAX * 2 - 1);
-    assert_int_equal(rmodels_eligible(m, name, &e), RMODELS_SOME);
+    snprintf(name, sizeof name, "m%d", MTAB_NAMES_MAX * 2 - 1);
+    assert_int_equal(mtab_eligible(m, name, &e), MTAB_SOME);
     assert_true(bit(e, 0) && !bit(e, 1));
-    assert_int_equal(rmodels_eligible(m, "keep", &e), RMODELS_SOME);
+    assert_int_equal(mtab_eligible(m, "keep", &e), MTAB_SOME);
     assert_true(!bit(e, 0) && bit(e, 1));
-    assert_int_equal(rmodels_eligible(m, "m0", &e), RMODELS_NONE);
+    assert_int_equal(mtab_eligible(m, "m0", &e), MTAB_NONE);
     /* Each name was told once as it came and once as it went, those forgotten to make room
      * too: what is told served and not unserved is what the lists hold now. */
-    assert_int_equal(learned_n, RMODELS_NAMES_MAX * 2 + 1);
-    assert_int_equal(unlearned_n, RMODELS_NAMES_MAX * 2 - 8);
-    rmodels_free(m);
+    assert_int_equal(learned_n, MTAB_NAMES_MAX * 2 + 1);
+    assert_int_equal(unlearned_n, MTAB_NAMES_MAX * 2 - 8);
+    mtab_free(m);
 }
 
 /* ---- selection among the eligible --------------------------------------------------- */
@@ -344,27 +344,27 @@ static void test_table_drives_pass(void **state)
 {
     static const char *const a[] = {"A", NULL}, *const b[] = {"B", NULL};
     struct sel *s = view(70);
-    struct rmodels *m = rmodels_new();
+    struct model_table *m = mtab_new();
     struct admit_load_models la = list_of(a), lb = list_of(b);
     const uint64_t *e;
     int w;
     unsigned r;
 
     (void) state;
-    rmodels_reserve(m, sel_workers(s));
+    mtab_reserve(m, sel_workers(s));
     for (int k = 0; k < 70; k++)
-        rmodels_set(m, k, k == 66 ? &lb : &la);
-    assert_int_equal(rmodels_eligible(m, "B", &e), RMODELS_SOME);
+        mtab_set(m, k, k == 66 ? &lb : &la);
+    assert_int_equal(mtab_eligible(m, "B", &e), MTAB_SOME);
     for (int i = 0; i < 5; i++) {
         assert_int_equal(sel_pick_in(s, 10, 10, NULL, -1, -1, e, &w, &r), SEL_OK);
         assert_int_equal(w, 66);
     }
-    assert_int_equal(rmodels_eligible(m, "A", &e), RMODELS_SOME);
+    assert_int_equal(mtab_eligible(m, "A", &e), MTAB_SOME);
     for (int i = 0; i < 200; i++) {
         assert_int_equal(sel_pick_in(s, 10, 10, NULL, -1, -1, e, &w, &r), SEL_OK);
         assert_true(w != 66);
     }
-    rmodels_free(m);
+    mtab_free(m);
     sel_free(s);
 }
 

@@ -1,5 +1,5 @@
-/* models: the router's table of which workers take which model (see models.h). */
-#include "models.h"
+/* model_table: the router's table of which workers take which model (see model_table.h). */
+#include "model_table.h"
 #include "util/xmalloc.h"
 
 #include <stdlib.h>
@@ -20,15 +20,15 @@ struct mworker {
     int unknown;                   /* takes any model: its list is unknown or did not fit */
 };
 
-struct rmodels {
-    rmodels_name_fn served, unserved; /* rmodels_set_hooks() */
+struct model_table {
+    mtab_name_fn served, unserved; /* mtab_set_hooks() */
     void *arg;
     struct mname *v;
     size_t n, cap;
     uint32_t *hash; /* index + 1 into v, 0 = empty; open addressing, hcap a power of two */
     size_t hcap;
     uint64_t *unknown; /* workers that take any model */
-    uint64_t *none;    /* no worker: what RMODELS_NONE hands out */
+    uint64_t *none;    /* no worker: what MTAB_NONE hands out */
     unsigned nunknown, npresent;
     struct mworker *w;
     int nw;
@@ -56,7 +56,7 @@ static size_t hash_of(const char *s)
     return (size_t) h;
 }
 
-static long lookup(const struct rmodels *m, const char *name)
+static long lookup(const struct model_table *m, const char *name)
 {
     if (m->hcap == 0)
         return -1;
@@ -69,7 +69,7 @@ static long lookup(const struct rmodels *m, const char *name)
     }
 }
 
-static void rehash(struct rmodels *m, size_t hcap)
+static void rehash(struct model_table *m, size_t hcap)
 {
     free(m->hash);
     m->hcap = hcap;
@@ -90,7 +90,7 @@ static void free_name(struct mname *n)
 }
 
 /* Forgets the names no worker lists (ids change; bitsets handed out are stale). */
-static void compact(struct rmodels *m)
+static void compact(struct model_table *m)
 {
     size_t k = 0;
 
@@ -105,7 +105,7 @@ static void compact(struct rmodels *m)
 }
 
 /* The id of name, added if new; the caller made room (fits()). */
-static long intern(struct rmodels *m, const char *name)
+static long intern(struct model_table *m, const char *name)
 {
     long id = lookup(m, name);
     struct mname *n;
@@ -144,7 +144,7 @@ static uint64_t *grow_bits(uint64_t *b, size_t old, size_t words)
 }
 
 /* Worker w takes any model from now on (its known bits, if any, are already cleared). */
-static void make_unknown(struct rmodels *m, int w)
+static void make_unknown(struct model_table *m, int w)
 {
     if (m->w[w].unknown)
         return;
@@ -158,7 +158,7 @@ static void make_unknown(struct rmodels *m, int w)
 }
 
 /* Worker w takes only what it lists from now on (its list's bits are set next). */
-static void make_known(struct rmodels *m, int w)
+static void make_known(struct model_table *m, int w)
 {
     if (!m->w[w].unknown)
         return;
@@ -172,7 +172,7 @@ static void make_known(struct rmodels *m, int w)
 }
 
 /* Clears the bits of worker w's known list. */
-static void remove_known(struct rmodels *m, int w)
+static void remove_known(struct model_table *m, int w)
 {
     const struct admit_load_models *l = &m->w[w].list;
 
@@ -192,7 +192,7 @@ static void remove_known(struct rmodels *m, int w)
  * that no other worker lists, and of those it dropped that no worker lists any more. A name
  * the table forgot to make room (compact()) is listed by none. A list holds at most
  * ADMIT_LOAD_MODELS_MAX names, and lists change seldom: the lookups are cheap enough. */
-static void tell(const struct rmodels *m, int w, const struct admit_load_models *was)
+static void tell(const struct model_table *m, int w, const struct admit_load_models *was)
 {
     const struct admit_load_models *now = &m->w[w].list;
     int known = m->w[w].present && !m->w[w].unknown;
@@ -213,20 +213,19 @@ static void tell(const struct rmodels *m, int w, const struct admit_load_models 
     }
 }
 
-struct rmodels *rmodels_new(void)
+struct model_table *mtab_new(void)
 {
-    return xcalloc(1, sizeof(struct rmodels));
+    return xcalloc(1, sizeof(struct model_table));
 }
 
-void rmodels_set_hooks(struct rmodels *m, rmodels_name_fn served, rmodels_name_fn unserved,
-                       void *arg)
+void mtab_set_hooks(struct model_table *m, mtab_name_fn served, mtab_name_fn unserved, void *arg)
 {
     m->served = served;
     m->unserved = unserved;
     m->arg = arg;
 }
 
-void rmodels_free(struct rmodels *m)
+void mtab_free(struct model_table *m)
 {
     if (m == NULL)
         return;
@@ -240,7 +239,7 @@ void rmodels_free(struct rmodels *m)
     free(m);
 }
 
-void rmodels_reserve(struct rmodels *m, int n)
+void mtab_reserve(struct model_table *m, int n)
 {
     size_t words = ((size_t) n + 63) / 64;
     int old = m->nw;
@@ -268,7 +267,7 @@ void rmodels_reserve(struct rmodels *m, int n)
 }
 
 /* Names of l not interned yet. */
-static size_t misses(const struct rmodels *m, const struct admit_load_models *l)
+static size_t misses(const struct model_table *m, const struct admit_load_models *l)
 {
     size_t k = 0;
 
@@ -279,15 +278,15 @@ static size_t misses(const struct rmodels *m, const struct admit_load_models *l)
 }
 
 /* 1 when l's names can all be interned, forgetting the names nobody lists if need be. */
-static int fits(struct rmodels *m, const struct admit_load_models *l)
+static int fits(struct model_table *m, const struct admit_load_models *l)
 {
-    if (m->n + misses(m, l) <= RMODELS_NAMES_MAX)
+    if (m->n + misses(m, l) <= MTAB_NAMES_MAX)
         return 1;
     compact(m);
-    return m->n + misses(m, l) <= RMODELS_NAMES_MAX;
+    return m->n + misses(m, l) <= MTAB_NAMES_MAX;
 }
 
-int rmodels_set(struct rmodels *m, int w, const struct admit_load_models *l)
+int mtab_set(struct model_table *m, int w, const struct admit_load_models *l)
 {
     struct mworker *mw;
     struct admit_load_models was;
@@ -296,7 +295,7 @@ int rmodels_set(struct rmodels *m, int w, const struct admit_load_models *l)
 
     if (w < 0)
         return 0;
-    rmodels_reserve(m, w + 1);
+    mtab_reserve(m, w + 1);
     mw = &m->w[w];
     if (!mw->present) { /* dropped, and back */
         mw->present = 1;
@@ -332,7 +331,7 @@ int rmodels_set(struct rmodels *m, int w, const struct admit_load_models *l)
     return 1;
 }
 
-void rmodels_drop(struct rmodels *m, int w)
+void mtab_drop(struct model_table *m, int w)
 {
     struct mworker *mw;
     struct admit_load_models was;
@@ -358,41 +357,41 @@ void rmodels_drop(struct rmodels *m, int w)
     tell(m, w, &was);
 }
 
-enum rmodels_verdict rmodels_eligible(const struct rmodels *m, const char *model,
-                                      const uint64_t **eligible)
+enum mtab_verdict mtab_eligible(const struct model_table *m, const char *model,
+                                const uint64_t **eligible)
 {
     long id;
 
     *eligible = NULL;
     if (model == NULL || model[0] == '\0' || m->npresent == 0)
-        return RMODELS_ANY; /* no workers: selection answers that none is available */
+        return MTAB_ANY; /* no workers: selection answers that none is available */
     id = lookup(m, model);
     if (id < 0) {
         if (m->nunknown == 0) {
             *eligible = m->none;
-            return RMODELS_NONE;
+            return MTAB_NONE;
         }
         if (m->nunknown == m->npresent)
-            return RMODELS_ANY;
+            return MTAB_ANY;
         *eligible = m->unknown;
-        return RMODELS_SOME;
+        return MTAB_SOME;
     }
     if (m->v[id].nelig == 0) {
         *eligible = m->none;
-        return RMODELS_NONE;
+        return MTAB_NONE;
     }
     if (m->v[id].nelig == m->npresent)
-        return RMODELS_ANY;
+        return MTAB_ANY;
     *eligible = m->v[id].elig;
-    return RMODELS_SOME;
+    return MTAB_SOME;
 }
 
-const struct admit_load_models *rmodels_list(const struct rmodels *m, int w)
+const struct admit_load_models *mtab_list(const struct model_table *m, int w)
 {
     return w >= 0 && w < m->nw ? &m->w[w].list : &unknown_list;
 }
 
-size_t rmodels_names(const struct rmodels *m)
+size_t mtab_names(const struct model_table *m)
 {
     return m->n;
 }
