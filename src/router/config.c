@@ -1,6 +1,7 @@
 /* config: admit-router's option table, read by the engine in config/opt.c. */
 #include "config.h"
 #include "util/log.h"
+#include "util/ratewin.h"
 #include "config/optdiff.h"
 #include "util/xmalloc.h"
 #include "wlist.h"
@@ -402,6 +403,11 @@ void router_cfg_class_map(const struct router_classes *cur, const struct router_
 
         map[i] = k >= 0 ? k : next->default_cls; /* -1 when next has no classes */
     }
+}
+
+int router_cfg_retry_after(const struct router_cfg *c)
+{
+    return c->retry_after_s > 0 ? (int) c->retry_after_s : RETRY_AFTER_MIN;
 }
 
 void router_cfg_free(struct router_cfg *c)

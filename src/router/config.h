@@ -84,6 +84,8 @@ size_t router_cfg_diff(const struct router_cfg *cur, struct router_cfg *next);
  *  cur's class i's name, else next's default class (-1 when next has none) */
 void router_cfg_class_map(const struct router_classes *cur, const struct router_classes *next,
                           int *map);
+/** the Retry-After of c's overload answers, in seconds: --retry-after-s, or the least */
+int router_cfg_retry_after(const struct router_cfg *c);
 /** frees c's lists and classes; safe after any result and twice */
 void router_cfg_free(struct router_cfg *c);
 /** prints the --help text */

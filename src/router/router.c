@@ -1,21 +1,15 @@
 /* router: workers and their load messages, the router's admission (counting and booking)
  * and the choice of a worker for each request. Reporting is in router_report.c. */
 #include "router.h"
-#include "router_impl.h"
-#include "wire/httputil.h"
-#include "util/log.h"
-#include "util/ratewin.h"
 #include "admission/tokcount.h"
-#include "util/xmalloc.h"
-#include "resolver.h"
-#include "http/netsock.h"
 #include "http/proxy.h"
-#include "http/upstream.h"
-#include "pubsub/subscribe.h"
+#include "router_impl.h"
 #include "util/clock.h"
+#include "util/log.h"
+#include "util/xmalloc.h"
+#include "wire/httputil.h"
+#include "workers.h"
 
-#include <event2/dns.h>
-#include <event2/event.h>
 #include <jansson.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -25,65 +19,17 @@
 /* A worker marked overloaded by its own 529 is skipped this long (or until it speaks). */
 #define OVERLOAD_MARK_MS 1000
 
-/* ---- workers that exchanges hold -------------------------------------------------------- */
-
-/* A retired worker that nothing holds any more: its upstream freed, its index free. */
-static void bury(struct router *r, struct rworker *w)
+/* Exchange q now holds worker k's upstream (a pick, or a migration's): the worker it
+ * held before, if another, is let go. */
+static struct upstream *hold(struct router *r, struct rreq *q, int k)
 {
-    upstream_free(w->up);
-    w->up = NULL;
-    sel_reset(r->sel, w->idx);
-    w->state = RW_FREE;
-    w->worker_id[0] = '\0';
-    w->last_ms = 0;
-    w->bad_messages = 0;
-    w->unresolved_said = 0;
-    w->lost = 0;
-    w->id_said = 0;
-    r->removed++;
-    log_info("worker %s removed: its last request ended", w->proxy_url);
-}
-
-static int unheld(const struct rworker *w)
-{
-    return w->inflight == 0 && w->pins == 0;
-}
-
-static void on_reap(evutil_socket_t fd, short what, void *arg)
-{
-    struct router *r = arg;
-
-    (void) fd;
-    (void) what;
-    for (size_t k = 0; k < r->n; k++)
-        if (r->w[k]->state == RW_RETIRED && unheld(r->w[k]))
-            bury(r, r->w[k]);
-}
-
-/* An exchange lets go of worker k: the last one of a retired worker frees it, from a callback
- * of its own so that no caller up the stack (the proxy, evhttp) still has its upstream. */
-static void let_go(struct router *r, int k, int pin)
-{
-    struct rworker *w = r->w[k];
-    static const struct timeval now = {0, 0};
-
-    if (pin)
-        w->pins--;
-    else
-        w->inflight--;
-    if (w->state == RW_RETIRED && unheld(w) && !evtimer_pending(r->reap, NULL))
-        evtimer_add(r->reap, &now);
-}
-
-/* Exchange q now holds worker k's upstream (a pick, or a migration's). */
-static void hold(struct router *r, struct rreq *q, int k)
-{
-    if (q->held == k)
-        return;
-    r->w[k]->inflight++;
-    if (q->held >= 0)
-        let_go(r, q->held, 0);
-    q->held = k;
+    if (q->held != k) {
+        workers_hold(r->ws, k);
+        if (q->held >= 0)
+            workers_release(r->ws, q->held);
+        q->held = k;
+    }
+    return workers_upstream(r->ws, k);
 }
 
 /* ---- admission: count and book every exchange ---------------------------------------- */
@@ -114,9 +60,18 @@ static void on_begin(void *arg, struct pxreq *x, const struct http_req *req)
 /* Without policy classes every request goes on to selection; with them, it may wait. */
 static enum px_verdict on_arrive(void *arg, struct pxreq *x, const struct http_req *req)
 {
-    if (rm_refuse(arg, x, pxreq_state(x), req))
-        return PX_ANSWERED; /* a model no worker serves: 404 */
-    return rq_arrive(arg, x, pxreq_state(x), req);
+    struct router *r = arg;
+    struct rreq *q = pxreq_state(x);
+
+    if (!q->bypass) {
+        router_read_request(r, q, req);
+        /* Pinned: the pin decides (an unknown name is selection's 503). */
+        if (q->pinned == -1 && mroute_refuse(r->models, x, q->model)) {
+            r->rejected_unknown_model++;
+            return PX_ANSWERED; /* a model no worker serves: 404 */
+        }
+    }
+    return rq_arrive(r, x, q, req);
 }
 
 static void on_expired(void *arg, struct pxreq *x)
@@ -159,9 +114,9 @@ static void on_finish(void *arg, struct pxreq *x, enum outcome o)
     sel_release(r->sel, &q->bk);
     rq_finish(r, q);
     if (q->held >= 0)
-        let_go(r, q->held, 0);
+        workers_release(r->ws, q->held);
     if (q->pinned >= 0)
-        let_go(r, q->pinned, 1);
+        workers_unpin(r->ws, q->pinned);
     q->held = q->pinned = -1;
     if (q->bypass)
         r->m->inflight_bypass--;
@@ -175,7 +130,7 @@ static int on_retry_after(void *arg)
 {
     struct router *r = arg;
 
-    return r->cfg->retry_after_s > 0 ? (int) r->cfg->retry_after_s : RETRY_AFTER_MIN;
+    return router_cfg_retry_after(r->cfg);
 }
 
 /* ---- selection ------------------------------------------------------------------------ */
@@ -226,24 +181,6 @@ static void count_reject(struct router *r, const char *model, const char *endpoi
     r->rejects[i].count++;
 }
 
-/* The worker a pin header names, by worker_id or by the host:port of its URL; -1 if none. */
-static int pinned_worker(const struct router *r, const char *name)
-{
-    for (size_t k = 0; k < r->n; k++)
-        if (r->w[k]->state == RW_ACTIVE &&
-            (strcmp(r->w[k]->worker_id, name) == 0 || strcmp(r->w[k]->proxy_url, name) == 0))
-            return (int) k;
-    return -1;
-}
-
-static int index_of(const struct router *r, const struct upstream *up)
-{
-    for (size_t k = 0; k < r->n; k++)
-        if (r->w[k]->up == up && r->w[k]->state != RW_FREE)
-            return (int) k;
-    return -1;
-}
-
 void router_read_request(struct router *r, struct rreq *q, const struct http_req *req)
 {
     const char *pin;
@@ -258,11 +195,9 @@ void router_read_request(struct router *r, struct rreq *q, const struct http_req
         q->tokens = tc.tokens > INT64_MAX ? INT64_MAX : (int64_t) tc.tokens;
     }
     if ((pin = http_req_header(req, ROUTER_PIN_HEADER)) != NULL) {
-        int k = pinned_worker(r, pin);
+        int k = workers_pin(r->ws, pin); /* its index stays this worker's until the end */
 
         q->pinned = k >= 0 ? k : -2;
-        if (k >= 0)
-            r->w[k]->pins++; /* its index stays this worker's until the exchange ends */
     }
 }
 
@@ -291,14 +226,14 @@ static struct upstream *pick(void *arg, struct pxreq *x, const struct http_req *
         bt_registry_get(r->bt, q->model, &t);
         tp = &t;
     }
-    elig = rm_eligible(r, q); /* the workers that take its model; NULL: any */
+    elig = mroute_eligible(r->models, q->model, q->pinned); /* NULL: any worker */
     switch (sel_pick_in(r->sel, clock_mono_ms(), q->tokens, tp,
-                        exclude != NULL ? index_of(r, exclude) : -1, q->pinned, elig, &w, &rank)) {
+                        exclude != NULL ? workers_index_of(r->ws, exclude) : -1, q->pinned, elig,
+                        &w, &rank)) {
     case SEL_OK:
         if (!q->bypass)
             sel_book(r->sel, &q->bk, w, rank, q->tokens);
-        hold(r, q, w);
-        return r->w[w]->up;
+        return hold(r, q, w);
     case SEL_ALL_BUSY:
         *status = r->cfg->overload_status;
         snprintf(msg, msglen, "All workers are busy, please retry later");
@@ -323,12 +258,12 @@ static struct upstream *pick(void *arg, struct pxreq *x, const struct http_req *
 static void overloaded(void *arg, struct upstream *up)
 {
     struct router *r = arg;
-    int k = index_of(r, up);
+    int k = workers_index_of(r->ws, up);
 
     if (k < 0)
         return;
     sel_mark_overloaded(r->sel, k, clock_mono_ms() + OVERLOAD_MARK_MS);
-    log_info("worker %s answered overloaded: skipped for %d ms", r->w[k]->proxy_url,
+    log_info("worker %s answered overloaded: skipped for %d ms", workers_url(r->ws, k),
              OVERLOAD_MARK_MS);
 }
 
@@ -341,12 +276,12 @@ static void overloaded(void *arg, struct upstream *up)
 static void unreachable(void *arg, struct upstream *up)
 {
     struct router *r = arg;
-    int k = index_of(r, up);
+    int k = workers_index_of(r->ws, up);
 
     if (k >= 0)
-        rl_lost(r, r->w[k],
-                "its engine's port refused a connection, or closed it before a request "
-                "was sent");
+        workers_lost(r->ws, k,
+                     "its engine's port refused a connection, or closed it before a request "
+                     "was sent");
 }
 
 static void refused(void *arg, const struct http_req *req)
@@ -381,6 +316,12 @@ static int local(void *arg, const struct http_req *req, struct http_reply *rep)
 
 /* ---- setup ---------------------------------------------------------------------------- */
 
+/* A load message or a retirement may have made room: what waits and can go, goes. */
+static void room(void *arg)
+{
+    rq_kick(arg);
+}
+
 struct router *router_new(struct event_base *base, struct proxy *px, struct metrics *m,
                           const struct router_cfg *cfg)
 {
@@ -409,26 +350,18 @@ struct router *router_new(struct event_base *base, struct proxy *px, struct metr
     r->m = m;
     r->cfg = cfg;
     r->bt = bt_registry_new(&cfg->t);
-    r->models = mtab_new();
-    rm_init(r);
     r->sel = sel_new(cfg->missed_heartbeats ? cfg->missed_heartbeats : 3,
                      cfg->kv_block_size ? cfg->kv_block_size : 16);
     sel_max_heartbeat(r->sel, cfg->max_heartbeat_ms);
     sel_track_output(r->sel, cfg->track_output_blocks);
-    r->reap = evtimer_new(base, on_reap, r);
-    if (r->reap == NULL)
-        fatal("evtimer_new failed");
+    r->models = mroute_new(r->bt, r->sel);
+    r->ws = workers_new(base, cfg, r->sel, r->models, room, r);
     if (rq_init(r, err, sizeof err) != 0)
         fatal("%s", err); /* the configuration was checked when it was read */
     if (cfg->classifier_plugin[0] != '\0') {
         if (classify_plugin_open(cfg->classifier_plugin, &r->classifier, err, sizeof err) != 0) {
             log_error("classifier plugin: %s", err);
-            rq_free(r);
-            event_free(r->reap);
-            sel_free(r->sel);
-            mtab_free(r->models);
-            bt_registry_free(r->bt);
-            free(r);
+            router_free(r);
             return NULL;
         }
         log_info("classifier plugin %s loaded", cfg->classifier_plugin);
@@ -448,6 +381,7 @@ void router_reconfigure(struct router *r, const struct router_cfg *c)
         bt_registry_add_model(r->bt, c->models.items[i]);
     sel_track_output(r->sel, c->track_output_blocks);
     sel_max_heartbeat(r->sel, c->max_heartbeat_ms);
+    workers_reconfigure(r->ws, c);
     rq_reconfigure(r, &was->classes); /* and dispatches what may go now */
 }
 
@@ -457,121 +391,20 @@ void router_set_change_cb(struct router *r, void (*cb)(void *arg), void *arg)
     r->on_change_arg = arg;
 }
 
-/* The worker at host:port, active or retired; NULL if none. */
-static struct rworker *find_worker(const struct router *r, const char *hostport)
-{
-    for (size_t k = 0; k < r->n; k++)
-        if (r->w[k]->state != RW_FREE && strcmp(r->w[k]->proxy_url, hostport) == 0)
-            return r->w[k];
-    return NULL;
-}
-
-/* A retired worker named again: revived in place, with what it still has booked. */
-static int revive(struct router *r, struct rworker *w, const char *pub_url, char *err,
-                  size_t errlen)
-{
-    if (rl_subscribe(r, w, pub_url, err, errlen) != 0)
-        return -1;
-    snprintf(w->pub_url, sizeof w->pub_url, "%s", pub_url);
-    w->state = RW_ACTIVE;
-    w->holds = 1;
-    w->bad_messages = 0;
-    w->lost = 0;
-    sel_revive(r->sel, w->idx); /* routable at its next message */
-    r->revived++;
-    log_info("worker %s is back (publisher %s): %u requests still in flight there", w->proxy_url,
-             w->pub_url, w->inflight);
-    return 0;
-}
-
 int router_add_worker(struct router *r, const char *proxy_url, const char *pub_url, char *err,
                       size_t errlen)
 {
-    struct rworker *w;
-    struct http_url url;
-    size_t k;
-
-    if (http_url_parse(proxy_url, &url, err, errlen) != 0)
-        return -1;
-    if ((w = find_worker(r, url.hostport)) != NULL && w->state == RW_RETIRED)
-        return revive(r, w, pub_url, err, errlen);
-    if (w != NULL) { /* one more source names it */
-        if (strcmp(w->pub_url, pub_url) != 0)
-            log_warn("worker %s is followed at %s already: %s ignored", w->proxy_url, w->pub_url,
-                     pub_url);
-        w->holds++;
-        return 0;
-    }
-    /* A new one: in the index of one that left, or a new index. */
-    for (k = 0; k < r->n && r->w[k]->state != RW_FREE; k++)
-        ;
-    w = k < r->n ? r->w[k] : xcalloc(1, sizeof *w);
-    w->r = r;
-    snprintf(w->proxy_url, sizeof w->proxy_url, "%s", url.hostport);
-    snprintf(w->pub_url, sizeof w->pub_url, "%s", pub_url);
-    if (rl_subscribe(r, w, pub_url, err, errlen) != 0) {
-        if (k == r->n)
-            free(w);
-        return -1;
-    }
-    if (k == r->n) {
-        w->idx = sel_add_worker(r->sel);
-        r->w = xrealloc(r->w, (r->n + 1) * sizeof *r->w);
-        r->w[r->n++] = w;
-    } else { /* the index of one that left: its models unknown until its first message */
-        struct admit_load_models unknown;
-
-        admit_load_models_unknown(&unknown);
-        mtab_set(r->models, w->idx, &unknown);
-    }
-    /* A name is looked up on the loop without waiting: a worker added on SIGHUP, or one whose
-     * lookup failed, must not stop every other request while a DNS server is slow. */
-    if (!net_is_numeric(url.host) && r->dns == NULL) {
-        char why[256];
-
-        if ((r->dns = resolver_new(r->base, r->cfg, why, sizeof why)) == NULL)
-            log_warn("worker %s: %s; its name is looked up with getaddrinfo, blocking",
-                     url.hostport, why);
-    }
-    w->up = upstream_new(r->base, &url, r->dns, r->cfg->upstream_timeout_ms,
-                         r->cfg->upstream_keepalive, 4000);
-    w->state = RW_ACTIVE;
-    w->holds = 1;
-    r->added++;
-    return 0;
+    return workers_add(r->ws, proxy_url, pub_url, err, errlen);
 }
 
 int router_retire_worker(struct router *r, const char *proxy_url)
 {
-    struct http_url url;
-    struct rworker *w;
-    char err[256];
-
-    if (http_url_parse(proxy_url, &url, err, sizeof err) != 0 ||
-        (w = find_worker(r, url.hostport)) == NULL || w->state != RW_ACTIVE)
-        return -1;
-    if (--w->holds > 0)
-        return 0; /* another source still names it */
-    w->state = RW_RETIRED;
-    sel_retire(r->sel, w->idx);
-    mtab_drop(r->models, w->idx); /* it serves nothing now: a model only it had gets 404 */
-    rl_unsubscribe(r, w);
-    r->retired++;
-    log_info("worker %s retired: no new request goes there, %u in flight finish", w->proxy_url,
-             w->inflight);
-    if (unheld(w))
-        bury(r, w);
-    rq_kick(r); /* a request pinned to it and waiting now gets its answer */
-    return 0;
+    return workers_retire(r->ws, proxy_url);
 }
 
 unsigned router_workers(struct router *r)
 {
-    unsigned n = 0;
-
-    for (size_t k = 0; k < r->n; k++)
-        n += r->w[k]->state == RW_ACTIVE;
-    return n;
+    return workers_active(r->ws);
 }
 
 void router_add_model(struct router *r, const char *model)
@@ -581,38 +414,17 @@ void router_add_model(struct router *r, const char *model)
 
 unsigned router_routable(struct router *r)
 {
-    unsigned n = 0;
-    int64_t now = clock_mono_ms();
-
-    for (size_t k = 0; k < r->n; k++)
-        n += (unsigned) sel_routable(r->sel, (int) k, now);
-    return n;
+    return sel_routable_n(r->sel, clock_mono_ms());
 }
-
-/* Reachable, so that what a resolver still holds at exit is not reported as lost. */
-static struct evdns_base *volatile dns_left_at_exit; /* volatile: never read, kept */
 
 void router_free(struct router *r)
 {
     if (r == NULL)
         return;
-    event_free(r->reap);
-    for (size_t k = 0; k < r->n; k++) {
-        sub_free(r->w[k]->sub);
-        upstream_free(r->w[k]->up);
-        free(r->w[k]);
-    }
-    free(r->w);
-    /* After the pools, each of which left its lookup to end. One still pending is answered
-     * from the loop, which runs no more: freeing the resolver would lose what evdns holds
-     * for it, so the resolver is left to the exit, as nng's sockets are. */
-    if (r->dns != NULL && upstream_lookups_pending() == 0)
-        evdns_base_free(r->dns, 0);
-    else if (r->dns != NULL)
-        dns_left_at_exit = r->dns;
+    workers_free(r->ws);
     rq_free(r);
+    mroute_free(r->models);
     sel_free(r->sel);
-    mtab_free(r->models);
     bt_registry_free(r->bt);
     free(r);
 }

@@ -14,9 +14,10 @@
 #include "wire/prom.h"
 #include "http/httpreq.h"
 #include "http/proxy.h"
-#include "model_table.h"
+#include "model_route.h"
 #include "pubsub/spsub.h"
 #include "select.h"
+#include "workers.h"
 
 #include <stdint.h>
 #include <time.h>
@@ -26,32 +27,6 @@ struct pxreq;
 
 /* Distinct (model, endpoint) rejection counters kept. */
 #define ROUTER_MAX_REJECT_KEYS 256
-
-/* A worker's place in the fleet. A worker that its sources (a --worker, the workers file, a
- * DNS name) no longer name is retired: selection skips it (sel_retire) and its subscriber is
- * closed, but requests in flight there finish, so it keeps its index, its bookings and its
- * upstream until the last of them ends; then it is free, and its index the next new
- * worker's. A retired worker named again is revived in place, its bookings still counted. */
-enum rw_state { RW_ACTIVE, RW_RETIRED, RW_FREE };
-
-struct rworker {
-    struct router *r;
-    int idx; /* its index in the selection view, and in router.w */
-    enum rw_state state;
-    int holds;         /* sources that name it; 0 once retired */
-    unsigned inflight; /* exchanges holding its upstream: from the pick to the end */
-    unsigned pins;     /* exchanges whose pin header names it */
-    char proxy_url[NETADDR_HOST_MAX + 16];
-    char pub_url[300];
-    char worker_id[ADMIT_LOAD_WORKER_ID_MAX + 1]; /* from its newest message ("" = none yet) */
-    struct upstream *up;
-    struct subscriber *sub;
-    int64_t last_ms; /* monotonic time of the newest message; 0 = never heard */
-    int bad_messages;
-    int unresolved_said; /* logged that its engine's name is not looked up yet */
-    int lost;            /* rl_lost() logged it lost; its next message brings it back */
-    int id_said;         /* logged that its messages' worker_id is refused (claim()) */
-};
 
 /* Per exchange, inside the proxy's allocation (zeroed at arrival). */
 struct rreq {
@@ -87,22 +62,13 @@ struct router {
     struct proxy *px;
     struct metrics *m;
     const struct router_cfg *cfg; /* replaced by each reload (router_reconfigure) */
-    struct evdns_base *dns;       /* the workers' host names' resolver, made for the first */
     struct bt_registry *bt;
     struct sel *sel;
-    struct model_table *models; /* which workers serve which model (router_models.c) */
-    struct rworker **w;
-    size_t n;
+    struct model_route *models; /* which workers serve which model */
+    struct workers *ws;         /* the workers, their upstreams and their load messages */
     struct reject_key rejects[ROUTER_MAX_REJECT_KEYS];
     size_t nrejects;
     uint64_t rejected_all_busy, rejected_no_worker, rejected_unknown_model;
-    uint64_t added, revived, retired, removed; /* workers that came and went */
-    uint64_t lost, back;                       /* workers lost (rl_lost), and back */
-    struct spsub_stats load_gone; /* what the subscribers of workers retired since counted */
-    uint64_t load_invalid;        /* load messages that did not decode */
-    uint64_t load_bad_id;         /* ... whose worker_id breaks admitd's rule */
-    uint64_t load_id_taken;       /* ... whose worker_id another live worker holds */
-    struct event *reap; /* frees retired workers whose last request ended (not in its callback) */
     void (*on_change)(void *arg);
     void *on_change_arg;
     /* The policy-class queue (router_queue.c); q NULL: no classes, nothing waits. */
@@ -150,32 +116,5 @@ void rq_kick_soon(struct router *r);
 void rq_count_busy(struct router *r, const struct rreq *q);
 /** appends the queue's families (nothing without classes) */
 void rq_render_metrics(struct router *r, struct buf *out);
-
-/* ---- router_load.c: the workers' load messages ------------------------------------------ */
-
-/** follows w's publisher as --subscriber and --load-batch-ms say; 0, or -1 with err */
-int rl_subscribe(struct router *r, struct rworker *w, const char *pub_url, char *err,
-                 size_t errlen);
-/** closes w's subscriber (never blocking for long), keeping what it counted */
-void rl_unsubscribe(struct router *r, struct rworker *w);
-/** active worker w is lost (why: its publisher's connection ended, its engine refused a
- *  connection): not routable until its next message; logged once, until it is back */
-void rl_lost(struct router *r, struct rworker *w, const char *why);
-/** appends the load intake's families (admit_router_load_*) */
-void rl_render_metrics(struct router *r, struct buf *out);
-
-/* ---- router_models.c: the models the workers serve -------------------------------------- */
-
-/** sets the models' hooks up: a name a worker serves joins /busy_threshold, one no worker
- *  lists any more leaves it (unless the config names it or a POST set it) */
-void rm_init(struct router *r);
-/** a load message of worker idx arrived: its model list */
-void rm_message(struct router *r, int idx, const struct admit_load *m);
-/** the workers q's model may go to, for sel_pick_in(); NULL: any (no model, pinned, or every
- *  worker takes it) */
-const uint64_t *rm_eligible(struct router *r, const struct rreq *q);
-/** answers 404, OpenAI's model_not_found, when no worker serves q's model and none takes any
- *  model; 1 when it did (reads the request first, as router_read_request()) */
-int rm_refuse(struct router *r, struct pxreq *x, struct rreq *q, const struct http_req *req);
 
 #endif

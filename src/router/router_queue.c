@@ -57,7 +57,7 @@ static int class_has_room(struct router *r, int cls, const struct rreq *q)
     if (!busy_thresholds_any(t))
         return 1;
     return sel_gate_in(r->sel, clock_mono_ms(), q->tokens, t, q->pinned >= 0 ? q->pinned : -1,
-                       rm_eligible(r, q)) != SEL_ALL_BUSY;
+                       mroute_eligible(r->models, q->model, q->pinned)) != SEL_ALL_BUSY;
 }
 
 static void on_tick(evutil_socket_t fd, short what, void *arg)
@@ -267,12 +267,10 @@ enum px_verdict rq_arrive(struct router *r, struct pxreq *x, struct rreq *q,
         prom_hist_observe(&r->qc[cls].wait, 0.0);
         return PX_FORWARD;
     }
-    if (classq_push(r->q, cls, &q->qe, q->tokens, router_routable(r)) != 0) {
+    if (classq_push(r->q, cls, &q->qe, q->tokens, sel_routable_n(r->sel, clock_mono_ms())) != 0) {
         r->qc[cls].rej_full++;
         proxy_answer_error(x, r->cfg->overload_status, "overloaded_error", r->qc[cls].full_msg,
-                           r->cfg->retry_after_s > 0 ? (int) r->cfg->retry_after_s
-                                                     : RETRY_AFTER_MIN,
-                           "class-queue-full", OUT_REJECTED);
+                           router_cfg_retry_after(r->cfg), "class-queue-full", OUT_REJECTED);
         return PX_ANSWERED;
     }
     clock_mono(&q->t_enq);
@@ -289,8 +287,7 @@ void rq_expired(struct router *r, struct pxreq *x, struct rreq *q)
     classq_remove(r->q, &q->qe);
     r->qc[q->cls].rej_timeout++;
     proxy_answer_error(x, r->cfg->overload_status, "overloaded_error", r->qc[q->cls].timeout_msg,
-                       r->cfg->retry_after_s > 0 ? (int) r->cfg->retry_after_s : RETRY_AFTER_MIN,
-                       "class-queue-timeout", OUT_QUEUE_TIMEOUT);
+                       router_cfg_retry_after(r->cfg), "class-queue-timeout", OUT_QUEUE_TIMEOUT);
 }
 
 void rq_finish(struct router *r, struct rreq *q)

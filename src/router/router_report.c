@@ -13,9 +13,9 @@
 #include <string.h>
 
 /* The worker_id a worker names itself by; its URL's host:port until it has spoken. */
-static const char *id_of(const struct rworker *w)
+static const char *id_of(const struct worker_info *w)
 {
-    return w->worker_id[0] != '\0' ? w->worker_id : w->proxy_url;
+    return w->worker_id[0] != '\0' ? w->worker_id : w->url;
 }
 
 enum rank_field { RF_BOOKED_PREFILL, RF_BOOKED_DECODE, RF_PUB_PREFILL, RF_PUB_DECODE };
@@ -40,25 +40,30 @@ static void rank_gauge(struct buf *out, struct router *r, const struct busy_thre
                        const char *name, const char *help, enum rank_field f, int dynamo)
 {
     prom_family(out, name, "gauge", help);
-    for (size_t k = 0; k < r->n; k++)
-        for (unsigned i = 0; r->w[k]->state != RW_FREE && i < sel_ranks(r->sel, (int) k); i++) {
+    for (int k = 0; k < workers_slots(r->ws); k++) {
+        struct worker_info w;
+
+        if (!workers_info(r->ws, k, &w))
+            continue;
+        for (unsigned i = 0; i < sel_ranks(r->sel, k); i++) {
             struct sel_rank_view v;
             char rank[16];
             struct buf l;
             int64_t x;
 
-            sel_view(r->sel, (int) k, i, t, &v);
+            sel_view(r->sel, k, i, t, &v);
             if ((x = field_of(&v, f)) < 0)
                 continue;
             snprintf(rank, sizeof rank, "%u", i);
             buf_init(&l);
-            prom_label(&l, "worker_id", id_of(r->w[k]));
+            prom_label(&l, "worker_id", id_of(&w));
             prom_label(&l, "dp_rank", rank);
             if (dynamo)
                 prom_label(&l, "worker_type", "decode");
             prom_sample(out, name, l.data, (double) x);
             buf_free(&l);
         }
+    }
 }
 
 /* Routable, but with no room: every rank full by its booked load or by what it publishes. */
@@ -85,8 +90,16 @@ void router_render_metrics(struct router *r, struct buf *out)
     int64_t now = clock_mono_ms();
     static const char *const change_names[] = {"added",   "revived", "retired",
                                                "removed", "lost",    "back"};
-    const uint64_t changes[] = {r->added, r->revived, r->retired, r->removed, r->lost, r->back};
+    struct workers_changes c;
+    uint64_t changes[6];
 
+    workers_changes(r->ws, &c);
+    changes[0] = c.added;
+    changes[1] = c.revived;
+    changes[2] = c.retired;
+    changes[3] = c.removed;
+    changes[4] = c.lost;
+    changes[5] = c.back;
     bt_registry_get(r->bt, "", &t);
     prom_family(out, "dynamo_frontend_model_rejection_total", "counter",
                 "Total number of requests rejected due to resource exhaustion");
@@ -119,13 +132,17 @@ void router_render_metrics(struct router *r, struct buf *out)
     rank_gauge(out, r, &t, "admit_router_booked_decode_blocks",
                "KV blocks this router booked on the rank for the requests it sent there",
                RF_BOOKED_DECODE, 0);
-    for (size_t k = 0; k < r->n; k++) {
-        active_n += r->w[k]->state == RW_ACTIVE;
-        retired_n += r->w[k]->state == RW_RETIRED;
-        if (!sel_routable(r->sel, (int) k, now))
+    for (int k = 0; k < workers_slots(r->ws); k++) {
+        struct worker_info w;
+
+        if (workers_info(r->ws, k, &w)) {
+            active_n += w.state == WORKER_ACTIVE;
+            retired_n += w.state == WORKER_RETIRED;
+        }
+        if (!sel_routable(r->sel, k, now))
             continue;
         routable_n++;
-        busy_n += (unsigned) worker_busy(r, (int) k, &t);
+        busy_n += (unsigned) worker_busy(r, k, &t);
     }
     prom_family(out, "admit_router_workers", "gauge",
                 "Workers by state (configured: named by a source now; routable: of those, "
@@ -141,7 +158,7 @@ void router_render_metrics(struct router *r, struct buf *out)
                   "connection ended or its engine refused a connection, back: it published "
                   "again)",
                   "change", change_names, changes, sizeof changes / sizeof *changes);
-    rl_render_metrics(r, out);
+    workers_render_metrics(r->ws, out);
     rq_render_metrics(r, out);
 }
 
@@ -214,35 +231,35 @@ void router_render_workers(struct router *r, struct buf *out)
 
     bt_registry_get(r->bt, "", &t);
     buf_puts(out, "{\"workers\":[");
-    for (size_t k = 0; k < r->n; k++) {
-        const struct rworker *w = r->w[k];
-        int alive = sel_alive(r->sel, (int) k, now);
+    for (int k = 0; k < workers_slots(r->ws); k++) {
+        struct worker_info w;
+        int alive = sel_alive(r->sel, k, now);
 
-        if (w->state == RW_FREE)
+        if (!workers_info(r->ws, k, &w))
             continue;
         /* The URLs are escaped too: a workers file's publisher may hold a quote. */
         buf_puts(out, first ? "{\"url\":" : ",{\"url\":");
         first = 0;
-        put_string(out, w->proxy_url);
+        put_string(out, w.url);
         buf_puts(out, ",\"publish\":");
-        put_string(out, w->pub_url);
+        put_string(out, w.pub_url);
         buf_printf(out, ",\"state\":\"%s\",\"in_flight\":%u,",
-                   w->state == RW_ACTIVE ? "active" : "retired", w->inflight);
+                   w.state == WORKER_ACTIVE ? "active" : "retired", w.inflight);
         buf_puts(out, "\"worker_id\":");
-        put_string(out, w->worker_id);
+        put_string(out, w.worker_id);
         buf_printf(out, ",\"alive\":%s,\"routable\":%s,\"busy\":%s,\"age_ms\":",
-                   alive ? "true" : "false", sel_routable(r->sel, (int) k, now) ? "true" : "false",
-                   alive && worker_busy(r, (int) k, &t) ? "true" : "false");
-        if (w->last_ms)
-            buf_printf(out, "%lld", (long long) (now - w->last_ms));
+                   alive ? "true" : "false", sel_routable(r->sel, k, now) ? "true" : "false",
+                   alive && worker_busy(r, k, &t) ? "true" : "false");
+        if (w.last_ms)
+            buf_printf(out, "%lld", (long long) (now - w.last_ms));
         else
             buf_puts(out, "null");
-        render_models(out, mtab_list(r->models, w->idx));
+        render_models(out, mroute_list(r->models, k));
         buf_puts(out, ",\"ranks\":[");
-        for (unsigned i = 0; i < sel_ranks(r->sel, (int) k); i++) {
+        for (unsigned i = 0; i < sel_ranks(r->sel, k); i++) {
             struct sel_rank_view v;
 
-            sel_view(r->sel, (int) k, i, &t, &v);
+            sel_view(r->sel, k, i, &t, &v);
             if (i)
                 buf_puts(out, ",");
             render_rank(out, &v, i);

@@ -619,6 +619,15 @@ int sel_routable(const struct sel *s, int w, int64_t now_ms)
     return sel_alive(s, w, now_ms) && s->w[w].skip_until <= now_ms;
 }
 
+unsigned sel_routable_n(const struct sel *s, int64_t now_ms)
+{
+    unsigned n = 0;
+
+    for (int k = 0; k < s->n; k++)
+        n += (unsigned) sel_routable(s, k, now_ms);
+    return n;
+}
+
 int sel_heard(const struct sel *s, int wi, int64_t now_ms)
 {
     const struct sworker *w = &s->w[wi];

@@ -142,6 +142,8 @@ void sel_release(struct sel *s, struct sel_booking *b);
 int sel_alive(const struct sel *s, int w, int64_t now_ms);
 /** 1 when alive and not skipped for an overload answer */
 int sel_routable(const struct sel *s, int w, int64_t now_ms);
+/** how many workers are routable at now_ms */
+unsigned sel_routable_n(const struct sel *s, int64_t now_ms);
 /** 1 when a rank of worker w was heard within its window at now_ms, lost, draining or not */
 int sel_heard(const struct sel *s, int w, int64_t now_ms);
 /** 1 when every rank of worker w lacks room by its published load under t (the monitor);

@@ -1,18 +1,20 @@
-/* router_load: the workers' load messages: following each worker's publisher (through
+/* workers_load: the workers' load messages: following each worker's publisher (through
  * pubsub/subscribe.h, spsub or nng as --subscriber says), taking each message into the
- * selection view and the models, and counting the intake for /metrics.
+ * selection view and the model table, and counting the intake for /metrics.
  *
  * The counters are those of the subscribers (spsub's, summed over the workers) and the
- * router's own for messages it refuses: those that do not decode, and those whose worker_id
- * is not one admitd would take or is another live worker's (claim()). A worker's subscriber goes
- * when the worker is retired; what it had counted is kept in the router (load_gone), so the
+ * table's own for messages it refuses: those that do not decode, and those whose worker_id is
+ * not one admitd would take or is another live worker's (claim()). A worker's subscriber goes
+ * when the worker is retired; what it had counted is kept in the table (load_gone), so the
  * families, which are counters, never go down as workers come and go. */
-#include "router_impl.h"
+#include "http/upstream.h"
+#include "model_route.h"
+#include "pubsub/subscribe.h"
+#include "select.h"
+#include "util/clock.h"
 #include "util/log.h"
 #include "wire/prom.h"
-#include "http/upstream.h"
-#include "pubsub/subscribe.h"
-#include "util/clock.h"
+#include "workers_impl.h"
 
 #include <stdio.h>
 #include <string.h>
@@ -42,16 +44,16 @@ static void stats_add(struct spsub_stats *sum, const struct spsub_stats *add)
  * workers never show as one in the metrics nor share a pin. Then it passes on: a worker that
  * left, or went silent, and whose id a new one takes (a pod rescheduled elsewhere), loses it,
  * and its next message must claim it again. 0 when w may, -1 when it may not. */
-static int claim(struct router *r, struct rworker *w, const char *id)
+static int claim(struct workers *ws, struct worker *w, const char *id)
 {
     int64_t now = clock_mono_ms();
 
-    for (size_t k = 0; k < r->n; k++) {
-        struct rworker *o = r->w[k];
+    for (size_t k = 0; k < ws->n; k++) {
+        struct worker *o = ws->w[k];
 
-        if (o == w || o->state == RW_FREE || strcmp(o->worker_id, id) != 0)
+        if (o == w || o->state == WORKER_FREE || strcmp(o->worker_id, id) != 0)
             continue;
-        if (o->state == RW_ACTIVE && sel_heard(r->sel, o->idx, now)) {
+        if (o->state == WORKER_ACTIVE && sel_heard(ws->sel, o->idx, now)) {
             if (!w->id_said)
                 log_warn("worker %s names itself %s, the worker_id of worker %s: its load "
                          "messages are ignored while that one's are heard",
@@ -60,23 +62,31 @@ static int claim(struct router *r, struct rworker *w, const char *id)
             return -1;
         }
         log_info("worker_id %s passes from worker %s (%s) to worker %s", LOG_ESC(id), o->proxy_url,
-                 o->state == RW_ACTIVE ? "silent" : "retired", w->proxy_url);
+                 o->state == WORKER_ACTIVE ? "silent" : "retired", w->proxy_url);
         o->worker_id[0] = '\0';
     }
     w->id_said = 0;
     return 0;
 }
 
-void rl_lost(struct router *r, struct rworker *w, const char *why)
+/* Active worker w is lost: not routable until its next message; logged once, until then. */
+static void lose(struct worker *w, const char *why)
 {
-    if (w->state != RW_ACTIVE)
+    struct workers *ws = w->ws;
+
+    if (w->state != WORKER_ACTIVE)
         return;
-    sel_lost(r->sel, w->idx);
+    sel_lost(ws->sel, w->idx);
     if (w->lost)
         return;
     w->lost = 1;
-    r->lost++;
+    ws->changes.lost++;
     log_warn("worker %s lost: %s; not routable until it publishes again", w->proxy_url, why);
+}
+
+void workers_lost(struct workers *ws, int k, const char *why)
+{
+    lose(ws->w[k], why);
 }
 
 /* Worker arg's publisher connection, which was up, ended (spsub's; nng's SUB does not say):
@@ -84,24 +94,25 @@ void rl_lost(struct router *r, struct rworker *w, const char *why)
  * heartbeats, when a killed worker refuses every request sent its way. */
 static void on_lost(void *arg, const char *why)
 {
-    struct rworker *w = arg;
+    struct worker *w = arg;
     char msg[200];
 
     snprintf(msg, sizeof msg, "its load publisher's connection ended (%s)", why);
-    rl_lost(w->r, w, msg);
+    lose(w, msg);
 }
 
 /* A message of worker arg: into the selection view and its models, or counted as refused. */
 static void on_message(void *arg, const void *msg, size_t len)
 {
-    struct rworker *w = arg;
+    struct worker *w = arg;
+    struct workers *ws = w->ws;
     struct admit_load m;
     char err[256];
 
-    if (w->state != RW_ACTIVE)
+    if (w->state != WORKER_ACTIVE)
         return; /* retired: its subscriber is closed, nothing more is heard */
     if (admit_load_decode(msg, len, &m, err, sizeof err) != 0) {
-        w->r->load_invalid++;
+        ws->load_invalid++;
         if (w->bad_messages++ < 5)
             log_warn("worker %s sent an invalid load message: %s", w->proxy_url, LOG_ESC(err));
         return;
@@ -109,7 +120,7 @@ static void on_message(void *arg, const void *msg, size_t len)
     /* admitd's own rule for an id (its --worker-id): an id the wire allows but admitd would
      * not take (a newline, a quote, a blank) could forge log lines and metrics labels. */
     if (!admit_load_worker_id_ok(m.worker_id)) {
-        w->r->load_bad_id++;
+        ws->load_bad_id++;
         if (!w->id_said)
             log_warn("worker %s sent a load message whose worker_id %s is not printable ASCII "
                      "without spaces, quotes or backslashes: ignored",
@@ -119,8 +130,8 @@ static void on_message(void *arg, const void *msg, size_t len)
     }
     if (strcmp(w->worker_id, m.worker_id) == 0) {
         w->id_said = 0; /* its own id again: the next refusal is news */
-    } else if (claim(w->r, w, m.worker_id) != 0) {
-        w->r->load_id_taken++;
+    } else if (claim(ws, w, m.worker_id) != 0) {
+        ws->load_id_taken++;
         return;
     }
     /* A worker whose engine's host name has no address yet is not routable: its load is
@@ -139,28 +150,29 @@ static void on_message(void *arg, const void *msg, size_t len)
     w->last_ms = clock_mono_ms();
     if (strcmp(w->worker_id, m.worker_id) != 0)
         snprintf(w->worker_id, sizeof w->worker_id, "%s", m.worker_id);
-    sel_message(w->r->sel, w->idx, &m, w->last_ms);
+    sel_message(ws->sel, w->idx, &m, w->last_ms);
     if (w->lost) {
         w->lost = 0;
-        w->r->back++;
+        ws->changes.back++;
         log_info("worker %s back: it publishes again", w->proxy_url);
     }
-    rm_message(w->r, w->idx, &m);
-    rq_kick(w->r); /* its room may have changed */
+    mroute_message(ws->models, w->idx, &m);
+    ws->room(ws->room_arg); /* its room may have changed */
 }
 
-int rl_subscribe(struct router *r, struct rworker *w, const char *pub_url, char *err, size_t errlen)
+int wl_subscribe(struct workers *ws, struct worker *w, const char *pub_url, char *err,
+                 size_t errlen)
 {
-    struct sub_opts o = {r->cfg->subscriber_nng ? SUB_NNG : SUB_AUTO, r->cfg->load_batch_ms};
+    struct sub_opts o = {ws->cfg->subscriber_nng ? SUB_NNG : SUB_AUTO, ws->cfg->load_batch_ms};
 
-    w->sub = sub_new(r->base, pub_url, &o, on_message, w, err, errlen);
+    w->sub = sub_new(ws->base, pub_url, &o, on_message, w, err, errlen);
     if (w->sub == NULL)
         return -1;
     sub_set_lost(w->sub, on_lost);
     return 0;
 }
 
-void rl_unsubscribe(struct router *r, struct rworker *w)
+void wl_unsubscribe(struct workers *ws, struct worker *w)
 {
     struct spsub_stats st;
 
@@ -168,16 +180,16 @@ void rl_unsubscribe(struct router *r, struct rworker *w)
         return;
     sub_get_stats(w->sub, &st);
     st.connected = 0; /* a gauge: not after it is gone */
-    stats_add(&r->load_gone, &st);
+    stats_add(&ws->load_gone, &st);
     sub_close(w->sub, SUB_CLOSE_MS);
     w->sub = NULL;
 }
 
 /* The load messages' intake: every worker's subscriber, and those of the workers retired
  * since the start, so that the counters never go down. */
-void rl_render_metrics(struct router *r, struct buf *out)
+void workers_render_metrics(const struct workers *ws, struct buf *out)
 {
-    struct spsub_stats t = r->load_gone, st;
+    struct spsub_stats t = ws->load_gone, st;
     unsigned sp = 0, nng = 0;
     static const char *const reasons[] = {"oversized",      "bad_header",  "timeout",
                                           "invalid",        "other_topic", "bad_worker_id",
@@ -185,13 +197,13 @@ void rl_render_metrics(struct router *r, struct buf *out)
     uint64_t refused[7];
 
     t.connected = 0;
-    for (size_t k = 0; k < r->n; k++) {
-        if (r->w[k]->sub == NULL)
+    for (size_t k = 0; k < ws->n; k++) {
+        if (ws->w[k]->sub == NULL)
             continue;
-        sub_get_stats(r->w[k]->sub, &st);
+        sub_get_stats(ws->w[k]->sub, &st);
         stats_add(&t, &st);
-        sp += (unsigned) sub_is_sp(r->w[k]->sub);
-        nng += (unsigned) !sub_is_sp(r->w[k]->sub);
+        sp += (unsigned) sub_is_sp(ws->w[k]->sub);
+        nng += (unsigned) !sub_is_sp(ws->w[k]->sub);
     }
     prom_counter(
         out, "admit_router_load_messages_total",
@@ -205,10 +217,10 @@ void rl_render_metrics(struct router *r, struct buf *out)
     refused[0] = t.oversized;
     refused[1] = t.bad_headers;
     refused[2] = t.timeouts;
-    refused[3] = r->load_invalid;
+    refused[3] = ws->load_invalid;
     refused[4] = t.filtered;
-    refused[5] = r->load_bad_id;
-    refused[6] = r->load_id_taken;
+    refused[5] = ws->load_bad_id;
+    refused[6] = ws->load_id_taken;
     prom_labelled(out, "admit_router_load_refused_total", "counter",
                   "Load messages or connections refused, by reason (oversized: a message over "
                   "2048 bytes, bad_header: not an SP PUB0 peer, timeout: connect or handshake "
