@@ -19,121 +19,7 @@
 /* A worker marked overloaded by its own 529 is skipped this long (or until it speaks). */
 #define OVERLOAD_MARK_MS 1000
 
-/* Exchange q now holds worker k's upstream (a pick, or a migration's): the worker it
- * held before, if another, is let go. */
-static struct upstream *hold(struct router *r, struct rreq *q, int k)
-{
-    if (q->held != k) {
-        workers_hold(r->ws, k);
-        if (q->held >= 0)
-            workers_release(r->ws, q->held);
-        q->held = k;
-    }
-    return workers_upstream(r->ws, k);
-}
-
-/* ---- admission: count and book every exchange ---------------------------------------- */
-
-static void changed(struct router *r)
-{
-    if (r->on_change != NULL)
-        r->on_change(r->on_change_arg);
-}
-
-static void on_begin(void *arg, struct pxreq *x, const struct http_req *req)
-{
-    struct router *r = arg;
-    struct rreq *q = pxreq_state(x);
-
-    q->r = r;
-    q->cls = -1;
-    q->pinned = -1;
-    q->held = -1;
-    q->bypass = http_method_is_safe(req->method);
-    if (q->bypass) {
-        r->m->requests_bypass++;
-        r->m->inflight_bypass++;
-    } else
-        r->m->inflight_nocap++;
-}
-
-/* Without policy classes every request goes on to selection; with them, it may wait. */
-static enum px_verdict on_arrive(void *arg, struct pxreq *x, const struct http_req *req)
-{
-    struct router *r = arg;
-    struct rreq *q = pxreq_state(x);
-
-    if (!q->bypass) {
-        router_read_request(r, q, req);
-        /* Pinned: the pin decides (an unknown name is selection's 503). */
-        if (q->pinned == -1 && mroute_refuse(r->models, x, q->model)) {
-            r->rejected_unknown_model++;
-            return PX_ANSWERED; /* a model no worker serves: 404 */
-        }
-    }
-    return rq_arrive(r, x, q, req);
-}
-
-static void on_expired(void *arg, struct pxreq *x)
-{
-    rq_expired(arg, x, pxreq_state(x));
-}
-
-/* Booked in pick(); tell us of output to release the prefill and count blocks. */
-static int on_forwarding(void *arg, struct pxreq *x, const struct http_req *req)
-{
-    struct rreq *q = pxreq_state(x);
-
-    (void) arg;
-    (void) req;
-    return q->bk.booked;
-}
-
-/* The first body byte is the first token: prefill is over. Headers alone are not. */
-static void on_output(void *arg, struct pxreq *x, int first, unsigned tokens)
-{
-    struct router *r = arg;
-    struct rreq *q = pxreq_state(x);
-
-    sel_output(r->sel, &q->bk, tokens);
-    if (first) {
-        sel_first_token(r->sel, &q->bk);
-        /* Its prefill is over: room for a waiting request, perhaps. Not dispatched here:
-         * this is x's relay, which goes on after the hook returns. */
-        rq_kick_soon(r);
-    }
-}
-
-/* Completion, error, cancel: whatever the outcome, the booking ends here. */
-static void on_finish(void *arg, struct pxreq *x, enum outcome o)
-{
-    struct router *r = arg;
-    struct rreq *q = pxreq_state(x);
-
-    (void) o;
-    sel_release(r->sel, &q->bk);
-    rq_finish(r, q);
-    if (q->held >= 0)
-        workers_release(r->ws, q->held);
-    if (q->pinned >= 0)
-        workers_unpin(r->ws, q->pinned);
-    q->held = q->pinned = -1;
-    if (q->bypass)
-        r->m->inflight_bypass--;
-    else
-        r->m->inflight_nocap--;
-    changed(r);
-    rq_kick(r);
-}
-
-static int on_retry_after(void *arg)
-{
-    struct router *r = arg;
-
-    return router_cfg_retry_after(r->cfg);
-}
-
-/* ---- selection ------------------------------------------------------------------------ */
+/* ---- what a request says ------------------------------------------------------------- */
 
 static const char *endpoint_of(const char *uri)
 {
@@ -181,7 +67,8 @@ static void count_reject(struct router *r, const char *model, const char *endpoi
     r->rejects[i].count++;
 }
 
-void router_read_request(struct router *r, struct rreq *q, const struct http_req *req)
+/* Reads a request's prompt tokens, model and pin into q, once per exchange. */
+static void read_request(struct router *r, struct rreq *q, const struct http_req *req)
 {
     const char *pin;
     struct tokcount tc;
@@ -201,6 +88,126 @@ void router_read_request(struct router *r, struct rreq *q, const struct http_req
     }
 }
 
+/* Exchange q now holds worker k's upstream (a pick, or a migration's): the worker it
+ * held before, if another, is let go. */
+static struct upstream *hold(struct router *r, struct rreq *q, int k)
+{
+    if (q->held != k) {
+        workers_hold(r->ws, k);
+        if (q->held >= 0)
+            workers_release(r->ws, q->held);
+        q->held = k;
+    }
+    return workers_upstream(r->ws, k);
+}
+
+/* ---- admission: count and book every exchange ---------------------------------------- */
+
+static void changed(struct router *r)
+{
+    if (r->on_change != NULL)
+        r->on_change(r->on_change_arg);
+}
+
+static void on_begin(void *arg, struct pxreq *x, const struct http_req *req)
+{
+    struct router *r = arg;
+    struct rreq *q = pxreq_state(x);
+
+    cq_begin(&q->cq, x);
+    q->pinned = -1;
+    q->held = -1;
+    q->bypass = http_method_is_safe(req->method);
+    if (q->bypass) {
+        r->m->requests_bypass++;
+        r->m->inflight_bypass++;
+    } else
+        r->m->inflight_nocap++;
+}
+
+/* Without policy classes every request goes on to selection; with them, it may wait. */
+static enum px_verdict on_arrive(void *arg, struct pxreq *x, const struct http_req *req)
+{
+    struct router *r = arg;
+    struct rreq *q = pxreq_state(x);
+
+    if (q->bypass)
+        return PX_FORWARD; /* never judged, never queued */
+    read_request(r, q, req);
+    /* Pinned: the pin decides (an unknown name is selection's 503). */
+    if (q->pinned == -1 && mroute_refuse(r->models, x, q->model)) {
+        r->rejected_unknown_model++;
+        return PX_ANSWERED; /* a model no worker serves: 404 */
+    }
+    if (q->pinned == -2)
+        return PX_FORWARD; /* selection answers it: no worker has that name */
+    return cq_arrive(r->cq, &q->cq, req, q->model, q->tokens, q->pinned);
+}
+
+static void on_expired(void *arg, struct pxreq *x)
+{
+    struct router *r = arg;
+    struct rreq *q = pxreq_state(x);
+
+    cq_expired(r->cq, &q->cq);
+}
+
+/* Booked in pick(); tell us of output to release the prefill and count blocks. */
+static int on_forwarding(void *arg, struct pxreq *x, const struct http_req *req)
+{
+    struct rreq *q = pxreq_state(x);
+
+    (void) arg;
+    (void) req;
+    return q->bk.booked;
+}
+
+/* The first body byte is the first token: prefill is over. Headers alone are not. */
+static void on_output(void *arg, struct pxreq *x, int first, unsigned tokens)
+{
+    struct router *r = arg;
+    struct rreq *q = pxreq_state(x);
+
+    sel_output(r->sel, &q->bk, tokens);
+    if (first) {
+        sel_first_token(r->sel, &q->bk);
+        /* Its prefill is over: room for a waiting request, perhaps. Not dispatched here:
+         * this is x's relay, which goes on after the hook returns. */
+        cq_kick_soon(r->cq);
+    }
+}
+
+/* Completion, error, cancel: whatever the outcome, the booking ends here. */
+static void on_finish(void *arg, struct pxreq *x, enum outcome o)
+{
+    struct router *r = arg;
+    struct rreq *q = pxreq_state(x);
+
+    (void) o;
+    sel_release(r->sel, &q->bk);
+    cq_finish(r->cq, &q->cq);
+    if (q->held >= 0)
+        workers_release(r->ws, q->held);
+    if (q->pinned >= 0)
+        workers_unpin(r->ws, q->pinned);
+    q->held = q->pinned = -1;
+    if (q->bypass)
+        r->m->inflight_bypass--;
+    else
+        r->m->inflight_nocap--;
+    changed(r);
+    cq_kick(r->cq);
+}
+
+static int on_retry_after(void *arg)
+{
+    struct router *r = arg;
+
+    return router_cfg_retry_after(r->cfg);
+}
+
+/* ---- route: the choice of a worker --------------------------------------------------- */
+
 static struct upstream *pick(void *arg, struct pxreq *x, const struct http_req *req,
                              const struct upstream *exclude, int *status, char *msg, size_t msglen,
                              int *busy)
@@ -212,7 +219,7 @@ static struct upstream *pick(void *arg, struct pxreq *x, const struct http_req *
     int w;
     unsigned rank;
 
-    router_read_request(r, q, req);
+    read_request(r, q, req);
     if (q->pinned == -2) {
         snprintf(msg, msglen, "Server unavailable: no worker named %.128s",
                  http_req_header(req, ROUTER_PIN_HEADER));
@@ -239,7 +246,7 @@ static struct upstream *pick(void *arg, struct pxreq *x, const struct http_req *
         snprintf(msg, msglen, "All workers are busy, please retry later");
         *busy = 1;
         r->rejected_all_busy++;
-        rq_count_busy(r, q);
+        cq_count_busy(r->cq, &q->cq);
         count_reject(r, q->model, endpoint_of(req->target));
         return NULL;
     case SEL_NO_WORKER:
@@ -310,7 +317,7 @@ static int local(void *arg, const struct http_req *req, struct http_reply *rep)
         rep->status = bt_api_handle(r->bt, http_method_name(req->method),
                                     http_req_header(req, "Content-Type"), req->body, req->body_len,
                                     &rep->body);
-    rq_kick(r); /* thresholds may have changed: the next selection sees them */
+    cq_kick(r->cq); /* thresholds may have changed: the next selection sees them */
     return 1;
 }
 
@@ -319,7 +326,9 @@ static int local(void *arg, const struct http_req *req, struct http_reply *rep)
 /* A load message or a retirement may have made room: what waits and can go, goes. */
 static void room(void *arg)
 {
-    rq_kick(arg);
+    struct router *r = arg;
+
+    cq_kick(r->cq);
 }
 
 struct router *router_new(struct event_base *base, struct proxy *px, struct metrics *m,
@@ -355,17 +364,12 @@ struct router *router_new(struct event_base *base, struct proxy *px, struct metr
     sel_max_heartbeat(r->sel, cfg->max_heartbeat_ms);
     sel_track_output(r->sel, cfg->track_output_blocks);
     r->models = mroute_new(r->bt, r->sel);
-    r->ws = workers_new(base, cfg, r->sel, r->models, room, r);
-    if (rq_init(r, err, sizeof err) != 0)
-        fatal("%s", err); /* the configuration was checked when it was read */
-    if (cfg->classifier_plugin[0] != '\0') {
-        if (classify_plugin_open(cfg->classifier_plugin, &r->classifier, err, sizeof err) != 0) {
-            log_error("classifier plugin: %s", err);
-            router_free(r);
-            return NULL;
-        }
-        log_info("classifier plugin %s loaded", cfg->classifier_plugin);
+    if ((r->cq = cq_new(base, px, cfg, r->sel, r->models, r->bt, err, sizeof err)) == NULL) {
+        log_error("%s", err);
+        router_free(r);
+        return NULL;
     }
+    r->ws = workers_new(base, cfg, r->sel, r->models, room, r);
     proxy_set_admission(px, &hooks);
     proxy_set_route(px, &route);
     return r;
@@ -373,8 +377,6 @@ struct router *router_new(struct event_base *base, struct proxy *px, struct metr
 
 void router_reconfigure(struct router *r, const struct router_cfg *c)
 {
-    const struct router_cfg *was = r->cfg;
-
     r->cfg = c; /* what is read at use: the overload answer, tokens per byte, the token */
     bt_registry_set_defaults(r->bt, &c->t);
     for (size_t i = 0; i < c->models.n; i++)
@@ -382,7 +384,7 @@ void router_reconfigure(struct router *r, const struct router_cfg *c)
     sel_track_output(r->sel, c->track_output_blocks);
     sel_max_heartbeat(r->sel, c->max_heartbeat_ms);
     workers_reconfigure(r->ws, c);
-    rq_reconfigure(r, &was->classes); /* and dispatches what may go now */
+    cq_reconfigure(r->cq, c); /* and dispatches what may go now */
 }
 
 void router_set_change_cb(struct router *r, void (*cb)(void *arg), void *arg)
@@ -422,7 +424,7 @@ void router_free(struct router *r)
     if (r == NULL)
         return;
     workers_free(r->ws);
-    rq_free(r);
+    cq_free(r->cq);
     mroute_free(r->models);
     sel_free(r->sel);
     bt_registry_free(r->bt);

@@ -159,7 +159,7 @@ void router_render_metrics(struct router *r, struct buf *out)
                   "again)",
                   "change", change_names, changes, sizeof changes / sizeof *changes);
     workers_render_metrics(r->ws, out);
-    rq_render_metrics(r, out);
+    cq_render_metrics(r->cq, out);
 }
 
 static void put_int(struct buf *out, const char *key, int64_t v, int comma)

@@ -1,4 +1,4 @@
-"""admit-router's policy-class queues (src/router/router_queue.c) end to end.
+"""admit-router's policy-class queues (src/router/class_queue.c) end to end.
 
 A request of a class waits while its class has a backlog or while no worker has room under
 the class's own thresholds (the router-booked load projected with the request); when it goes,
