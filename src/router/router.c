@@ -1,9 +1,22 @@
-/* router: workers and their load messages, the router's admission (counting and booking)
- * and the choice of a worker for each request. Reporting is in router_report.c. */
+/* router: the hub of admit-router (see router.h). It makes the router's parts and wires
+ * them to the proxy's hooks, and owns only what one exchange is: its per-exchange state, read
+ * once from the request (model, prompt tokens, pin), its booking and the worker it holds.
+ *
+ * The parts, each created and freed here and given the handles it needs:
+ *   select.h       the selection view: the workers' ranks, their load, booking, the pass
+ *   model_route.h  which workers serve which model: the 404, the filter, /busy_threshold
+ *   workers.h      the worker table: adding, retiring, holding; load messages; liveness
+ *   class_queue.h  the policy-class queue, the router's own admission
+ *   report.h       the rejections' counters, the fleet's families and /load
+ *   admission/bt_api.h  the thresholds of each model, /busy_threshold */
 #include "router.h"
+#include "admission/bt_api.h"
 #include "admission/tokcount.h"
+#include "class_queue.h"
 #include "http/proxy.h"
-#include "router_impl.h"
+#include "model_route.h"
+#include "report.h"
+#include "select.h"
 #include "util/clock.h"
 #include "util/log.h"
 #include "util/xmalloc.h"
@@ -14,23 +27,40 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 /* A worker marked overloaded by its own 529 is skipped this long (or until it speaks). */
 #define OVERLOAD_MARK_MS 1000
 
-/* ---- what a request says ------------------------------------------------------------- */
+/* Longest model name kept of a request (a longer one is cut: no worker serves it). */
+#define MODEL_MAX 128
 
-static const char *endpoint_of(const char *uri)
-{
-    if (strncmp(uri, "/v1/chat/completions", 20) == 0)
-        return "chat_completions";
-    if (strncmp(uri, "/v1/completions", 15) == 0)
-        return "completions";
-    if (strncmp(uri, "/v1/embeddings", 14) == 0)
-        return "embeddings";
-    return "other";
-}
+/* Per exchange, inside the proxy's allocation (zeroed at arrival). */
+struct rreq {
+    struct cq_req cq; /* what the policy-class queue keeps of it */
+    int bypass;       /* GET, HEAD, OPTIONS: not booked, not judged, never queued */
+    int counted;      /* tokens, model and pin are read, once per exchange */
+    int64_t tokens;   /* prompt tokens, by admitd's counter */
+    int pinned;       /* the worker a pin header names; -1 none; -2 a name no worker has */
+    int held;         /* the worker whose upstream it holds (counted in its inflight); -1 none */
+    char model[MODEL_MAX];
+    struct sel_booking bk; /* what this exchange holds on its worker */
+};
+
+struct router {
+    struct proxy *px;
+    struct metrics *m;
+    const struct router_cfg *cfg; /* replaced by each reload (router_reconfigure) */
+    struct bt_registry *bt;
+    struct sel *sel;
+    struct model_route *models;
+    struct workers *ws;
+    struct class_queue *cq;
+    struct report *rep;
+    void (*on_change)(void *arg);
+    void *on_change_arg;
+};
+
+/* ---- what a request says ------------------------------------------------------------- */
 
 /* The request's "model", read from its JSON body ("" when there is none). */
 static void model_of(const struct http_req *req, char *out, size_t outlen)
@@ -45,26 +75,6 @@ static void model_of(const struct http_req *req, char *out, size_t outlen)
     if (json_is_string(m))
         snprintf(out, outlen, "%s", json_string_value(m));
     json_decref(root);
-}
-
-static void count_reject(struct router *r, const char *model, const char *endpoint)
-{
-    size_t i;
-
-    for (i = 0; i < r->nrejects; i++)
-        if (strcmp(r->rejects[i].model, model) == 0 &&
-            strcmp(r->rejects[i].endpoint, endpoint) == 0)
-            break;
-    if (i == r->nrejects) {
-        if (r->nrejects == ROUTER_MAX_REJECT_KEYS)
-            i = ROUTER_MAX_REJECT_KEYS - 1; /* the last key absorbs the overflow */
-        else {
-            snprintf(r->rejects[i].model, sizeof r->rejects[i].model, "%s", model);
-            snprintf(r->rejects[i].endpoint, sizeof r->rejects[i].endpoint, "%s", endpoint);
-            r->nrejects++;
-        }
-    }
-    r->rejects[i].count++;
 }
 
 /* Reads a request's prompt tokens, model and pin into q, once per exchange. */
@@ -136,7 +146,7 @@ static enum px_verdict on_arrive(void *arg, struct pxreq *x, const struct http_r
     read_request(r, q, req);
     /* Pinned: the pin decides (an unknown name is selection's 503). */
     if (q->pinned == -1 && mroute_refuse(r->models, x, q->model)) {
-        r->rejected_unknown_model++;
+        report_rejected(r->rep, REPORT_MODEL_NOT_FOUND);
         return PX_ANSWERED; /* a model no worker serves: 404 */
     }
     if (q->pinned == -2)
@@ -224,7 +234,7 @@ static struct upstream *pick(void *arg, struct pxreq *x, const struct http_req *
         snprintf(msg, msglen, "Server unavailable: no worker named %.128s",
                  http_req_header(req, ROUTER_PIN_HEADER));
         *status = 503;
-        r->rejected_no_worker++;
+        report_rejected(r->rep, REPORT_NO_WORKER);
         return NULL;
     }
     /* A migration: the worker it leaves holds nothing of it any more. */
@@ -245,9 +255,9 @@ static struct upstream *pick(void *arg, struct pxreq *x, const struct http_req *
         *status = r->cfg->overload_status;
         snprintf(msg, msglen, "All workers are busy, please retry later");
         *busy = 1;
-        r->rejected_all_busy++;
+        report_rejected(r->rep, REPORT_ALL_BUSY);
+        report_model_rejected(r->rep, q->model, req->target);
         cq_count_busy(r->cq, &q->cq);
-        count_reject(r, q->model, endpoint_of(req->target));
         return NULL;
     case SEL_NO_WORKER:
         break;
@@ -258,7 +268,7 @@ static struct upstream *pick(void *arg, struct pxreq *x, const struct http_req *
                  q->model);
     else
         snprintf(msg, msglen, "Server unavailable: no worker available");
-    r->rejected_no_worker++;
+    report_rejected(r->rep, REPORT_NO_WORKER);
     return NULL;
 }
 
@@ -291,13 +301,15 @@ static void unreachable(void *arg, struct upstream *up)
                      "was sent");
 }
 
+/* A second worker refused too: its overload answer goes to the client, and counts as a
+ * rejection of the request's model. */
 static void refused(void *arg, const struct http_req *req)
 {
     struct router *r = arg;
-    char model[128];
+    char model[MODEL_MAX];
 
     model_of(req, model, sizeof model);
-    count_reject(r, model, endpoint_of(req->target));
+    report_model_rejected(r->rep, model, req->target);
 }
 
 /* /busy_threshold is answered by the router itself. */
@@ -354,7 +366,6 @@ struct router *router_new(struct event_base *base, struct proxy *px, struct metr
         .arg = r,
     };
 
-    r->base = base;
     r->px = px;
     r->m = m;
     r->cfg = cfg;
@@ -370,6 +381,7 @@ struct router *router_new(struct event_base *base, struct proxy *px, struct metr
         return NULL;
     }
     r->ws = workers_new(base, cfg, r->sel, r->models, room, r);
+    r->rep = report_new(r->ws, r->sel, r->models, r->bt);
     proxy_set_admission(px, &hooks);
     proxy_set_route(px, &route);
     return r;
@@ -419,10 +431,23 @@ unsigned router_routable(struct router *r)
     return sel_routable_n(r->sel, clock_mono_ms());
 }
 
+void router_render_metrics(struct router *r, struct buf *out)
+{
+    report_render_metrics(r->rep, out);
+    workers_render_metrics(r->ws, out);
+    cq_render_metrics(r->cq, out);
+}
+
+void router_render_workers(struct router *r, struct buf *out)
+{
+    report_render_workers(r->rep, out);
+}
+
 void router_free(struct router *r)
 {
     if (r == NULL)
         return;
+    report_free(r->rep);
     workers_free(r->ws);
     cq_free(r->cq);
     mroute_free(r->models);

@@ -2,12 +2,14 @@
  * books the load it sends them, and picks the worker for each request.
  *
  * It plugs into the proxy with both hook sets (http/proxy.h): the admission hooks count and
- * book each exchange (the router has no cap of its own), the route hooks choose its worker.
- * Streaming, backpressure and cancellation are admitd's own code. The choice itself is
- * select.h's: the booked load projected with the request, judged by the router-wide reject
- * thresholds of the request's model, on workers that are alive and not busy by what they
- * publish. No such worker: the overload status "All workers are busy, please retry later"
- * when some are alive, 503 when none is. */
+ * book each exchange (the router has no cap of its own; with policy classes a request may
+ * wait in its class's queue, class_queue.h), the route hooks choose its worker. Streaming,
+ * backpressure and cancellation are admitd's own code. The choice itself is select.h's: the
+ * booked load projected with the request, judged by the router-wide reject thresholds of the
+ * request's model, on workers that are alive, not busy by what they publish, and serve the
+ * model (model_route.h). No such worker: the overload status "All workers are busy, please
+ * retry later" when some are alive, 503 when none is. The workers themselves are workers.h's,
+ * what the router shows of them report.h's; router.c wires these parts together. */
 #ifndef ADMIT_ROUTER_H
 #define ADMIT_ROUTER_H
 
@@ -31,25 +33,21 @@ struct router *router_new(struct event_base *base, struct proxy *px, struct metr
 /** a reload: the router follows c (kept; the one it had must stay valid until this returns)
  *  from now on. Its thresholds become the defaults of every model, but for the fields
  *  POST /busy_threshold set for a model, which stay; its models join /busy_threshold; its
- *  policy classes replace the queue's (rq_reconfigure: no waiting request is lost); what is
+ *  policy classes replace the queue's (cq_reconfigure: no waiting request is lost); what is
  *  read at use (overload status, Retry-After, chars per token, the admin token, output
  *  tracking) is c's. Its settings that need a restart must be the running ones
  *  (router_cfg_diff) */
 void router_reconfigure(struct router *r, const struct router_cfg *c);
 /** calls cb whenever an exchange ends (the drain's check) */
 void router_set_change_cb(struct router *r, void (*cb)(void *arg), void *arg);
-/** adds a worker: its admitd URL and its load publisher URL; 0 or -1 with err. Workers are
- *  known by their URL's host:port: one that is there already is held by one more source
- *  (and keeps its publisher; another one is logged and ignored); one that is retired but
- *  still has requests in flight is revived in place (bookings kept, routable at its next
- *  message, following pub_url); a new one takes the index of a worker that left, if any */
+/** adds a worker: its admitd URL and its load publisher URL; 0 or -1 with err (workers_add:
+ *  one named again is held once more, a retired one revived in place) */
 int router_add_worker(struct router *r, const char *proxy_url, const char *pub_url, char *err,
                       size_t errlen);
-/** one source lets go of the worker at proxy_url (http://HOST:PORT); the last one retires it:
- *  no new request goes there (pinned ones get 503), its subscriber is closed (at most 100 ms
- *  on the loop), requests in flight finish and release their bookings as ever, and once the
- *  last has ended its upstream is freed and it leaves /load and the metrics. 0, or -1 when
- *  no active worker has that URL */
+/** one source lets go of the worker at proxy_url (http://HOST:PORT); the last one retires it
+ *  (workers_retire): no new request goes there (pinned ones get 503), requests in flight
+ *  finish, and once the last has ended it leaves /load and the metrics. 0, or -1 when no
+ *  active worker has that URL */
 int router_retire_worker(struct router *r, const char *proxy_url);
 /** number of workers that are not retired */
 unsigned router_workers(struct router *r);

@@ -1,16 +1,92 @@
-/* router_report: what the router shows of its workers, in Prometheus families and in /load.
- *
- * Both read the selection view (select.h) and judge room with the default thresholds (those
- * of the model ""), the same ones a request without a model is judged by. */
-#include "router.h"
-#include "router_impl.h"
-#include "wire/prom.h"
+/* report: the router's fleet and rejections, in Prometheus families and in /load (see
+ * report.h). */
+#include "report.h"
+#include "admission/bt_api.h"
+#include "model_route.h"
+#include "select.h"
 #include "util/clock.h"
+#include "util/xmalloc.h"
+#include "wire/prom.h"
+#include "workers.h"
 
 #include <jansson.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+
+/* Distinct (model, endpoint) rejection counters kept; the last absorbs the overflow. */
+#define REPORT_MAX_REJECT_KEYS 256
+
+struct reject_key {
+    char model[128];
+    char endpoint[32];
+    uint64_t count;
+};
+
+struct report {
+    const struct workers *ws;
+    struct sel *sel;
+    const struct model_route *models;
+    const struct bt_registry *bt;
+    uint64_t rejected[REPORT_REASONS];
+    struct reject_key rejects[REPORT_MAX_REJECT_KEYS];
+    size_t nrejects;
+};
+
+struct report *report_new(const struct workers *ws, struct sel *sel,
+                          const struct model_route *models, const struct bt_registry *bt)
+{
+    struct report *rp = xcalloc(1, sizeof *rp);
+
+    rp->ws = ws;
+    rp->sel = sel;
+    rp->models = models;
+    rp->bt = bt;
+    return rp;
+}
+
+void report_free(struct report *rp)
+{
+    free(rp);
+}
+
+void report_rejected(struct report *rp, enum report_reason why)
+{
+    rp->rejected[why]++;
+}
+
+/* The endpoint label of a request's URI. */
+static const char *endpoint_of(const char *uri)
+{
+    if (strncmp(uri, "/v1/chat/completions", 20) == 0)
+        return "chat_completions";
+    if (strncmp(uri, "/v1/completions", 15) == 0)
+        return "completions";
+    if (strncmp(uri, "/v1/embeddings", 14) == 0)
+        return "embeddings";
+    return "other";
+}
+
+void report_model_rejected(struct report *rp, const char *model, const char *target)
+{
+    const char *endpoint = endpoint_of(target);
+    size_t i;
+
+    for (i = 0; i < rp->nrejects; i++)
+        if (strcmp(rp->rejects[i].model, model) == 0 &&
+            strcmp(rp->rejects[i].endpoint, endpoint) == 0)
+            break;
+    if (i == rp->nrejects) {
+        if (rp->nrejects == REPORT_MAX_REJECT_KEYS)
+            i = REPORT_MAX_REJECT_KEYS - 1; /* the last key absorbs the overflow */
+        else {
+            snprintf(rp->rejects[i].model, sizeof rp->rejects[i].model, "%s", model);
+            snprintf(rp->rejects[i].endpoint, sizeof rp->rejects[i].endpoint, "%s", endpoint);
+            rp->nrejects++;
+        }
+    }
+    rp->rejects[i].count++;
+}
 
 /* The worker_id a worker names itself by; its URL's host:port until it has spoken. */
 static const char *id_of(const struct worker_info *w)
@@ -36,22 +112,22 @@ static int64_t field_of(const struct sel_rank_view *v, enum rank_field f)
 }
 
 /* One gauge per (worker, rank); unknown values are left out. */
-static void rank_gauge(struct buf *out, struct router *r, const struct busy_thresholds *t,
+static void rank_gauge(struct buf *out, struct report *rp, const struct busy_thresholds *t,
                        const char *name, const char *help, enum rank_field f, int dynamo)
 {
     prom_family(out, name, "gauge", help);
-    for (int k = 0; k < workers_slots(r->ws); k++) {
+    for (int k = 0; k < workers_slots(rp->ws); k++) {
         struct worker_info w;
 
-        if (!workers_info(r->ws, k, &w))
+        if (!workers_info(rp->ws, k, &w))
             continue;
-        for (unsigned i = 0; i < sel_ranks(r->sel, k); i++) {
+        for (unsigned i = 0; i < sel_ranks(rp->sel, k); i++) {
             struct sel_rank_view v;
             char rank[16];
             struct buf l;
             int64_t x;
 
-            sel_view(r->sel, k, i, t, &v);
+            sel_view(rp->sel, k, i, t, &v);
             if ((x = field_of(&v, f)) < 0)
                 continue;
             snprintf(rank, sizeof rank, "%u", i);
@@ -67,23 +143,23 @@ static void rank_gauge(struct buf *out, struct router *r, const struct busy_thre
 }
 
 /* Routable, but with no room: every rank full by its booked load or by what it publishes. */
-static int worker_busy(struct router *r, int k, const struct busy_thresholds *t)
+static int worker_busy(struct report *rp, int k, const struct busy_thresholds *t)
 {
-    unsigned n = sel_ranks(r->sel, k);
+    unsigned n = sel_ranks(rp->sel, k);
 
-    if (sel_published_full(r->sel, k, t))
+    if (sel_published_full(rp->sel, k, t))
         return 1;
     for (unsigned i = 0; i < n; i++) {
         struct sel_rank_view v;
 
-        sel_view(r->sel, k, i, t, &v);
+        sel_view(rp->sel, k, i, t, &v);
         if (v.live && v.booked_room)
             return 0; /* a rank silent past its window has no say */
     }
     return n > 0;
 }
 
-void router_render_metrics(struct router *r, struct buf *out)
+void report_render_metrics(struct report *rp, struct buf *out)
 {
     struct busy_thresholds t;
     unsigned routable_n = 0, busy_n = 0, active_n = 0, retired_n = 0;
@@ -93,56 +169,56 @@ void router_render_metrics(struct router *r, struct buf *out)
     struct workers_changes c;
     uint64_t changes[6];
 
-    workers_changes(r->ws, &c);
+    workers_changes(rp->ws, &c);
     changes[0] = c.added;
     changes[1] = c.revived;
     changes[2] = c.retired;
     changes[3] = c.removed;
     changes[4] = c.lost;
     changes[5] = c.back;
-    bt_registry_get(r->bt, "", &t);
+    bt_registry_get(rp->bt, "", &t);
     prom_family(out, "dynamo_frontend_model_rejection_total", "counter",
                 "Total number of requests rejected due to resource exhaustion");
-    for (size_t i = 0; i < r->nrejects; i++) {
+    for (size_t i = 0; i < rp->nrejects; i++) {
         struct buf l;
 
         buf_init(&l);
-        prom_label(&l, "model", r->rejects[i].model);
-        prom_label(&l, "endpoint", r->rejects[i].endpoint);
+        prom_label(&l, "model", rp->rejects[i].model);
+        prom_label(&l, "endpoint", rp->rejects[i].endpoint);
         prom_sample(out, "dynamo_frontend_model_rejection_total", l.data,
-                    (double) r->rejects[i].count);
+                    (double) rp->rejects[i].count);
         buf_free(&l);
     }
     prom_family(out, "admit_router_rejections_total", "counter",
                 "Requests the router answered itself, by reason (all_busy: overload status; "
                 "no_worker: 503; model_not_found: 404, a model no worker serves)");
     prom_sample1(out, "admit_router_rejections_total", "reason", "all_busy",
-                 (double) r->rejected_all_busy);
+                 (double) rp->rejected[REPORT_ALL_BUSY]);
     prom_sample1(out, "admit_router_rejections_total", "reason", "no_worker",
-                 (double) r->rejected_no_worker);
+                 (double) rp->rejected[REPORT_NO_WORKER]);
     prom_sample1(out, "admit_router_rejections_total", "reason", "model_not_found",
-                 (double) r->rejected_unknown_model);
-    rank_gauge(out, r, &t, "dynamo_frontend_worker_active_decode_blocks",
+                 (double) rp->rejected[REPORT_MODEL_NOT_FOUND]);
+    rank_gauge(out, rp, &t, "dynamo_frontend_worker_active_decode_blocks",
                "Active KV cache decode blocks per worker", RF_PUB_DECODE, 1);
-    rank_gauge(out, r, &t, "dynamo_frontend_worker_active_prefill_tokens",
+    rank_gauge(out, rp, &t, "dynamo_frontend_worker_active_prefill_tokens",
                "Active prefill tokens queued per worker", RF_PUB_PREFILL, 1);
-    rank_gauge(out, r, &t, "admit_router_booked_prefill_tokens",
+    rank_gauge(out, rp, &t, "admit_router_booked_prefill_tokens",
                "Prompt tokens this router sent to the rank that have not had their first token",
                RF_BOOKED_PREFILL, 0);
-    rank_gauge(out, r, &t, "admit_router_booked_decode_blocks",
+    rank_gauge(out, rp, &t, "admit_router_booked_decode_blocks",
                "KV blocks this router booked on the rank for the requests it sent there",
                RF_BOOKED_DECODE, 0);
-    for (int k = 0; k < workers_slots(r->ws); k++) {
+    for (int k = 0; k < workers_slots(rp->ws); k++) {
         struct worker_info w;
 
-        if (workers_info(r->ws, k, &w)) {
+        if (workers_info(rp->ws, k, &w)) {
             active_n += w.state == WORKER_ACTIVE;
             retired_n += w.state == WORKER_RETIRED;
         }
-        if (!sel_routable(r->sel, k, now))
+        if (!sel_routable(rp->sel, k, now))
             continue;
         routable_n++;
-        busy_n += (unsigned) worker_busy(r, k, &t);
+        busy_n += (unsigned) worker_busy(rp, k, &t);
     }
     prom_family(out, "admit_router_workers", "gauge",
                 "Workers by state (configured: named by a source now; routable: of those, "
@@ -158,8 +234,6 @@ void router_render_metrics(struct router *r, struct buf *out)
                   "connection ended or its engine refused a connection, back: it published "
                   "again)",
                   "change", change_names, changes, sizeof changes / sizeof *changes);
-    workers_render_metrics(r->ws, out);
-    cq_render_metrics(r->cq, out);
 }
 
 static void put_int(struct buf *out, const char *key, int64_t v, int comma)
@@ -223,19 +297,19 @@ static void render_models(struct buf *out, const struct admit_load_models *l)
     buf_puts(out, "]");
 }
 
-void router_render_workers(struct router *r, struct buf *out)
+void report_render_workers(struct report *rp, struct buf *out)
 {
     struct busy_thresholds t;
     int64_t now = clock_mono_ms();
     int first = 1;
 
-    bt_registry_get(r->bt, "", &t);
+    bt_registry_get(rp->bt, "", &t);
     buf_puts(out, "{\"workers\":[");
-    for (int k = 0; k < workers_slots(r->ws); k++) {
+    for (int k = 0; k < workers_slots(rp->ws); k++) {
         struct worker_info w;
-        int alive = sel_alive(r->sel, k, now);
+        int alive = sel_alive(rp->sel, k, now);
 
-        if (!workers_info(r->ws, k, &w))
+        if (!workers_info(rp->ws, k, &w))
             continue;
         /* The URLs are escaped too: a workers file's publisher may hold a quote. */
         buf_puts(out, first ? "{\"url\":" : ",{\"url\":");
@@ -248,18 +322,18 @@ void router_render_workers(struct router *r, struct buf *out)
         buf_puts(out, "\"worker_id\":");
         put_string(out, w.worker_id);
         buf_printf(out, ",\"alive\":%s,\"routable\":%s,\"busy\":%s,\"age_ms\":",
-                   alive ? "true" : "false", sel_routable(r->sel, k, now) ? "true" : "false",
-                   alive && worker_busy(r, k, &t) ? "true" : "false");
+                   alive ? "true" : "false", sel_routable(rp->sel, k, now) ? "true" : "false",
+                   alive && worker_busy(rp, k, &t) ? "true" : "false");
         if (w.last_ms)
             buf_printf(out, "%lld", (long long) (now - w.last_ms));
         else
             buf_puts(out, "null");
-        render_models(out, mroute_list(r->models, k));
+        render_models(out, mroute_list(rp->models, k));
         buf_puts(out, ",\"ranks\":[");
-        for (unsigned i = 0; i < sel_ranks(r->sel, k); i++) {
+        for (unsigned i = 0; i < sel_ranks(rp->sel, k); i++) {
             struct sel_rank_view v;
 
-            sel_view(r->sel, k, i, &t, &v);
+            sel_view(rp->sel, k, i, &t, &v);
             if (i)
                 buf_puts(out, ",");
             render_rank(out, &v, i);
