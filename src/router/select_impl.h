@@ -1,6 +1,6 @@
-/* select_impl: the selection view's state, shared by select.c (the view, its bookings and the
- * pass) and select_slots.c (the sets of thresholds it keeps limits for). Not for anything
- * else: the rest of the router speaks select.h. */
+/* select_impl: the selection view's state, shared by select.c (the view and its bookings),
+ * select_pass.c (the pass) and select_slots.c (the sets of thresholds it keeps limits for).
+ * Not for anything else: the rest of the router speaks select.h. */
 #ifndef ADMIT_SELECT_IMPL_H
 #define ADMIT_SELECT_IMPL_H
 
@@ -15,6 +15,24 @@
  * sel_pick()). */
 #define SEL_COST_ONE 1024
 #define SEL_COST_MAX (INT64_MAX / 4)
+
+/* v blocks in SEL_COST_ONE, saturating; v >= 0. */
+static inline int64_t cost_blocks(int64_t v)
+{
+    return v > SEL_COST_MAX / SEL_COST_ONE ? SEL_COST_MAX : v * SEL_COST_ONE;
+}
+
+/* v tokens as blocks of bs in SEL_COST_ONE (a fraction of a block counts as that fraction). */
+static inline int64_t cost_tokens(int64_t v, int64_t bs)
+{
+    return v > SEL_COST_MAX / SEL_COST_ONE ? SEL_COST_MAX : v * SEL_COST_ONE / bs;
+}
+
+/* The blocks tokens take, at bs a block. */
+static inline int64_t blocks_for(int64_t tokens, int64_t bs)
+{
+    return tokens > 0 ? (tokens + bs - 1) / bs : 0;
+}
 
 /* A rank, as everything but the pass reads it. */
 struct srank {
