@@ -287,12 +287,6 @@ static int classify(struct class_queue *cq, const struct cq_req *e, const struct
     return k >= 0 ? k : builtin;
 }
 
-void cq_begin(struct cq_req *e, struct pxreq *x)
-{
-    e->x = x;
-    e->cls = -1;
-}
-
 enum px_verdict cq_arrive(struct class_queue *cq, struct cq_req *e, const struct http_req *req,
                           const char *model, int64_t tokens, int pinned)
 {

@@ -53,8 +53,12 @@ void cq_reconfigure(struct class_queue *cq, const struct router_cfg *cfg);
 /** frees the queue (after the proxy, and so every waiting exchange, is gone) */
 void cq_free(struct class_queue *cq);
 
-/** a new exchange x: in no class yet */
-void cq_begin(struct cq_req *e, struct pxreq *x);
+/** a new exchange x: in no class yet (inline: every exchange begins so) */
+static inline void cq_begin(struct cq_req *e, struct pxreq *x)
+{
+    e->x = x;
+    e->cls = -1;
+}
 /** a request that is not bypassed, with its model ("" none; valid for the exchange), prompt
  *  tokens and pinned worker (-1 none): forward it, hold it in its class's queue, or answer
  *  that the queue is full */

@@ -85,7 +85,7 @@ enum rrule_kind {
 /* A bucket of a prompt_tokens rule: prompts of min_tokens or more, up to the next floor. */
 struct rbucket {
     int64_t min_tokens;
-    int cls; /* index into router_classes.c */
+    int cls; /* an index into the classes (router_classes.c[]) */
 };
 
 struct rrule {

@@ -1,6 +1,6 @@
 /* resolver: admit-router's DNS resolver: libevent's evdns, on the router's loop (no thread).
  * One for the --worker-dns names (discover.c), one for workers named by host name (their
- * engine connections, router.c); both as the configuration says. */
+ * engine connections, workers.c); both as the configuration says. */
 #ifndef ADMIT_RESOLVER_H
 #define ADMIT_RESOLVER_H
 

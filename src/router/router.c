@@ -102,13 +102,15 @@ static void read_request(struct router *r, struct rreq *q, const struct http_req
  * held before, if another, is let go. */
 static struct upstream *hold(struct router *r, struct rreq *q, int k)
 {
-    if (q->held != k) {
-        workers_hold(r->ws, k);
-        if (q->held >= 0)
-            workers_release(r->ws, q->held);
-        q->held = k;
-    }
-    return workers_upstream(r->ws, k);
+    struct upstream *up;
+
+    if (q->held == k)
+        return workers_upstream(r->ws, k);
+    up = workers_hold(r->ws, k);
+    if (q->held >= 0)
+        workers_release(r->ws, q->held);
+    q->held = k;
+    return up;
 }
 
 /* ---- admission: count and book every exchange ---------------------------------------- */

@@ -77,9 +77,10 @@ void workers_unpin(struct workers *ws, int k)
     let_go(ws, k, 1);
 }
 
-void workers_hold(struct workers *ws, int k)
+struct upstream *workers_hold(struct workers *ws, int k)
 {
     ws->w[k]->inflight++;
+    return ws->w[k]->up;
 }
 
 struct upstream *workers_upstream(const struct workers *ws, int k)

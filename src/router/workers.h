@@ -88,8 +88,8 @@ void workers_changes(const struct workers *ws, struct workers_changes *out);
 int workers_pin(struct workers *ws, const char *name);
 /** an exchange that pinned worker k ends */
 void workers_unpin(struct workers *ws, int k);
-/** an exchange holds worker k's upstream (from its pick to its end) */
-void workers_hold(struct workers *ws, int k);
+/** an exchange holds worker k's upstream (from its pick to its end): returns it */
+struct upstream *workers_hold(struct workers *ws, int k);
 /** an exchange lets go of worker k's upstream; a retired worker's last is removed soon */
 void workers_release(struct workers *ws, int k);
 /** worker k's upstream (its engine's connections) */
