@@ -1,4 +1,4 @@
-/* Unit tests for the router's selection and booking (src/router/select.c): the lowest projected
+/* Unit tests for the router's selection and booking (src/router/select.h): the lowest projected
  * cost wins and ties go round, what is booked and when it is released, the projection judged
  * against the reject thresholds, liveness, the monitor on published load, per-worker block
  * sizes, gauges that return to 0, and several sets of thresholds at once (each answering as
