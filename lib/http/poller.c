@@ -21,6 +21,7 @@
 #include <errno.h>
 #include <event2/event.h>
 #include <event2/event_struct.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
@@ -56,6 +57,8 @@ struct poller {
     struct h1_parser rp;
     struct h1_chunked ck;
     struct h1_header slots[POLLER_HEADERS];
+    unsigned timeout_ms;
+    char why[128]; /* why the last poll got no answer; "" after one (poller_error) */
     poller_cb cb;
     void *arg;
 };
@@ -74,6 +77,7 @@ static void finish(struct poller *p, int status)
     p->state = P_IDLE;
     evtimer_add(&p->timer, &p->interval);
     if (status != 0) {
+        p->why[0] = '\0';
         if (in->len == in->cap)
             iob_reserve(in, 1); /* room for the NUL */
         in->p[in->off + p->blen] = '\0';
@@ -87,6 +91,12 @@ static void finish(struct poller *p, int status)
     ioc_trim(&p->io, POLLER_KEEP_CAP);
 }
 
+/* Notes why this poll gets no answer: errno err's text, or what when err is 0. */
+static void note(struct poller *p, int err, const char *what)
+{
+    snprintf(p->why, sizeof p->why, "%s", err != 0 ? strerror(err) : what);
+}
+
 /* Sends the request on the kept connection or, without one, on a new one; 0, or -1 when the
  * engine cannot be reached (the lookup or the connect failed at once). */
 static int send_request(struct poller *p)
@@ -95,11 +105,15 @@ static int send_request(struct poller *p)
 
     p->reused = p->io.fd >= 0;
     if (!p->reused) {
-        if (p->addrlen == 0 && net_resolve(p->url.host, p->url.port, &p->addr, &p->addrlen) != 0)
+        if (p->addrlen == 0 && net_resolve(p->url.host, p->url.port, &p->addr, &p->addrlen) != 0) {
+            note(p, 0, "name lookup failed");
             return -1; /* looked up again at the next poll */
+        }
         if (ioc_connect(&p->io, p->base, (struct sockaddr *) &p->addr, p->addrlen, on_io, NULL) !=
-            0)
+            0) {
+            note(p, errno, "connect failed");
             return -1; /* the request waits in the spill buffer while the connect runs */
+        }
     }
     p->state = P_HEAD;
     p->got = 0;
@@ -107,20 +121,23 @@ static int send_request(struct poller *p)
     p->blen = 0;
     if (ioc_writev(&p->io, &v, 1) == 0)
         return 0;
+    note(p, errno, "write failed");
     ioc_close(&p->io);
     return p->reused ? send_request(p) : -1; /* the engine had closed the kept one */
 }
 
-/* The connection broke: before any byte of the answer on a kept connection, that is the
- * engine's idle close crossing the request, and the poll goes on on a new one; else it
- * failed. */
-static void broken(struct poller *p)
+/* The connection broke (errno err, or 0 for the engine's close): before any byte of the
+ * answer on a kept connection, that is the engine's idle close crossing the request, and the
+ * poll goes on on a new one; else it failed. */
+static void broken(struct poller *p, int err)
 {
     int retry = p->reused && !p->got;
 
     ioc_close(&p->io);
     if (retry && send_request(p) == 0)
         return;
+    if (!retry)
+        note(p, err, "connection closed before an answer");
     finish(p, 0);
 }
 
@@ -128,6 +145,7 @@ static void broken(struct poller *p)
 static void refuse(struct poller *p, const char *why)
 {
     log_debug("engine at %s: answer refused: %s", p->url.hostport, why);
+    snprintf(p->why, sizeof p->why, "invalid answer: %s", why);
     finish(p, 0);
 }
 
@@ -204,7 +222,7 @@ static void read_answer(struct poller *p)
         return;
     }
     if (n <= 0) {
-        broken(p);
+        broken(p, n < 0 ? errno : 0);
         return;
     }
     p->got = 1;
@@ -232,7 +250,7 @@ static void on_io(struct ioconn *io, short what)
     }
     if (what & EV_WRITE) {
         if (io->err != 0)
-            broken(p); /* the connect failed, or the engine is gone */
+            broken(p, io->err); /* the connect failed, or the engine is gone */
         return;
     }
     read_answer(p);
@@ -251,9 +269,12 @@ static void on_timer(evutil_socket_t fd, short what, void *arg)
 
 static void on_deadline(evutil_socket_t fd, short what, void *arg)
 {
+    struct poller *p = arg;
+
     (void) fd;
     (void) what;
-    finish(arg, 0);
+    snprintf(p->why, sizeof p->why, "no answer within %u ms", p->timeout_ms);
+    finish(p, 0);
 }
 
 struct poller *poller_new(struct event_base *base, const struct http_url *url, const char *path,
@@ -273,12 +294,18 @@ struct poller *poller_new(struct event_base *base, const struct http_url *url, c
     p->interval.tv_usec = (interval_ms % 1000) * 1000;
     p->timeout.tv_sec = timeout_ms / 1000;
     p->timeout.tv_usec = (timeout_ms % 1000) * 1000;
+    p->timeout_ms = timeout_ms;
     evtimer_assign(&p->timer, base, on_timer, p);
     evtimer_assign(&p->deadline, base, on_deadline, p);
     if (net_resolve(url->host, url->port, &p->addr, &p->addrlen) != 0)
         p->addrlen = 0;                     /* looked up again at the first poll */
     event_active(&p->timer, EV_TIMEOUT, 0); /* poll at once, not after one interval */
     return p;
+}
+
+const char *poller_error(const struct poller *p)
+{
+    return p->why;
 }
 
 void poller_kick(struct poller *p)
