@@ -88,9 +88,12 @@ struct proxy_route {
     /* answers requests the router handles itself (e.g. /busy_threshold); 1 if it did */
     int (*local)(void *arg, const struct http_req *r, struct http_reply *rep);
     /* optional: the engine refused the connection, or a connection to it was found closed,
-     * before any byte of the request went out; the request goes on to another engine once
-     * (pick with exclude), as after an overload answer */
-    void (*unreachable)(void *arg, struct upstream *up);
+     * before any byte of the request went out (why says which: "Connection refused"...); the
+     * request goes on to another engine once (pick with exclude), as after an overload answer */
+    void (*unreachable)(void *arg, struct upstream *up, const char *why);
+    /* optional: the engine pick chose for x sent a reply head (it is reachable); per reply,
+     * so it must be cheap, and it must not end x */
+    void (*answered)(void *arg, struct pxreq *x);
     void *arg;
 };
 

@@ -64,6 +64,7 @@ struct pxreq {
     int later_on;
     struct upstream *up; /* the engine chosen for this request */
     struct uconn *uc;    /* its connection while the exchange uses it */
+    int conn_err;        /* the errno of a connect that could not even start */
     enum xstate state;
     double queue_wait_s; /* how long admission held it */
     int has_wait;        /* ... and admission said so: the reply shows it */

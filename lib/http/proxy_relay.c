@@ -310,6 +310,8 @@ void px_relay(struct pxreq *x)
         else if (x->rp.framing == H1_BODY_CHUNKED)
             h1c_init(&x->rck, UINT64_MAX);
         head = on_head(x);
+        if (px->route.answered != NULL)
+            px->route.answered(px->route.arg, x);
     }
     data = in->p + in->off; /* take_body leaves the body bytes here, decoded */
     dlen = take_body(x, in, eof, &done);

@@ -40,6 +40,7 @@ static void bury(struct router *r, struct rworker *w)
     w->unresolved_said = 0;
     w->lost = 0;
     w->id_said = 0;
+    w->http_down = 0;
     r->removed++;
     log_info("worker %s removed: its last request ended", w->proxy_url);
 }
@@ -338,15 +339,31 @@ static void overloaded(void *arg, struct upstream *up)
  * (HAProxy's observe layer4 with on-error mark-down, whose check here is the worker's next
  * load message, a heartbeat away), since a refused connect costs a request nothing but a
  * killed worker would otherwise take its share until its missed heartbeats. */
-static void unreachable(void *arg, struct upstream *up)
+static void unreachable(void *arg, struct upstream *up, const char *why)
 {
     struct router *r = arg;
     int k = index_of(r, up);
 
-    if (k >= 0)
-        rl_lost(r, r->w[k],
-                "its engine's port refused a connection, or closed it before a request "
-                "was sent");
+    if (k < 0)
+        return;
+    if (!r->w[k]->http_down) /* once until it answers again (answered()), not per request */
+        log_warn("worker unreachable url=http://%s reason=\"%s\"", r->w[k]->proxy_url, why);
+    r->w[k]->http_down = 1;
+    rl_lost(r, r->w[k],
+            "its engine's port refused a connection, or closed it before a request "
+            "was sent");
+}
+
+/* The worker a request went to answered it: reachable, which is news after unreachable(). */
+static void answered(void *arg, struct pxreq *x)
+{
+    struct router *r = arg;
+    struct rreq *q = pxreq_state(x);
+
+    if (q->held >= 0 && r->w[q->held]->http_down) {
+        r->w[q->held]->http_down = 0;
+        log_info("worker reachable url=http://%s", r->w[q->held]->proxy_url);
+    }
 }
 
 static void refused(void *arg, const struct http_req *req)
@@ -391,6 +408,7 @@ struct router *router_new(struct event_base *base, struct proxy *px, struct metr
                                 .refused = refused,
                                 .local = local,
                                 .unreachable = unreachable,
+                                .answered = answered,
                                 .arg = r};
     struct proxy_admission hooks = {
         .begin = on_begin,

@@ -51,6 +51,7 @@ struct rworker {
     int unresolved_said; /* logged that its engine's name is not looked up yet */
     int lost;            /* rl_lost() logged it lost; its next message brings it back */
     int id_said;         /* logged that its messages' worker_id is refused (claim()) */
+    int http_down;       /* logged that its HTTP side refused (unreachable()); until it answers */
 };
 
 /* Per exchange, inside the proxy's allocation (zeroed at arrival). */
