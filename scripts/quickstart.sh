@@ -29,6 +29,10 @@ case "${1:-}" in
     exit 2 ;;
 esac
 
+if [ "$build" = 0 ] && [ ! -x "$builddir/admitd" ]; then
+    echo "quickstart: no $builddir/admitd: build it, or run the quick start without --no-build" >&2
+    exit 1
+fi
 if [ "$build" = 1 ]; then
     scripts/install-deps.sh run build
     if [ ! -f "$builddir/build.ninja" ]; then
@@ -74,7 +78,8 @@ until curl -fsS -o /dev/null --max-time 2 "http://$metrics/ready" 2>/dev/null; d
         reason=$(sed -E 's/.*reason="([^"]*)".*/\1/' <<<"$down")
         echo "quickstart: the engine at http://$upstream cannot be reached: $reason" >&2
         echo "  admitd: ${down#* * }" >&2
-        echo "  start the engine first, or leave UPSTREAM unset for admitd's built-in mock engine" >&2
+        echo "  start the engine first, or leave UPSTREAM unset for admitd's built-in mock" \
+            "engine" >&2
         exit 1
     fi
     kill -0 "$pid" 2>/dev/null || { cat "$log" >&2; exit 1; }
