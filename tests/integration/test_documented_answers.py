@@ -99,40 +99,39 @@ def post_bytes(extra=b"", body=b"{}", target=b"/v1/chat/completions", version=b"
             b"Content-Length: %d\r\n\r\n" % len(body) + body)
 
 
-def queue_full():
+def held(args, count, queued, then=None):
+    """admitd (with args) in front of a slow mock, count long streams in it and queued of them
+    waiting; then(ad) runs before one more request, whose answer is returned."""
     mock = Mock("--token-interval-ms", "20")
-    ad = Admitd(mock.url, "--engine-request-limit", "1", "--request-queue-limit", "2")
-    holders = ad.fill(3, queued=2, max_tokens=400)
+    ad = Admitd(mock.url, *args)
+    holders = ad.fill(count, queued=queued, max_tokens=400)
     try:
+        if then is not None:
+            then(ad)
         return request(ad.addr, "POST", "/v1/chat/completions", chat_body(max_tokens=1))
     finally:
         for h in holders:
             h.close()
+
+
+def queue_full():
+    return held(["--engine-request-limit", "1", "--request-queue-limit", "2"], 3, 2)
 
 
 def queue_timeout():
-    mock = Mock("--token-interval-ms", "20")
-    ad = Admitd(mock.url, "--engine-request-limit", "1", "--request-queue-limit", "2",
-                "--queue-timeout-ms", "300")
-    holders = ad.fill(1, queued=0, max_tokens=400)
-    try:
-        return request(ad.addr, "POST", "/v1/chat/completions", chat_body(max_tokens=1))
-    finally:
-        for h in holders:
-            h.close()
+    return held(["--engine-request-limit", "1", "--request-queue-limit", "2",
+                 "--queue-timeout-ms", "300"], 1, 0)
+
+
+def start_drain(ad):
+    ad.proc.p.send_signal(signal.SIGTERM)
+    wait_for(lambda: request(ad.maddr, "GET", "/ready")[0] == 503, what="/ready 503")
 
 
 def draining():
-    mock = Mock("--token-interval-ms", "20")
-    ad = Admitd(mock.url, "--engine-request-limit", "1", "--drain-timeout-ms", "20000")
-    holders = ad.fill(1, queued=0, max_tokens=400)  # keeps the drain going
-    ad.proc.p.send_signal(signal.SIGTERM)
-    wait_for(lambda: request(ad.maddr, "GET", "/ready")[0] == 503, what="/ready 503")
-    try:
-        return request(ad.addr, "POST", "/v1/chat/completions", chat_body(max_tokens=1))
-    finally:
-        for h in holders:
-            h.close()
+    # The stream in the slot keeps the drain going while the new request comes.
+    return held(["--engine-request-limit", "1", "--drain-timeout-ms", "20000"], 1, 0,
+                then=start_drain)
 
 
 def drain_timeout():
@@ -158,8 +157,9 @@ def engine_unreachable():
     return request(ad.addr, "POST", "/v1/chat/completions", chat_body(max_tokens=1))
 
 
-def fake_engine(behave):
-    """A fake engine that reads one request head and then behaves as told."""
+def via_fake_engine(behave, *args):
+    """The answer to one request through admitd (with args) in front of a fake engine that
+    reads a request head and then behaves as told."""
     def serve(conn):
         data = b""
         try:
@@ -168,39 +168,29 @@ def fake_engine(behave):
                 if not chunk:
                     return
                 data += chunk
-            behave(conn, data)
+            behave(conn)
         except OSError:
             pass
         finally:
             conn.close()
-    return LoopbackServer(serve, conn_timeout=30)
+    srv = LoopbackServer(serve, conn_timeout=30)
+    try:
+        ad = Admitd(srv.url, *args)
+        return request(ad.addr, "POST", "/v1/chat/completions", chat_body(max_tokens=1))
+    finally:
+        srv.stop()
 
 
 def engine_closed():
-    srv = fake_engine(lambda conn, data: None)  # reads, then closes without a word
-    try:
-        ad = Admitd(srv.url)
-        return request(ad.addr, "POST", "/v1/chat/completions", chat_body(max_tokens=1))
-    finally:
-        srv.stop()
+    return via_fake_engine(lambda conn: None)  # reads, then closes without a word
 
 
 def engine_timeout():
-    srv = fake_engine(lambda conn, data: time.sleep(5))  # silent
-    try:
-        ad = Admitd(srv.url, "--upstream-timeout-ms", "300")
-        return request(ad.addr, "POST", "/v1/chat/completions", chat_body(max_tokens=1))
-    finally:
-        srv.stop()
+    return via_fake_engine(lambda conn: time.sleep(5), "--upstream-timeout-ms", "300")
 
 
 def engine_invalid():
-    srv = fake_engine(lambda conn, data: conn.sendall(b"this is not HTTP\r\n\r\n"))
-    try:
-        ad = Admitd(srv.url)
-        return request(ad.addr, "POST", "/v1/chat/completions", chat_body(max_tokens=1))
-    finally:
-        srv.stop()
+    return via_fake_engine(lambda conn: conn.sendall(b"this is not HTTP\r\n\r\n"))
 
 
 def head_timeout():
