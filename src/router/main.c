@@ -13,6 +13,8 @@
 #include "admission/metrics.h"
 #include "wire/prom.h"
 #include "util/xmalloc.h"
+#include "util/buildinfo.h"
+#include "pubsub/nngver.h"
 #include "http/proxy.h"
 #include "config.h"
 #include "discover.h"
@@ -170,10 +172,13 @@ int main(int argc, char **argv)
         router_cfg_usage(stdout);
         free(cfg);
         return 0;
-    case OPT_VERSION:
-        printf("admit-router %s\n", ADMIT_VERSION);
+    case OPT_VERSION: {
+        const struct buildinfo_lib libs[] = {{"libevent", event_get_version()},
+                                             {"nng", nngver_runtime()}};
+
         free(cfg);
-        return 0;
+        return buildinfo_print(stdout, "admit-router", libs, 2) == 0 ? 0 : 1;
+    }
     case OPT_CHECK:
         printf("admit-router: configuration OK%s%s\n", cfg->config_path[0] ? ": " : "",
                cfg->config_path);
