@@ -29,7 +29,8 @@ for purpose in "$@"; do
     build)
         # cmake: how meson finds nng (which ships no pkg-config file) with its version.
         pkgs+=(gcc libc6-dev meson ninja-build pkg-config cmake
-               libevent-dev libnng-dev libyaml-dev libjansson-dev) ;;
+               libevent-dev libnng-dev libyaml-dev libjansson-dev
+               scdoc) ;;             # the man pages (man/*.scd), installed with the programs
     test)
         pkgs+=(libcmocka-dev python3 curl clang-format
                nng-utils             # nngcat: reads the load publisher as nng's SUB does
@@ -37,7 +38,8 @@ for purpose in "$@"; do
                nodejs                # the OpenAI SDK interop test
                node-llhttp           # llhttp's C sources: the HTTP/1.1 parser's differential test
                valgrind              # scripts/test.sh's smoke run of admitd
-               iproute2 util-linux)  # ip + unshare: the admin-from-a-remote-peer test's namespace
+               iproute2 util-linux   # ip + unshare: the admin-from-a-remote-peer test's namespace
+               systemd)              # systemd-analyze: the install test verifies the units
         # Debian's npm conflicts with a nodejs that already bundles npm (NodeSource builds).
         command -v npm >/dev/null || pkgs+=(npm) ;;
     bench)
@@ -49,7 +51,8 @@ for purpose in "$@"; do
         ;;
     package)
         # A start: debian/ says what else it builds with (dpkg-checkbuilddeps).
-        pkgs+=(build-essential dpkg-dev debhelper fakeroot scdoc) ;;
+        # systemd: its systemd.pc names the units' folder; systemd-analyze verifies them.
+        pkgs+=(build-essential dpkg-dev debhelper fakeroot scdoc systemd) ;;
     -h | --help)
         echo "usage: $0 run|build|test|bench|package [...]"
         exit 0 ;;
