@@ -2,11 +2,11 @@
  *
  * Opens one load publisher (lib/pubsub/publish.h, the code admitd runs) per simulated worker,
  * each on its own PUB socket (ours, as admitd's default; --publisher nng for nng's), and lets each
- * send its heartbeat: one message of one rank every 1000 / --rate ms, encoded by lib/admission/load.c as
- * admitd's are, with a load that moves (KV blocks, booked prefill and decode, slots and queue) so
- * that no two messages in a row are alike. The publishers are started one after another over one
- * heartbeat interval, so their messages are spread over it as a real fleet's are, not sent in one
- * burst.
+ * send its heartbeat: one message of one rank every 1000 / --rate ms, encoded by
+ * lib/admission/load.c as admitd's are, with a load that moves (KV blocks, booked prefill and
+ * decode, slots and queue) so that no two messages in a row are alike. The publishers are started
+ * one after another over one heartbeat interval, so their messages are spread over it as a real
+ * fleet's are, not sent in one burst.
  *
  * It writes one `http://HTTP=PUB_URL` line per worker to --out (the --worker syntax of
  * admit-router; HTTP is --http, a port no test sends requests to unless it runs something
