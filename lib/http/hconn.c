@@ -301,19 +301,13 @@ static int check_head(struct hconn *c)
         refuse(c, 417, "the only expectation supported is 100-continue");
         return 0;
     }
-    c->body_at = p->head_len;
-    c->req_len = p->head_len;
-    if (p->framing == H1_BODY_LENGTH) {
-        if (p->content_length > c->l->lim.max_body_bytes) {
-            refuse(c, 413, "body too large");
-            return 0;
-        }
-        c->body_len = (size_t) p->content_length;
-        c->req_len += c->body_len;
-    } else if (p->framing == H1_BODY_CHUNKED) {
-        h1c_init(&c->ck, c->l->lim.max_body_bytes);
-        c->raw_at = p->head_len;
+    c->body_at = c->raw_at = c->req_len = p->head_len;
+    if (h1b_init(&c->body, p, c->l->lim.max_body_bytes) != 0) {
+        refuse(c, 413, "body too large");
+        return 0;
     }
+    if (p->framing == H1_BODY_LENGTH)
+        c->req_len += (size_t) p->content_length; /* known now: the read limit follows it */
     c->state = HC_BODY;
     return 1;
 }
@@ -321,25 +315,22 @@ static int check_head(struct hconn *c)
 /* 1 when the body is whole, 0 for more bytes, -1 when it was refused. */
 static int read_body(struct hconn *c, char *base, size_t have)
 {
-    if (c->hp.framing == H1_BODY_CHUNKED) {
-        size_t used = 0, len = 0;
-        /* Decoded in place: the data moves down over the chunk lines before it. */
-        int rv = h1c_decode(&c->ck, base + c->raw_at, have - c->raw_at,
-                            base + c->body_at + c->body_len, &used, &len);
+    size_t used = 0, len = 0;
+    /* Decoded in place: a chunked body's data moves down over the chunk lines before it. */
+    int rv = h1b_take(&c->body, base + c->raw_at, have - c->raw_at, 0,
+                      base + c->body_at + c->body_len, &used, &len);
 
-        if (rv == H1_ERROR) {
-            refuse(c, c->ck.err_status, c->ck.err_reason);
-            return -1;
-        }
-        c->raw_at += used;
-        c->body_len += len;
-        if (rv == H1_DONE) {
-            c->req_len = c->raw_at;
-            return 1;
-        }
-        return 0;
+    if (rv == H1_ERROR) {
+        refuse(c, c->body.err_status, c->body.err_reason);
+        return -1;
     }
-    return have >= c->req_len ? 1 : 0;
+    c->raw_at += used;
+    c->body_len += len;
+    if (rv == H1_DONE) {
+        c->req_len = c->raw_at;
+        return 1;
+    }
+    return 0;
 }
 
 /* Parses the head in base[0..have) from its first byte, in the listener's slots, and on

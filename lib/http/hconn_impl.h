@@ -14,8 +14,8 @@
 #ifndef ADMIT_HCONN_IMPL_H
 #define ADMIT_HCONN_IMPL_H
 
-#include "wire/h1chunk.h"
 #include "util/buf.h"
+#include "wire/h1body.h"
 #include "wire/h1parse.h"
 #include "http/hconn.h"
 #include "http/ioconn.h"
@@ -60,13 +60,14 @@ struct hconn {
     struct timeval head_at; /* when the request head began (the head deadline) */
     int head_on;            /* a head began: the deadline runs (HC_HEAD only) */
     struct h1_parser hp;
-    struct h1_chunked ck;
+    struct h1_body body; /* its body being read */
     const char *hp_base; /* the buffer address the head was parsed at */
     size_t scanned;      /* head bytes already looked at for a line end */
     size_t body_at;      /* offset (from in.off) of the body's first byte */
     size_t body_len;     /* decoded body bytes at body_at */
-    size_t raw_at;       /* chunked: offset of the next undecoded byte */
-    size_t req_len;      /* bytes of the whole request from in.off (head and raw body) */
+    size_t raw_at;       /* offset of the next body byte not taken yet */
+    size_t req_len;      /* bytes of the whole request from in.off (head and raw body):
+                          * with a Content-Length, known from the head */
     int sent_continue;
     struct http_req req;
     char peer[INET6_ADDRSTRLEN];

@@ -280,7 +280,6 @@ void px_start_upstream(struct pxreq *x)
     v[0].iov_len = head->len;
     v[1].iov_base = (void *) (size_t) x->req.body;
     v[1].iov_len = x->req.body_len;
-    x->body_left = 0;
     x->reusable = 1;
     sent = write_request(x, up, v);
     buf_pool_give(&px->bufs, head);
