@@ -21,7 +21,7 @@
 #define ADMIT_HCONN_H
 
 #include "wire/h1parse.h"
-#include "admission/metrics.h"
+#include "net/acceptor.h"
 #include "util/netaddr.h"
 #include "http/httpreq.h"
 

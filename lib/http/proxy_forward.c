@@ -35,7 +35,7 @@ static int px_retry_unsent(struct pxreq *x, enum upstream_error e)
     if (px->route.unreachable == NULL || x->retried || x->retry_pending || x->c == NULL ||
         x->state != X_UPSTREAM)
         return 0;
-    px->m->upstream_errors[e]++;
+    px->st->upstream_errors[e]++;
     px_cancel_upstream(x);
     x->retried = 1;
     px->route.unreachable(px->route.arg, x->up);
@@ -50,7 +50,7 @@ void px_upstream_failed(struct pxreq *x, enum upstream_error e)
 
     if (e == UERR_CONNECT && px_retry_unsent(x, e))
         return; /* a refused connect: nothing was sent */
-    px->m->upstream_errors[e]++;
+    px->st->upstream_errors[e]++;
     px_cancel_upstream(x);
     if (x->state == X_UPSTREAM || x->retry_pending) {
         /* Nothing sent yet: a clean error answer, and the connection stays usable. */

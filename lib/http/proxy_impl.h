@@ -96,7 +96,7 @@ struct pxreq {
 struct proxy {
     struct event_base *base;
     const struct proxy_opts *o;
-    struct metrics *m;
+    struct proxy_stats *st; /* the counts, the owner's */
     struct hlisten *l;
     struct upstream *up; /* NULL in router mode */
     TAILQ_HEAD(pxreq_list, pxreq) live;

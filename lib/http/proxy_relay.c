@@ -309,7 +309,7 @@ void px_relay(struct pxreq *x)
         }
         if (rc != 0) {
             /* The client is gone: the engine is told by the close. */
-            px->m->cancelled[STAGE_STREAMING]++;
+            px->st->cancelled[STAGE_STREAMING]++;
             px_cancel_upstream(x);
             px_close_client(x, OUT_CANCELLED);
             return;

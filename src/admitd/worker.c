@@ -9,7 +9,7 @@
 #include "wire/httputil.h"
 #include "admission/loadsrc.h"
 #include "util/log.h"
-#include "admission/metrics.h"
+#include "daemon/metrics.h"
 #include "config/optdiff.h"
 #include "mock/mock.h"
 #include "http/poller.h"
@@ -486,7 +486,7 @@ struct worker *worker_start(struct event_base *base, struct cfg *cfg, char *err,
         .nranks = cfg->data_parallel_size,
         .block_size = cfg->block_size,
     };
-    w->px = proxy_new(base, &w->popts, &cfg->upstream, &w->m);
+    w->px = proxy_new(base, &w->popts, &cfg->upstream, &w->m.px, &w->m.listen[LISTENER_CLIENT]);
     w->gate = admission_new(w->px, &w->m, &w->aopts);
     w->drain = drain_new(base, w->px, &w->m);
     w->adm = admin_new(base, &hooks, cfg->admin_token, &w->m.listen[LISTENER_METRICS]);
