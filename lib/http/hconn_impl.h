@@ -1,7 +1,8 @@
-/* hconn_impl: the listener and its connections, private to the hconn module, which is two
+/* hconn_impl: the listener and its connections, private to the hconn module, which is three
  * files: hlisten.c (accepting, the pool of connection structs, the heads and Date of the
- * answers made here) and hconn.c (reading, parsing and answering requests on one
- * connection, closing).
+ * answers made here), hconn.c (one connection's events, answering its requests in order,
+ * timeouts, closing) and hconn_read.c (a request out of the connection's buffer: head, body,
+ * handing it to the owner).
  *
  * Life of a connection:
  *
@@ -107,5 +108,15 @@ void hc_close(struct hconn *c);
 void hc_recycle(struct hconn *c);
 /** frees c's storage (hl_free) */
 void hc_destroy(struct hconn *c);
+/** answers status in OpenAI's error shape and closes the connection gracefully after it; the
+ *  client's faults go to the refused hook, 500 (no memory for the request) is counted */
+void hc_refuse(struct hconn *c, int status, const char *reason);
+/** parses what has been read (head, then body) and hands a whole request to the owner; goes
+ *  on with pipelined requests answered at once */
+void hc_process(struct hconn *c);
+/** the most bytes held while a request is read: a head's limit; a body with a length, the
+ *  request and a little of the next (so the buffer grows to what this one needs, no more); a
+ *  chunked one, its limit and room for the chunk lines */
+size_t hc_read_max(const struct hconn *c);
 
 #endif
