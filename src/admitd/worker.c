@@ -8,6 +8,7 @@
 #include "admission/engine_models.h"
 #include "wire/httputil.h"
 #include "admission/loadsrc.h"
+#include "util/clock.h"
 #include "util/log.h"
 #include "daemon/metrics.h"
 #include "config/optdiff.h"
@@ -23,7 +24,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/time.h>
 #include <unistd.h>
 
 struct worker {
@@ -189,11 +189,11 @@ static void render_load(void *arg, struct buf *out)
     struct worker *w = arg;
     struct admit_load msgs[PUB_MAX_RANKS];
     unsigned n = 0;
-    struct timeval tv;
+    int64_t now_ms;
     char json[ADMIT_LOAD_MSG_MAX];
 
     fill_load(w, msgs, &n);
-    gettimeofday(&tv, NULL);
+    now_ms = clock_wall_ms();
     buf_printf(out, "{\"worker_id\":\"%s\",\"publish\":", w->cfg->worker_id);
     if (w->pub != NULL)
         buf_printf(out, "\"%s\"", w->publish_at);
@@ -204,7 +204,7 @@ static void render_load(void *arg, struct buf *out)
         snprintf(msgs[i].worker_id, sizeof msgs[i].worker_id, "%s", w->cfg->worker_id);
         msgs[i].dp_rank = i;
         msgs[i].seq = pub_seq(w->pub); /* the last one published: this is no new message */
-        msgs[i].ts_ms = (int64_t) tv.tv_sec * 1000 + tv.tv_usec / 1000;
+        msgs[i].ts_ms = now_ms;
         msgs[i].heartbeat_ms = w->cfg->heartbeat_ms;
         if (admit_load_to_json(&msgs[i], json, sizeof json) > 0)
             buf_printf(out, "%s%s", i ? "," : "", json);
