@@ -9,9 +9,9 @@
  *   HEAD --head parsed--> BODY --body read--> BUSY (the owner has the request) --hc_end-->
  *   FLUSH (the answer is being written) --written--> HEAD (keep-alive) or LINGER --> closed
  *
- * A connection is freed only from hl_release(), never while a call that uses it is on the
- * stack: depth counts those calls, and a close asked for inside them is done as the last
- * one returns. */
+ * A closed connection goes back to the pool (hc_recycle) only when no call that uses it is
+ * on the stack: depth counts those calls, and hc_close asked for inside them leaves the
+ * recycling to the last one as it returns. */
 #ifndef ADMIT_HCONN_IMPL_H
 #define ADMIT_HCONN_IMPL_H
 
@@ -93,7 +93,7 @@ struct hlisten {
     time_t date_at;
     char date[32];
     struct buf head; /* the heads hc_reply builds, one at a time */
-    /* Where heads are parsed: each parse runs whole in one call (see hconn.c's parse_head),
+    /* Where heads are parsed: each parse runs whole in one call (see hconn_read.c's parse_head),
      * so one set of slots serves every connection. */
     struct h1_header slots[HC_MAX_HEADERS];
 };

@@ -1,5 +1,5 @@
 /* poller: a periodic GET on a keep-alive connection of its own, read with admitd's HTTP/1.1
- * pieces (ioconn, h1parse, h1chunk) rather than evhttp.
+ * pieces (ioconn, h1parse, h1body) rather than evhttp.
  *
  * One poll at a time: the timer starts a poll and the poll's end arms it again, so a slow
  * engine stretches the interval rather than piling requests up. The connection stays open
