@@ -1,5 +1,5 @@
 /* poller: a periodic GET on a keep-alive connection of its own, read with admitd's HTTP/1.1
- * pieces (ioconn, h1parse, h1chunk) rather than evhttp.
+ * pieces (ioconn, h1parse, h1body) rather than evhttp.
  *
  * One poll at a time: the timer starts a poll and the poll's end arms it again, so a slow
  * engine stretches the interval rather than piling requests up. The connection stays open
@@ -11,7 +11,7 @@
  * engine's page a poll allocates nothing. */
 #include "http/poller.h"
 #include "util/buf.h"
-#include "wire/h1chunk.h"
+#include "wire/h1body.h"
 #include "wire/h1parse.h"
 #include "util/log.h"
 #include "util/xmalloc.h"
@@ -55,7 +55,7 @@ struct poller {
     int keep;    /* the connection outlives this answer */
     size_t blen; /* body bytes held, decoded, at io.in.p + io.in.off */
     struct h1_parser rp;
-    struct h1_chunked ck;
+    struct h1_body body;
     struct h1_header slots[POLLER_HEADERS];
     unsigned timeout_ms;
     char why[128]; /* why the last poll got no answer; "" after one (poller_error) */
@@ -160,49 +160,32 @@ static int parse_head(struct poller *p)
     in->off += used;
     if (rv != H1_DONE)
         return rv;
-    if (p->rp.framing == H1_BODY_LENGTH && p->rp.content_length > POLLER_MAX_BODY) {
+    if (h1b_init(&p->body, &p->rp, POLLER_MAX_BODY) != 0) {
         p->rp.err_reason = "Content-Length over the poller's limit";
         return H1_ERROR;
     }
-    if (p->rp.framing == H1_BODY_CHUNKED)
-        h1c_init(&p->ck, POLLER_MAX_BODY);
     p->keep = p->rp.keep_alive;
     p->state = P_BODY;
     return H1_DONE;
 }
 
-/* Takes the body bytes read so far: H1_DONE when the body is whole, H1_AGAIN for more,
- * H1_ERROR when the chunked coding is broken or the body is over POLLER_MAX_BODY. Bytes past
- * the body's end were not asked for: the connection is not kept. */
+/* Takes the body bytes read since the last call: H1_DONE when the body is whole, H1_AGAIN for
+ * more, H1_ERROR when the chunked coding is broken or the body is over POLLER_MAX_BODY. Bytes
+ * past the body's end were not asked for: the connection is not kept. */
 static int take_body(struct poller *p)
 {
     struct iobuf *in = &p->io.in;
     char *body = in->p + in->off;
     size_t held = in->len - in->off, used = 0, len = 0;
-    int rv;
+    /* The bytes after the body taken so far are all new: a chunked body's chunk lines go as
+     * it is decoded, in place. */
+    int rv = h1b_take(&p->body, body + p->blen, held - p->blen, 0, body + p->blen, &used, &len);
 
-    switch (p->rp.framing) {
-    case H1_BODY_NONE:
-        p->keep &= held == 0;
-        return H1_DONE;
-    case H1_BODY_LENGTH:
-        p->blen = held < p->rp.content_length ? held : (size_t) p->rp.content_length;
-        p->keep &= held <= p->blen;
-        return p->blen == p->rp.content_length ? H1_DONE : H1_AGAIN;
-    case H1_BODY_UNTIL_CLOSE:
-        p->blen = held;
-        return held > POLLER_MAX_BODY ? H1_ERROR : H1_AGAIN;
-    case H1_BODY_CHUNKED:
-        /* The bytes after the data decoded so far are all new: the decoder takes every byte it
-         * is given. */
-        rv = h1c_decode(&p->ck, body + p->blen, held - p->blen, body + p->blen, &used, &len);
-        if (rv == H1_DONE)
-            p->keep &= p->blen + used == held;
-        p->blen += len;
-        in->len = in->off + p->blen; /* the chunk lines go */
-        return rv;
-    }
-    return H1_ERROR;
+    if (rv == H1_DONE)
+        p->keep &= p->blen + used == held;
+    p->blen += len;
+    in->len = in->off + p->blen;
+    return rv;
 }
 
 /* One read of the answer, and what it completes. */
@@ -234,7 +217,7 @@ static void read_answer(struct poller *p)
     if ((rv = take_body(p)) == H1_DONE)
         finish(p, p->rp.status);
     else if (rv == H1_ERROR)
-        refuse(p, p->rp.framing == H1_BODY_CHUNKED ? p->ck.err_reason : "body too large");
+        refuse(p, p->body.err_reason);
 }
 
 static void on_io(struct ioconn *io, short what)

@@ -46,7 +46,7 @@ static int px_retry_unsent(struct pxreq *x, enum upstream_error e)
     if (px->route.unreachable == NULL || x->retried || x->retry_pending || x->c == NULL ||
         x->state != X_UPSTREAM)
         return 0;
-    px->m->upstream_errors[e]++;
+    px->st->upstream_errors[e]++;
     snprintf(why, sizeof why, "%s", unsent_why(x, e));
     px_cancel_upstream(x);
     x->retried = 1;
@@ -62,7 +62,7 @@ void px_upstream_failed(struct pxreq *x, enum upstream_error e)
 
     if (e == UERR_CONNECT && px_retry_unsent(x, e))
         return; /* a refused connect: nothing was sent */
-    px->m->upstream_errors[e]++;
+    px->st->upstream_errors[e]++;
     px_cancel_upstream(x);
     if (x->state == X_UPSTREAM || x->retry_pending) {
         /* Nothing sent yet: a clean error answer, and the connection stays usable. */
@@ -294,7 +294,6 @@ void px_start_upstream(struct pxreq *x)
     v[0].iov_len = head->len;
     v[1].iov_base = (void *) (size_t) x->req.body;
     v[1].iov_len = x->req.body_len;
-    x->body_left = 0;
     x->reusable = 1;
     sent = write_request(x, up, v);
     buf_pool_give(&px->bufs, head);

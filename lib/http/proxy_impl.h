@@ -20,7 +20,7 @@
 #define ADMIT_PROXY_IMPL_H
 
 #include "util/buf.h"
-#include "wire/h1chunk.h"
+#include "wire/h1body.h"
 #include "wire/h1parse.h"
 #include "wire/sse.h"
 #include "http/proxy.h"
@@ -84,8 +84,7 @@ struct pxreq {
     struct timespec t_arrive;
     /* the engine's reply */
     struct h1_parser rp;
-    struct h1_chunked rck;
-    uint64_t body_left;     /* H1_BODY_LENGTH: bytes still to come */
+    struct h1_body body;    /* ... its body being read */
     int out_chunked;        /* the client gets the body in chunks */
     int keep_client;        /* the client connection may be kept after this reply */
     int reusable;           /* the engine connection can carry another request */
@@ -98,7 +97,7 @@ struct pxreq {
 struct proxy {
     struct event_base *base;
     const struct proxy_opts *o;
-    struct metrics *m;
+    struct proxy_stats *st; /* the counts, the owner's */
     struct hlisten *l;
     struct upstream *up; /* NULL in router mode */
     TAILQ_HEAD(pxreq_list, pxreq) live;

@@ -8,8 +8,9 @@
 #include "admission/engine_models.h"
 #include "wire/httputil.h"
 #include "admission/loadsrc.h"
+#include "util/clock.h"
 #include "util/log.h"
-#include "admission/metrics.h"
+#include "daemon/metrics.h"
 #include "config/optdiff.h"
 #include "mock/mock.h"
 #include "http/poller.h"
@@ -23,7 +24,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/time.h>
 #include <unistd.h>
 
 struct worker {
@@ -211,11 +211,11 @@ static void render_load(void *arg, struct buf *out)
     struct worker *w = arg;
     struct admit_load msgs[PUB_MAX_RANKS];
     unsigned n = 0;
-    struct timeval tv;
+    int64_t now_ms;
     char json[ADMIT_LOAD_MSG_MAX];
 
     fill_load(w, msgs, &n);
-    gettimeofday(&tv, NULL);
+    now_ms = clock_wall_ms();
     buf_printf(out, "{\"worker_id\":\"%s\",\"publish\":", w->cfg->worker_id);
     if (w->pub != NULL)
         buf_printf(out, "\"%s\"", w->publish_at);
@@ -226,7 +226,7 @@ static void render_load(void *arg, struct buf *out)
         snprintf(msgs[i].worker_id, sizeof msgs[i].worker_id, "%s", w->cfg->worker_id);
         msgs[i].dp_rank = i;
         msgs[i].seq = pub_seq(w->pub); /* the last one published: this is no new message */
-        msgs[i].ts_ms = (int64_t) tv.tv_sec * 1000 + tv.tv_usec / 1000;
+        msgs[i].ts_ms = now_ms;
         msgs[i].heartbeat_ms = w->cfg->heartbeat_ms;
         if (admit_load_to_json(&msgs[i], json, sizeof json) > 0)
             buf_printf(out, "%s%s", i ? "," : "", json);
@@ -509,7 +509,7 @@ struct worker *worker_start(struct event_base *base, struct cfg *cfg, char *err,
         .nranks = cfg->data_parallel_size,
         .block_size = cfg->block_size,
     };
-    w->px = proxy_new(base, &w->popts, &cfg->upstream, &w->m);
+    w->px = proxy_new(base, &w->popts, &cfg->upstream, &w->m.px, &w->m.listen[LISTENER_CLIENT]);
     w->gate = admission_new(w->px, &w->m, &w->aopts);
     w->drain = drain_new(base, w->px, &w->m);
     w->adm = admin_new(base, &hooks, cfg->admin_token, &w->m.listen[LISTENER_METRICS]);

@@ -10,7 +10,7 @@
 #include "admission/busy.h"
 #include "daemon/drain.h"
 #include "util/log.h"
-#include "admission/metrics.h"
+#include "daemon/metrics.h"
 #include "wire/prom.h"
 #include "util/xmalloc.h"
 #include "util/buildinfo.h"
@@ -216,7 +216,7 @@ int main(int argc, char **argv)
         .client_header_timeout_ms = cfg->client_header_timeout_ms,
         .max_client_connections = cfg->max_client_connections,
     };
-    app.px = proxy_new(base, &app.popts, NULL, &app.m);
+    app.px = proxy_new(base, &app.popts, NULL, &app.m.px, &app.m.listen[LISTENER_CLIENT]);
     app.drain = drain_new(base, app.px, &app.m);
     /* The router's own admission: no cap, it counts and books what it sends. */
     if ((app.r = router_new(base, app.px, &app.m, cfg)) == NULL) {
