@@ -1,6 +1,6 @@
 /* load_jansson: the jansson-based load message decoder, moved here unchanged from
- * lib/admission/load.c when the single-pass decoder replaced it (see load_jansson.h). jansson builds
- * the whole tree first (rejecting duplicate keys at any depth), then each field is looked up
+ * lib/admission/load.c when the single-pass decoder replaced it (see load_jansson.h). jansson
+ * builds the whole tree first (rejecting duplicate keys at any depth), then each field is looked up
  * and checked in a fixed order, so that order decides which error a message with several gets;
  * unknown keys are ignored, kv_block_size and models may be absent. */
 #include "load_jansson.h"

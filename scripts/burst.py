@@ -1,12 +1,15 @@
 #!/usr/bin/env python3
 """Sends a burst of concurrent streaming chat requests through admitd and shows what
-happened to each: admitted at once, queued then served, or rejected; then the metrics.
+happened to each: admitted at once, queued then served, rejected (admitd's overload answer:
+its queue was full, or a request waited too long), or failed (anything else, such as the 503
+of an engine that cannot be reached); then the metrics. Exits 1 when a request failed.
 
   scripts/burst.py --url http://127.0.0.1:8080 --metrics http://127.0.0.1:9091
 """
 import argparse
 import http.client
 import json
+import sys
 import threading
 import time
 import urllib.parse
@@ -41,11 +44,24 @@ def one(addr, i, max_tokens, go, out):
             except ValueError:
                 res["message"] = data[:80].decode("utf-8", "replace")
             res["retry_after"] = r.getheader("Retry-After")
+            res["reason"] = r.getheader("X-Admitd-Reason")
     except OSError as e:
         res = {"status": "error", "message": str(e), "head_s": 0, "total_s": 0}
     finally:
         c.close()
     out[i] = res
+
+
+# X-Admitd-Reason of an overload answer: admitd's (queue-*) and admit-router's (all-busy).
+OVERLOAD_REASONS = ("queue-full", "queue-timeout", "all-busy")
+
+
+def rejected(res):
+    """True for an overload answer (whatever --overload-status makes its status), false for
+    a failure: an engine that cannot be reached is answered 503 too, and is no rejection."""
+    if res.get("reason") is not None:
+        return res["reason"] in OVERLOAD_REASONS
+    return res["status"] in (529, 429)
 
 
 def scrape(maddr, path="/metrics"):
@@ -102,7 +118,7 @@ def main():
 
     print("\n%-4s %-7s %-22s %10s %10s %8s" % ("req", "status", "outcome", "wait ms",
                                                "total s", "tokens"))
-    admitted = queued = rejected = other = 0
+    admitted = queued = n_rejected = other = 0
     for i, r in enumerate(out):
         if r["status"] == 200:
             if r["wait_ms"] is not None and r["wait_ms"] >= 1.0:
@@ -114,15 +130,17 @@ def main():
             print("%-4d %-7s %-22s %10.1f %10.2f %8d" % (i, 200, what, r["wait_ms"] or 0,
                                                          r["total_s"], r["tokens"]))
         else:
-            if str(r["status"]) in ("529", "503", "429"):
-                rejected += 1
+            if rejected(r):
+                n_rejected += 1
+                what = "rejected"
             else:
                 other += 1
+                what = "failed" if r.get("reason") is None else "failed: " + r["reason"]
             print("%-4d %-7s %-22s %10s %10.3f   %s (Retry-After: %s)" % (
-                i, r["status"], "rejected", "-", r["total_s"], r.get("message"),
+                i, r["status"], what, "-", r["total_s"], r.get("message"),
                 r.get("retry_after")))
     print("\nadmitted at once: %d, queued then served: %d, rejected: %d, other: %d" % (
-        admitted, queued, rejected, other))
+        admitted, queued, n_rejected, other))
     print("peak seen in /metrics: dynamo_engine_request %d, dynamo_request_queue %d\n" % (
         peak["engine"], peak["queue"]))
     if peak["load"]:
@@ -137,6 +155,9 @@ def main():
                             "admitd_request_queue_limit", "admitd_queue_wait_seconds_count",
                             "admitd_queue_wait_seconds_sum")):
             print("  " + line)
+    if other:
+        print("burst: %d of %d requests failed (neither served nor rejected)" % (other, a.count),
+              file=sys.stderr)
     return 0 if other == 0 else 1
 
 

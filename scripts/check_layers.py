@@ -57,6 +57,8 @@ MAY_INCLUDE = {
     "tests/unit/mock": {"admit", *PURE, "mock", "tests"},
     "tests/unit/router": {"admit", *PURE, "router", "tests"},
     "tests/unit/admitd": {"admit", *PURE, "admitd", "tests"},
+    # the daemon's metrics: rendered from a struct, no event loop
+    "tests/unit/daemon": {"admit", *PURE, "net", "http", "daemon", "tests"},
     "fuzz": {"admit", *PURE, "router"},  # router: its pure config readers (classes)
     # the selection bench: the pure modules only; the load decoder bench: fuzz/'s oracle
     "tests/bench": {"admit", *PURE, "router", "fuzz"},

@@ -4,7 +4,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-scripts/install-deps.sh
+scripts/install-deps.sh build test package  # package: the Debian package test (tests/package)
 builddir=${BUILDDIR:-build-test}
 if [ ! -f "$builddir/build.ninja" ]; then
     meson setup "$builddir" -Db_sanitize=address,undefined --buildtype=debugoptimized

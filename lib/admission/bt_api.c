@@ -140,23 +140,6 @@ void bt_registry_get(const struct bt_registry *r, const char *model, struct busy
     *out = m ? m->t : r->defaults;
 }
 
-/* Appends s as a JSON string; s is UTF-8 (checked by jansson or at registration). */
-static void bt_put_string(struct buf *out, const char *s, size_t len)
-{
-    buf_puts(out, "\"");
-    for (size_t i = 0; i < len; i++) {
-        unsigned char c = (unsigned char) s[i];
-
-        if (c == '"' || c == '\\')
-            buf_printf(out, "\\%c", c);
-        else if (c < 0x20)
-            buf_printf(out, "\\u%04x", c);
-        else
-            buf_append(out, &s[i], 1);
-    }
-    buf_puts(out, "\"");
-}
-
 /* The shortest %g form that reads back as the same double. */
 static void bt_format_double(double d, char *s, size_t cap)
 {
@@ -201,7 +184,7 @@ static void bt_put_model(struct buf *out, const char *name, size_t len,
                          const struct busy_thresholds *t)
 {
     buf_puts(out, "{\"model\":");
-    bt_put_string(out, name, len);
+    httpu_json_string(out, name, len);
     bt_put_thresholds(out, t);
     buf_puts(out, "}");
 }
@@ -224,7 +207,7 @@ static int bt_error(struct buf *out, int status, const char *fmt, ...)
     va_end(ap);
     buf_reset(out);
     buf_puts(out, "{\"error\":");
-    bt_put_string(out, msg, (size_t) n);
+    httpu_json_string(out, msg, (size_t) n);
     buf_puts(out, "}");
     free(msg);
     return status;

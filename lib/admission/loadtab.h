@@ -1,4 +1,5 @@
-/* loadtab: what the admission layer adds to the public load table (admit/load.h) for our own programs.
+/* loadtab: what the admission layer adds to the public load table (admit/load.h) for our own
+ * programs.
  *
  * Each entry also keeps the monitor's latch (admission/busy.h): every message the table keeps is
  * noted in it, so admit-top judges a rank's room by the same memory as admit-router's monitor

@@ -9,7 +9,7 @@
 #define ADMIT_ADMIN_H
 
 #include "util/buf.h"
-#include "admission/metrics.h"
+#include "net/acceptor.h"
 #include "util/netaddr.h"
 
 #include <stddef.h>

@@ -14,7 +14,7 @@
 
 #include "admit/gate.h"
 #include "admission/book.h"
-#include "admission/metrics.h"
+#include "daemon/metrics.h"
 
 struct admission;
 struct proxy;

@@ -1,7 +1,7 @@
 /* drain: stop taking work, finish what is in flight, then end the loop. */
 #include "daemon/drain.h"
 #include "util/log.h"
-#include "admission/metrics.h"
+#include "daemon/metrics.h"
 #include "http/proxy.h"
 #include "util/xmalloc.h"
 

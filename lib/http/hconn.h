@@ -2,7 +2,7 @@
  * on raw libevent events with no evhttp and no bufferevent.
  *
  * A connection reads and parses requests with the strict parser of the pure wire layer
- * (wire/h1parse, wire/h1chunk), hands each whole request (head and body) to its owner as a
+ * (wire/h1parse, wire/h1body), hands each whole request (head and body) to its owner as a
  * struct http_req whose strings are slices of the connection's own buffer, and writes the
  * owner's answer eagerly. Requests are answered one at a time and in order: bytes of a
  * pipelined request that arrive while one is being answered are read (so a hang-up behind
@@ -21,7 +21,7 @@
 #define ADMIT_HCONN_H
 
 #include "wire/h1parse.h"
-#include "admission/metrics.h"
+#include "net/acceptor.h"
 #include "util/netaddr.h"
 #include "http/httpreq.h"
 

@@ -1,21 +1,22 @@
-/* hconn_impl: the listener and its connections, private to the hconn module, which is two
+/* hconn_impl: the listener and its connections, private to the hconn module, which is three
  * files: hlisten.c (accepting, the pool of connection structs, the heads and Date of the
- * answers made here) and hconn.c (reading, parsing and answering requests on one
- * connection, closing).
+ * answers made here), hconn.c (one connection's events, answering its requests in order,
+ * timeouts, closing) and hconn_read.c (a request out of the connection's buffer: head, body,
+ * handing it to the owner).
  *
  * Life of a connection:
  *
  *   HEAD --head parsed--> BODY --body read--> BUSY (the owner has the request) --hc_end-->
  *   FLUSH (the answer is being written) --written--> HEAD (keep-alive) or LINGER --> closed
  *
- * A connection is freed only from hl_release(), never while a call that uses it is on the
- * stack: depth counts those calls, and a close asked for inside them is done as the last
- * one returns. */
+ * A closed connection goes back to the pool (hc_recycle) only when no call that uses it is
+ * on the stack: depth counts those calls, and hc_close asked for inside them leaves the
+ * recycling to the last one as it returns. */
 #ifndef ADMIT_HCONN_IMPL_H
 #define ADMIT_HCONN_IMPL_H
 
-#include "wire/h1chunk.h"
 #include "util/buf.h"
+#include "wire/h1body.h"
 #include "wire/h1parse.h"
 #include "http/hconn.h"
 #include "http/ioconn.h"
@@ -60,13 +61,14 @@ struct hconn {
     struct timeval head_at; /* when the request head began (the head deadline) */
     int head_on;            /* a head began: the deadline runs (HC_HEAD only) */
     struct h1_parser hp;
-    struct h1_chunked ck;
+    struct h1_body body; /* its body being read */
     const char *hp_base; /* the buffer address the head was parsed at */
     size_t scanned;      /* head bytes already looked at for a line end */
     size_t body_at;      /* offset (from in.off) of the body's first byte */
     size_t body_len;     /* decoded body bytes at body_at */
-    size_t raw_at;       /* chunked: offset of the next undecoded byte */
-    size_t req_len;      /* bytes of the whole request from in.off (head and raw body) */
+    size_t raw_at;       /* offset of the next body byte not taken yet */
+    size_t req_len;      /* bytes of the whole request from in.off (head and raw body):
+                          * with a Content-Length, known from the head */
     int sent_continue;
     struct http_req req;
     char peer[INET6_ADDRSTRLEN];
@@ -91,7 +93,7 @@ struct hlisten {
     time_t date_at;
     char date[32];
     struct buf head; /* the heads hc_reply builds, one at a time */
-    /* Where heads are parsed: each parse runs whole in one call (see hconn.c's parse_head),
+    /* Where heads are parsed: each parse runs whole in one call (see hconn_read.c's parse_head),
      * so one set of slots serves every connection. */
     struct h1_header slots[HC_MAX_HEADERS];
 };
@@ -106,5 +108,15 @@ void hc_close(struct hconn *c);
 void hc_recycle(struct hconn *c);
 /** frees c's storage (hl_free) */
 void hc_destroy(struct hconn *c);
+/** answers status in OpenAI's error shape and closes the connection gracefully after it; the
+ *  client's faults go to the refused hook, 500 (no memory for the request) is counted */
+void hc_refuse(struct hconn *c, int status, const char *reason);
+/** parses what has been read (head, then body) and hands a whole request to the owner; goes
+ *  on with pipelined requests answered at once */
+void hc_process(struct hconn *c);
+/** the most bytes held while a request is read: a head's limit; a body with a length, the
+ *  request and a little of the next (so the buffer grows to what this one needs, no more); a
+ *  chunked one, its limit and room for the chunk lines */
+size_t hc_read_max(const struct hconn *c);
 
 #endif

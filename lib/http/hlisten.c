@@ -1,6 +1,7 @@
 /* hlisten: the listening socket (its accepting is net/acceptor's: the pause when descriptors
  * run out, the connection cap), the pool of connection structs, and the answers made here
- * (their head and Date). Reading and answering requests on a connection is hconn.c's. */
+ * (their head and Date). Reading requests on a connection is hconn_read.c's, answering them
+ * hconn.c's. */
 #include "wire/httputil.h"
 #include "util/log.h"
 #include "util/xmalloc.h"

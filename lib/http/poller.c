@@ -1,5 +1,5 @@
 /* poller: a periodic GET on a keep-alive connection of its own, read with admitd's HTTP/1.1
- * pieces (ioconn, h1parse, h1chunk) rather than evhttp.
+ * pieces (ioconn, h1parse, h1body) rather than evhttp.
  *
  * One poll at a time: the timer starts a poll and the poll's end arms it again, so a slow
  * engine stretches the interval rather than piling requests up. The connection stays open
@@ -11,7 +11,7 @@
  * engine's page a poll allocates nothing. */
 #include "http/poller.h"
 #include "util/buf.h"
-#include "wire/h1chunk.h"
+#include "wire/h1body.h"
 #include "wire/h1parse.h"
 #include "util/log.h"
 #include "util/xmalloc.h"
@@ -21,6 +21,7 @@
 #include <errno.h>
 #include <event2/event.h>
 #include <event2/event_struct.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
@@ -54,8 +55,10 @@ struct poller {
     int keep;    /* the connection outlives this answer */
     size_t blen; /* body bytes held, decoded, at io.in.p + io.in.off */
     struct h1_parser rp;
-    struct h1_chunked ck;
+    struct h1_body body;
     struct h1_header slots[POLLER_HEADERS];
+    unsigned timeout_ms;
+    char why[128]; /* why the last poll got no answer; "" after one (poller_error) */
     poller_cb cb;
     void *arg;
 };
@@ -74,6 +77,7 @@ static void finish(struct poller *p, int status)
     p->state = P_IDLE;
     evtimer_add(&p->timer, &p->interval);
     if (status != 0) {
+        p->why[0] = '\0';
         if (in->len == in->cap)
             iob_reserve(in, 1); /* room for the NUL */
         in->p[in->off + p->blen] = '\0';
@@ -87,6 +91,12 @@ static void finish(struct poller *p, int status)
     ioc_trim(&p->io, POLLER_KEEP_CAP);
 }
 
+/* Notes why this poll gets no answer: errno err's text, or what when err is 0. */
+static void note(struct poller *p, int err, const char *what)
+{
+    snprintf(p->why, sizeof p->why, "%s", err != 0 ? strerror(err) : what);
+}
+
 /* Sends the request on the kept connection or, without one, on a new one; 0, or -1 when the
  * engine cannot be reached (the lookup or the connect failed at once). */
 static int send_request(struct poller *p)
@@ -95,11 +105,15 @@ static int send_request(struct poller *p)
 
     p->reused = p->io.fd >= 0;
     if (!p->reused) {
-        if (p->addrlen == 0 && net_resolve(p->url.host, p->url.port, &p->addr, &p->addrlen) != 0)
+        if (p->addrlen == 0 && net_resolve(p->url.host, p->url.port, &p->addr, &p->addrlen) != 0) {
+            note(p, 0, "name lookup failed");
             return -1; /* looked up again at the next poll */
+        }
         if (ioc_connect(&p->io, p->base, (struct sockaddr *) &p->addr, p->addrlen, on_io, NULL) !=
-            0)
+            0) {
+            note(p, errno, "connect failed");
             return -1; /* the request waits in the spill buffer while the connect runs */
+        }
     }
     p->state = P_HEAD;
     p->got = 0;
@@ -107,20 +121,23 @@ static int send_request(struct poller *p)
     p->blen = 0;
     if (ioc_writev(&p->io, &v, 1) == 0)
         return 0;
+    note(p, errno, "write failed");
     ioc_close(&p->io);
     return p->reused ? send_request(p) : -1; /* the engine had closed the kept one */
 }
 
-/* The connection broke: before any byte of the answer on a kept connection, that is the
- * engine's idle close crossing the request, and the poll goes on on a new one; else it
- * failed. */
-static void broken(struct poller *p)
+/* The connection broke (errno err, or 0 for the engine's close): before any byte of the
+ * answer on a kept connection, that is the engine's idle close crossing the request, and the
+ * poll goes on on a new one; else it failed. */
+static void broken(struct poller *p, int err)
 {
     int retry = p->reused && !p->got;
 
     ioc_close(&p->io);
     if (retry && send_request(p) == 0)
         return;
+    if (!retry)
+        note(p, err, "connection closed before an answer");
     finish(p, 0);
 }
 
@@ -128,6 +145,7 @@ static void broken(struct poller *p)
 static void refuse(struct poller *p, const char *why)
 {
     log_debug("engine at %s: answer refused: %s", p->url.hostport, why);
+    snprintf(p->why, sizeof p->why, "invalid answer: %s", why);
     finish(p, 0);
 }
 
@@ -142,49 +160,32 @@ static int parse_head(struct poller *p)
     in->off += used;
     if (rv != H1_DONE)
         return rv;
-    if (p->rp.framing == H1_BODY_LENGTH && p->rp.content_length > POLLER_MAX_BODY) {
+    if (h1b_init(&p->body, &p->rp, POLLER_MAX_BODY) != 0) {
         p->rp.err_reason = "Content-Length over the poller's limit";
         return H1_ERROR;
     }
-    if (p->rp.framing == H1_BODY_CHUNKED)
-        h1c_init(&p->ck, POLLER_MAX_BODY);
     p->keep = p->rp.keep_alive;
     p->state = P_BODY;
     return H1_DONE;
 }
 
-/* Takes the body bytes read so far: H1_DONE when the body is whole, H1_AGAIN for more,
- * H1_ERROR when the chunked coding is broken or the body is over POLLER_MAX_BODY. Bytes past
- * the body's end were not asked for: the connection is not kept. */
+/* Takes the body bytes read since the last call: H1_DONE when the body is whole, H1_AGAIN for
+ * more, H1_ERROR when the chunked coding is broken or the body is over POLLER_MAX_BODY. Bytes
+ * past the body's end were not asked for: the connection is not kept. */
 static int take_body(struct poller *p)
 {
     struct iobuf *in = &p->io.in;
     char *body = in->p + in->off;
     size_t held = in->len - in->off, used = 0, len = 0;
-    int rv;
+    /* The bytes after the body taken so far are all new: a chunked body's chunk lines go as
+     * it is decoded, in place. */
+    int rv = h1b_take(&p->body, body + p->blen, held - p->blen, 0, body + p->blen, &used, &len);
 
-    switch (p->rp.framing) {
-    case H1_BODY_NONE:
-        p->keep &= held == 0;
-        return H1_DONE;
-    case H1_BODY_LENGTH:
-        p->blen = held < p->rp.content_length ? held : (size_t) p->rp.content_length;
-        p->keep &= held <= p->blen;
-        return p->blen == p->rp.content_length ? H1_DONE : H1_AGAIN;
-    case H1_BODY_UNTIL_CLOSE:
-        p->blen = held;
-        return held > POLLER_MAX_BODY ? H1_ERROR : H1_AGAIN;
-    case H1_BODY_CHUNKED:
-        /* The bytes after the data decoded so far are all new: the decoder takes every byte it
-         * is given. */
-        rv = h1c_decode(&p->ck, body + p->blen, held - p->blen, body + p->blen, &used, &len);
-        if (rv == H1_DONE)
-            p->keep &= p->blen + used == held;
-        p->blen += len;
-        in->len = in->off + p->blen; /* the chunk lines go */
-        return rv;
-    }
-    return H1_ERROR;
+    if (rv == H1_DONE)
+        p->keep &= p->blen + used == held;
+    p->blen += len;
+    in->len = in->off + p->blen;
+    return rv;
 }
 
 /* One read of the answer, and what it completes. */
@@ -204,7 +205,7 @@ static void read_answer(struct poller *p)
         return;
     }
     if (n <= 0) {
-        broken(p);
+        broken(p, n < 0 ? errno : 0);
         return;
     }
     p->got = 1;
@@ -216,7 +217,7 @@ static void read_answer(struct poller *p)
     if ((rv = take_body(p)) == H1_DONE)
         finish(p, p->rp.status);
     else if (rv == H1_ERROR)
-        refuse(p, p->rp.framing == H1_BODY_CHUNKED ? p->ck.err_reason : "body too large");
+        refuse(p, p->body.err_reason);
 }
 
 static void on_io(struct ioconn *io, short what)
@@ -232,7 +233,7 @@ static void on_io(struct ioconn *io, short what)
     }
     if (what & EV_WRITE) {
         if (io->err != 0)
-            broken(p); /* the connect failed, or the engine is gone */
+            broken(p, io->err); /* the connect failed, or the engine is gone */
         return;
     }
     read_answer(p);
@@ -251,9 +252,12 @@ static void on_timer(evutil_socket_t fd, short what, void *arg)
 
 static void on_deadline(evutil_socket_t fd, short what, void *arg)
 {
+    struct poller *p = arg;
+
     (void) fd;
     (void) what;
-    finish(arg, 0);
+    snprintf(p->why, sizeof p->why, "no answer within %u ms", p->timeout_ms);
+    finish(p, 0);
 }
 
 struct poller *poller_new(struct event_base *base, const struct http_url *url, const char *path,
@@ -273,12 +277,18 @@ struct poller *poller_new(struct event_base *base, const struct http_url *url, c
     p->interval.tv_usec = (interval_ms % 1000) * 1000;
     p->timeout.tv_sec = timeout_ms / 1000;
     p->timeout.tv_usec = (timeout_ms % 1000) * 1000;
+    p->timeout_ms = timeout_ms;
     evtimer_assign(&p->timer, base, on_timer, p);
     evtimer_assign(&p->deadline, base, on_deadline, p);
     if (net_resolve(url->host, url->port, &p->addr, &p->addrlen) != 0)
         p->addrlen = 0;                     /* looked up again at the first poll */
     event_active(&p->timer, EV_TIMEOUT, 0); /* poll at once, not after one interval */
     return p;
+}
+
+const char *poller_error(const struct poller *p)
+{
+    return p->why;
 }
 
 void poller_kick(struct poller *p)

@@ -23,6 +23,9 @@ typedef void (*poller_cb)(void *arg, int status, const char *body, size_t len);
  *  byte */
 struct poller *poller_new(struct event_base *base, const struct http_url *url, const char *path,
                           unsigned interval_ms, unsigned timeout_ms, poller_cb cb, void *arg);
+/** why the answer being handed over (or the last one) was no HTTP answer (status 0): "Connection
+ *  refused", "no answer within 1000 ms"...; "" after an answer */
+const char *poller_error(const struct poller *p);
 /** polls now rather than at the next interval, unless a poll is in flight; NULL is a no-op */
 void poller_kick(struct poller *p);
 /** stops polling and frees, also with a poll in flight (its callback never comes), but not

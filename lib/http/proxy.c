@@ -43,6 +43,15 @@ void px_unhold(struct pxreq *x)
     }
 }
 
+static const char *const outcome_names[OUT__COUNT] = {
+    "ok",          "rejected",      "cancelled", "unavailable", "timeout", "upstream_error",
+    "bad_request", "queue_timeout", "draining"};
+
+const char *proxy_outcome_name(enum outcome o)
+{
+    return (o >= 0 && o < OUT__COUNT) ? outcome_names[o] : "unknown";
+}
+
 /* One line per finished request, in logfmt (key=value). */
 static void access_log(struct pxreq *x, enum outcome o)
 {
@@ -55,7 +64,7 @@ static void access_log(struct pxreq *x, enum outcome o)
     log_info("access method=%s path=%.200s status=%d outcome=%s queue_ms=%.1f ttfb_ms=%s "
              "ms=%.1f bytes=%llu",
              x->req.method == HTTP_OTHER ? "?" : http_method_name(x->req.method),
-             x->req.target[0] ? x->req.target : "-", x->status, metrics_outcome_name(o),
+             x->req.target[0] ? x->req.target : "-", x->status, proxy_outcome_name(o),
              x->queue_wait_s * 1000.0, ttfb, 1e3 * clock_seconds_between(&x->t_arrive, &now),
              (unsigned long long) x->bytes);
 }
@@ -68,7 +77,7 @@ void px_finish(struct pxreq *x, enum outcome o)
     if (x->finished)
         return;
     x->finished = 1;
-    px->m->outcomes[o]++;
+    px->st->outcomes[o]++;
     if (px->o->access_log)
         access_log(x, o);
     if (x->deadline_on) {
@@ -225,9 +234,9 @@ static void on_client_gone(void *arg, struct hconn *c, void *owner)
     if (x == NULL)
         return;
     x->c = NULL; /* the connection closes when this returns */
-    x->px->m->cancelled[x->state == X_HELD       ? STAGE_QUEUED
-                        : x->state == X_UPSTREAM ? STAGE_WAITING
-                                                 : STAGE_STREAMING]++;
+    x->px->st->cancelled[x->state == X_HELD       ? STAGE_QUEUED
+                         : x->state == X_UPSTREAM ? STAGE_WAITING
+                                                  : STAGE_STREAMING]++;
     log_debug("client left while %s", x->state == X_HELD       ? "queued"
                                       : x->state == X_UPSTREAM ? "waiting for the engine"
                                                                : "streaming");
@@ -251,7 +260,7 @@ static void on_refused(void *arg, int status)
     struct proxy *px = arg;
 
     (void) status;
-    px->m->outcomes[OUT_BAD_REQUEST]++;
+    px->st->outcomes[OUT_BAD_REQUEST]++;
 }
 
 void px_close_client(struct pxreq *x, enum outcome o)
@@ -334,7 +343,8 @@ static void on_request(void *arg, struct hconn *c, const struct http_req *r)
 /* ---- setup ---------------------------------------------------------------------------- */
 
 struct proxy *proxy_new(struct event_base *base, const struct proxy_opts *o,
-                        const struct http_url *upstream, struct metrics *m)
+                        const struct http_url *upstream, struct proxy_stats *st,
+                        struct listen_stats *client)
 {
     struct proxy *px = xcalloc(1, sizeof *px);
     /* TRACE, CONNECT and unknown methods: 501, from the connection itself. */
@@ -347,12 +357,12 @@ struct proxy *proxy_new(struct event_base *base, const struct proxy_opts *o,
                             o->client_header_timeout_ms,
                             o->max_client_connections,
                             "client",
-                            &m->listen[LISTENER_CLIENT]};
+                            client};
     struct hc_ops ops = {on_request, on_client_gone, on_client_drained, on_refused};
 
     px->base = base;
     px->o = o;
-    px->m = m;
+    px->st = st;
     TAILQ_INIT(&px->live);
     buf_pool_init(&px->bufs);
     if (upstream != NULL)

@@ -17,16 +17,56 @@
 #ifndef ADMIT_PROXY_H
 #define ADMIT_PROXY_H
 
-#include "admission/metrics.h"
 #include "util/netaddr.h"
 #include "http/httpreq.h"
 
 #include <stddef.h>
+#include <stdint.h>
 
 struct event_base;
+struct listen_stats;
 struct proxy;
 struct pxreq;
 struct upstream;
+
+/* How a request ended; each request is counted exactly once. */
+enum outcome {
+    OUT_OK = 0,         /* response delivered to the client completely */
+    OUT_REJECTED,       /* overload answer: slots and queue full */
+    OUT_CANCELLED,      /* the client left first */
+    OUT_UNAVAILABLE,    /* engine unreachable: 503 */
+    OUT_TIMEOUT,        /* engine silent too long: 504 (or a cut stream) */
+    OUT_UPSTREAM_ERROR, /* engine broke the response (or sent garbage) */
+    OUT_BAD_REQUEST,    /* refused by admitd itself (bad request target) */
+    OUT_QUEUE_TIMEOUT,  /* overload answer: waited longer than --queue-timeout-ms */
+    OUT_DRAINING,       /* 503: arrived while the worker was draining */
+    OUT__COUNT
+};
+
+/* Where a client was when it left. */
+enum cancel_stage {
+    STAGE_QUEUED = 0, /* waiting for a slot */
+    STAGE_WAITING,    /* in a slot (or passing through), before the reply started */
+    STAGE_STREAMING,  /* while the reply was being sent */
+    STAGE__COUNT
+};
+
+/* What went wrong talking to the engine. */
+enum upstream_error {
+    UERR_CONNECT = 0, /* connection refused or not established */
+    UERR_TIMEOUT,     /* silent past --upstream-timeout-ms */
+    UERR_BROKEN,      /* connection lost in the middle of a response */
+    UERR_INVALID,     /* unparseable response */
+    UERR__COUNT
+};
+
+/* The proxy's counts, in the owner's storage (proxy_new): a plain struct of numbers that
+ * the proxy bumps and the daemon's metrics show. */
+struct proxy_stats {
+    uint64_t outcomes[OUT__COUNT];
+    uint64_t cancelled[STAGE__COUNT];
+    uint64_t upstream_errors[UERR__COUNT];
+};
 
 /* The proxy's settings. The proxy keeps the pointer: fields marked live are read at use. */
 struct proxy_opts {
@@ -88,15 +128,20 @@ struct proxy_route {
     /* answers requests the router handles itself (e.g. /busy_threshold); 1 if it did */
     int (*local)(void *arg, const struct http_req *r, struct http_reply *rep);
     /* optional: the engine refused the connection, or a connection to it was found closed,
-     * before any byte of the request went out; the request goes on to another engine once
-     * (pick with exclude), as after an overload answer */
-    void (*unreachable)(void *arg, struct upstream *up);
+     * before any byte of the request went out (why says which: "Connection refused"...); the
+     * request goes on to another engine once (pick with exclude), as after an overload answer */
+    void (*unreachable)(void *arg, struct upstream *up, const char *why);
+    /* optional: the engine pick chose for x sent a reply head (it is reachable); per reply,
+     * so it must be cheap, and it must not end x */
+    void (*answered)(void *arg, struct pxreq *x);
     void *arg;
 };
 
-/** creates the proxy on base, forwarding to upstream (NULL in router mode); not bound yet */
+/** creates the proxy on base, forwarding to upstream (NULL in router mode); not bound yet;
+ *  it counts into st, and its client listener into client */
 struct proxy *proxy_new(struct event_base *base, const struct proxy_opts *o,
-                        const struct http_url *upstream, struct metrics *m);
+                        const struct http_url *upstream, struct proxy_stats *st,
+                        struct listen_stats *client);
 /** binds the client listener; writes the bound "host:port" into bound; 0 or -1 with err */
 int proxy_bind(struct proxy *px, const struct hostport *hp, char *bound, size_t boundlen, char *err,
                size_t errlen);
@@ -116,6 +161,9 @@ void proxy_drain(struct proxy *px, const char *msg);
 unsigned proxy_cancel_all(struct proxy *px, unsigned *held);
 /** aborts every exchange and frees everything (the hooks' owners must still be alive) */
 void proxy_free(struct proxy *px);
+
+/** the name of an outcome, in the access log and the metrics ("ok", "rejected", ...) */
+const char *proxy_outcome_name(enum outcome o);
 
 /** the admission's per-exchange state (proxy_admission.size bytes, max_align_t aligned) */
 void *pxreq_state(struct pxreq *x);

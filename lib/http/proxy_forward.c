@@ -24,6 +24,16 @@ void px_cancel_upstream(struct pxreq *x)
 
 /* ---- engine failures ------------------------------------------------------------------ */
 
+/* Why nothing of x's request reached its engine, for route.unreachable. */
+static const char *unsent_why(const struct pxreq *x, enum upstream_error e)
+{
+    int err = x->uc != NULL ? uconn_error(x->uc) : x->conn_err;
+
+    if (e != UERR_CONNECT)
+        return "connection closed before the request was sent";
+    return err != 0 ? strerror(err) : "connect failed";
+}
+
 /* Router mode: an engine that nothing of the request reached (a refused connect, or a
  * connection found closed before a byte was written; never once one was) is not serving it,
  * so the request may go to another, once, as after an overload answer; the router skips the
@@ -31,14 +41,16 @@ void px_cancel_upstream(struct pxreq *x)
 static int px_retry_unsent(struct pxreq *x, enum upstream_error e)
 {
     struct proxy *px = x->px;
+    char why[128];
 
     if (px->route.unreachable == NULL || x->retried || x->retry_pending || x->c == NULL ||
         x->state != X_UPSTREAM)
         return 0;
-    px->m->upstream_errors[e]++;
+    px->st->upstream_errors[e]++;
+    snprintf(why, sizeof why, "%s", unsent_why(x, e));
     px_cancel_upstream(x);
     x->retried = 1;
-    px->route.unreachable(px->route.arg, x->up);
+    px->route.unreachable(px->route.arg, x->up, why);
     px_start_upstream(x);
     return 1;
 }
@@ -50,7 +62,7 @@ void px_upstream_failed(struct pxreq *x, enum upstream_error e)
 
     if (e == UERR_CONNECT && px_retry_unsent(x, e))
         return; /* a refused connect: nothing was sent */
-    px->m->upstream_errors[e]++;
+    px->st->upstream_errors[e]++;
     px_cancel_upstream(x);
     if (x->state == X_UPSTREAM || x->retry_pending) {
         /* Nothing sent yet: a clean error answer, and the connection stays usable. */
@@ -237,8 +249,10 @@ static enum px_sent write_request(struct pxreq *x, struct upstream *up, const st
     int reused;
 
     for (int attempt = 0;; attempt++) {
-        if ((x->uc = upstream_get(up, on_engine, x, &reused)) == NULL)
+        if ((x->uc = upstream_get(up, on_engine, x, &reused)) == NULL) {
+            x->conn_err = errno;
             return PX_NO_CONN;
+        }
         if (uconn_write(x->uc, v, 2) == 0)
             return PX_SENT;
         uconn_drop(x->uc);
@@ -280,7 +294,6 @@ void px_start_upstream(struct pxreq *x)
     v[0].iov_len = head->len;
     v[1].iov_base = (void *) (size_t) x->req.body;
     v[1].iov_len = x->req.body_len;
-    x->body_left = 0;
     x->reusable = 1;
     sent = write_request(x, up, v);
     buf_pool_give(&px->bufs, head);

@@ -20,7 +20,7 @@
 #define ADMIT_PROXY_IMPL_H
 
 #include "util/buf.h"
-#include "wire/h1chunk.h"
+#include "wire/h1body.h"
 #include "wire/h1parse.h"
 #include "wire/sse.h"
 #include "http/proxy.h"
@@ -64,6 +64,7 @@ struct pxreq {
     int later_on;
     struct upstream *up; /* the engine chosen for this request */
     struct uconn *uc;    /* its connection while the exchange uses it */
+    int conn_err;        /* the errno of a connect that could not even start */
     enum xstate state;
     double queue_wait_s; /* how long admission held it */
     int has_wait;        /* ... and admission said so: the reply shows it */
@@ -83,8 +84,7 @@ struct pxreq {
     struct timespec t_arrive;
     /* the engine's reply */
     struct h1_parser rp;
-    struct h1_chunked rck;
-    uint64_t body_left;     /* H1_BODY_LENGTH: bytes still to come */
+    struct h1_body body;    /* ... its body being read */
     int out_chunked;        /* the client gets the body in chunks */
     int keep_client;        /* the client connection may be kept after this reply */
     int reusable;           /* the engine connection can carry another request */
@@ -97,7 +97,7 @@ struct pxreq {
 struct proxy {
     struct event_base *base;
     const struct proxy_opts *o;
-    struct metrics *m;
+    struct proxy_stats *st; /* the counts, the owner's */
     struct hlisten *l;
     struct upstream *up; /* NULL in router mode */
     TAILQ_HEAD(pxreq_list, pxreq) live;

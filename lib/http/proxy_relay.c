@@ -155,35 +155,14 @@ static struct buf *on_head(struct pxreq *x)
 static long take_body(struct pxreq *x, struct iobuf *in, int eof, int *done)
 {
     char *p = in->p + in->off;
-    size_t avail = in->len - in->off, dlen = 0, at = 0;
+    size_t used = 0, dlen = 0;
+    int rv = h1b_take(&x->body, p, in->len - in->off, eof, p, &used, &dlen);
 
-    *done = 0;
-    switch (x->rp.framing) {
-    case H1_BODY_NONE:
-        *done = 1;
-        return 0;
-    case H1_BODY_LENGTH:
-        dlen = avail < x->body_left ? avail : (size_t) x->body_left;
-        x->body_left -= dlen;
-        in->off += dlen;
-        *done = x->body_left == 0;
-        return (long) dlen;
-    case H1_BODY_UNTIL_CLOSE:
-        in->off += avail;
-        *done = eof;
-        x->reusable = 0;
-        return (long) avail;
-    case H1_BODY_CHUNKED: {
-        int rv = h1c_decode(&x->rck, p, avail, p, &at, &dlen);
-
-        if (rv == H1_ERROR)
-            return -1;
-        *done = rv == H1_DONE;
-        in->off += at;
-        return (long) dlen;
-    }
-    }
-    return 0;
+    *done = rv == H1_DONE;
+    if (rv == H1_ERROR)
+        return -1;
+    in->off += used;
+    return (long) dlen;
 }
 
 /* Writes the head (when given: not sent yet) and this read's body bytes to the client in one
@@ -305,11 +284,12 @@ void px_relay(struct pxreq *x)
             px_upstream_failed(x, UERR_INVALID);
             return;
         }
-        if (x->rp.framing == H1_BODY_LENGTH)
-            x->body_left = x->rp.content_length;
-        else if (x->rp.framing == H1_BODY_CHUNKED)
-            h1c_init(&x->rck, UINT64_MAX);
+        h1b_init(&x->body, &x->rp, UINT64_MAX); /* no limit: refuses nothing */
+        if (x->rp.framing == H1_BODY_UNTIL_CLOSE)
+            x->reusable = 0; /* the close ends the body */
         head = on_head(x);
+        if (px->route.answered != NULL)
+            px->route.answered(px->route.arg, x);
     }
     data = in->p + in->off; /* take_body leaves the body bytes here, decoded */
     dlen = take_body(x, in, eof, &done);
@@ -331,7 +311,7 @@ void px_relay(struct pxreq *x)
         }
         if (rc != 0) {
             /* The client is gone: the engine is told by the close. */
-            px->m->cancelled[STAGE_STREAMING]++;
+            px->st->cancelled[STAGE_STREAMING]++;
             px_cancel_upstream(x);
             px_close_client(x, OUT_CANCELLED);
             return;

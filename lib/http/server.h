@@ -7,7 +7,7 @@
 #ifndef ADMIT_SERVER_H
 #define ADMIT_SERVER_H
 
-#include "admission/metrics.h"
+#include "net/acceptor.h"
 #include "util/netaddr.h"
 #include "http/httpreq.h"
 

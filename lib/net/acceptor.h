@@ -17,8 +17,7 @@
 #ifndef ADMIT_ACCEPTOR_H
 #define ADMIT_ACCEPTOR_H
 
-#include "admission/metrics.h"
-
+#include <stdint.h>
 #include <sys/socket.h>
 
 struct event_base;
@@ -35,6 +34,17 @@ struct acceptor;
 /* The automatic cap's bounds. */
 #define ACC_CAP_MIN 16
 #define ACC_CAP_MAX 1000000
+
+/* One listener's connections, kept by the listener itself (the acceptor accepting them,
+ * http/hconn reading them) and shown by the daemon's metrics: a plain struct, so nothing
+ * copies them. */
+struct listen_stats {
+    unsigned conns;         /* open now */
+    uint64_t accept_pauses; /* 100 ms pauses: no descriptor (or memory) to accept with */
+    uint64_t cap_reached;   /* times the connection cap stopped accepting */
+    uint64_t head_timeouts; /* request heads not whole within the head deadline */
+    uint64_t oom_refusals;  /* requests refused (500) for want of memory for their buffers */
+};
 
 /* A connection just accepted (non-blocking, close-on-exec): the callee owns fd, and calls
  * acc_closed when it closes it. */

@@ -42,7 +42,8 @@ struct spsub {
     struct event_base *base;
     char *url;
     spsub_cb cb;
-    spsub_lost_cb lost; /* NULL: nobody asked */
+    spsub_lost_cb lost;        /* NULL: nobody asked */
+    spsub_lost_cb unreachable; /* NULL: nobody asked */
     void *arg;
     struct sockaddr_storage sa;
     socklen_t salen;
@@ -57,6 +58,8 @@ struct spsub {
     uint64_t rng;            /* the jitter's state */
     int started;             /* a connect was started before: the next is a reconnect */
     int delivered;           /* this session passed a message on (resets the backoff) */
+    int ever_open;           /* a session was open once: unreachable is no longer told */
+    int told_unreachable;    /* ... or it was told already */
     enum log_level logged;   /* the gravest failure logged since the last message */
     int in_cb, dead;         /* spsub_free from the callback: freed when it returns */
     size_t hello_sent, have; /* bytes of our header sent; bytes in buf */
@@ -202,6 +205,12 @@ static void drop(struct spsub *s, enum log_level first, const char *why)
      * rather than after its missed heartbeats. */
     if (was_open && s->lost != NULL)
         s->lost(s->arg, why);
+    else if (!s->ever_open && !s->told_unreachable && s->unreachable != NULL) {
+        /* Once, and only before the first session: a publisher down at start is said at
+         * once, while the log above keeps a thousand refusals at debug. */
+        s->told_unreachable = 1;
+        s->unreachable(s->arg, why);
+    }
 }
 
 static void drop_errno(struct spsub *s, enum log_level first, const char *what, int err)
@@ -258,6 +267,7 @@ static int take_other(struct spsub *s, enum spframe_result r, const struct spfra
     switch (r) {
     case SPFRAME_HELLO:
         s->state = SP_OPEN;
+        s->ever_open = 1;
         s->st.sessions++;
         s->st.connected = 1;
         evtimer_del(&s->timer);
@@ -476,6 +486,11 @@ struct spsub *spsub_new(struct event_base *base, const char *url, spsub_cb cb, v
 void spsub_set_lost(struct spsub *s, spsub_lost_cb cb)
 {
     s->lost = cb;
+}
+
+void spsub_set_unreachable(struct spsub *s, spsub_lost_cb cb)
+{
+    s->unreachable = cb;
 }
 
 void spsub_set_timing(struct spsub *s, const struct spsub_timing *t)

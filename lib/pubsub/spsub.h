@@ -88,6 +88,9 @@ struct spsub *spsub_new(struct event_base *base, const char *url, spsub_cb cb, v
                         size_t errlen);
 /** tells cb of each session lost from now on (NULL: none, the default) */
 void spsub_set_lost(struct spsub *s, spsub_lost_cb cb);
+/** tells cb, once, when an attempt fails before any session was ever open: the publisher is
+ *  unreachable from the start (NULL: none, the default); a session's loss is spsub_set_lost's */
+void spsub_set_unreachable(struct spsub *s, spsub_lost_cb cb);
 /** changes the timing; takes effect from the next wait or attempt */
 void spsub_set_timing(struct spsub *s, const struct spsub_timing *t);
 /** reads the connection in p's passes (sppoll.h) from now on, NULL: on each message, by an

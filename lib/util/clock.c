@@ -24,6 +24,15 @@ int64_t clock_mono_us(void)
     return (int64_t) ts.tv_sec * 1000000 + ts.tv_nsec / 1000;
 }
 
+double clock_mono_s(void)
+{
+    static const struct timespec zero;
+    struct timespec ts;
+
+    clock_mono(&ts);
+    return clock_seconds_between(&zero, &ts);
+}
+
 double clock_seconds_between(const struct timespec *a, const struct timespec *b)
 {
     return (double) (b->tv_sec - a->tv_sec) + (double) (b->tv_nsec - a->tv_nsec) / 1e9;

@@ -15,6 +15,8 @@ void clock_mono(struct timespec *ts);
 int64_t clock_mono_ms(void);
 /** the monotonic clock in microseconds */
 int64_t clock_mono_us(void);
+/** the monotonic clock in seconds, to the nanosecond (the benches' stopwatch) */
+double clock_mono_s(void);
 /** seconds from a to b (negative when b is earlier) */
 double clock_seconds_between(const struct timespec *a, const struct timespec *b);
 /** seconds from t0 to now on the monotonic clock */

@@ -8,10 +8,10 @@
  * whitespace only where BWS allows it) and are skipped, every line ends in CRLF, every
  * chunk's data is followed by CRLF. Trailer fields are checked with the head's field rules
  * (h1tok) and dropped: nothing of admitd reads them, a request's body is forwarded with a
- * Content-Length, and a response's bytes are relayed as they are.
+ * Content-Length, and a response's data is relayed in chunks of admitd's own.
  *
- * The same decoder tracks a response relayed verbatim: the caller ignores the slices and
- * waits for H1_DONE to know the upstream connection can be reused. */
+ * Its callers read bodies through wire/h1body, which decodes a chunked one with
+ * h1c_decode, in place. */
 #ifndef ADMIT_H1CHUNK_H
 #define ADMIT_H1CHUNK_H
 

@@ -153,14 +153,13 @@ static int utf8_valid(const unsigned char *s)
     return 1;
 }
 
-/* Appends s as a JSON string, escaped as jansson's compact output escapes it. */
-static void put_json_string(struct buf *out, const char *s)
+void httpu_json_string(struct buf *out, const char *s, size_t len)
 {
     static const char hex[] = "0123456789ABCDEF";
-    const char *run = s;
+    const char *run = s, *end = s + len;
 
     buf_append(out, "\"", 1);
-    for (; *s; s++) {
+    for (; s < end; s++) {
         unsigned char c = (unsigned char) *s;
         char esc[6] = {'\\', 0, '0', '0', 0, 0};
         size_t n = 2;
@@ -214,9 +213,9 @@ void httpu_error_json(struct buf *out, int status, const char *type, const char 
         return;
     }
     buf_puts(out, "{\"error\":{\"message\":");
-    put_json_string(out, message);
+    httpu_json_string(out, message, strlen(message));
     buf_puts(out, ",\"type\":");
-    put_json_string(out, type);
+    httpu_json_string(out, type, strlen(type));
     buf_puts(out, ",\"param\":null,\"code\":");
     buf_append(out, code, httpu_fmt_uint(code, (unsigned) status)); /* an HTTP status */
     buf_puts(out, "}}");

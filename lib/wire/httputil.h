@@ -44,6 +44,9 @@ void httpu_error_field_json(struct buf *out, const char *msg);
 size_t httpu_fmt_uint(char out[24], unsigned long long v);
 /** writes v in lowercase hexadecimal into out (no NUL); returns the length (chunk sizes) */
 size_t httpu_fmt_hex(char out[24], unsigned long long v);
+/** appends s[0..len) (UTF-8; NULs allowed) as a JSON string, escaped as jansson's compact
+ *  output escapes it: the one JSON string writer of the answers built by hand */
+void httpu_json_string(struct buf *out, const char *s, size_t len);
 /** writes {"error":{"message":..,"type":..,"param":null,"code":status}} into out */
 void httpu_error_json(struct buf *out, int status, const char *type, const char *message);
 

@@ -70,7 +70,7 @@ static const struct opt_def opts[] = {
         "open-file limit - 128) / 2)"),
     OPT("max-header-bytes", "ADMITD_MAX_HEADER_BYTES", OPT_UINT,
         OPT_AT(struct cfg, max_header_bytes), CFG_DEF_MAX_HEADER_BYTES,
-        "largest request header block (larger: 400)"),
+        "largest request head (a longer request line: 414, a larger head: 431)"),
     OPT("max-body-bytes", "ADMITD_MAX_BODY_BYTES", OPT_UINT, OPT_AT(struct cfg, max_body_bytes),
         CFG_DEF_MAX_BODY_BYTES, "largest request body (larger: 413)"),
     OPT("upstream-keepalive", "ADMITD_UPSTREAM_KEEPALIVE", OPT_UINT,

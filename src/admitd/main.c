@@ -1,5 +1,7 @@
 /* admitd: the worker-side admission shim. Parses options, runs the loop, cleans up. */
 #include "config.h"
+#include "pubsub/nngver.h"
+#include "util/buildinfo.h"
 #include "util/log.h"
 #include "worker.h"
 
@@ -50,9 +52,12 @@ int main(int argc, char **argv)
     case CFG_HELP:
         cfg_usage(stdout, "admitd");
         return 0;
-    case CFG_VERSION:
-        printf("admitd %s\n", ADMIT_VERSION);
-        return 0;
+    case CFG_VERSION: {
+        const struct buildinfo_lib libs[] = {{"libevent", event_get_version()},
+                                             {"nng", nngver_runtime()}};
+
+        return buildinfo_print(stdout, "admitd", libs, 2) == 0 ? 0 : 1;
+    }
     case CFG_CHECK:
         printf("admitd: configuration OK%s%s\n", cfg.config_path[0] ? ": " : "", cfg.config_path);
         return 0;

@@ -8,8 +8,9 @@
 #include "admission/engine_models.h"
 #include "wire/httputil.h"
 #include "admission/loadsrc.h"
+#include "util/clock.h"
 #include "util/log.h"
-#include "admission/metrics.h"
+#include "daemon/metrics.h"
 #include "config/optdiff.h"
 #include "mock/mock.h"
 #include "http/poller.h"
@@ -23,7 +24,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/time.h>
 #include <unistd.h>
 
 struct worker {
@@ -41,6 +41,8 @@ struct worker {
     struct mock_engine *mock;
     struct engine_snapshot engine;   /* the last scrape that parsed */
     int engine_ok;                   /* ... and the latest scrape was that one */
+    int engine_reach;                /* the readiness probe's last poll was answered (1) or
+                                        not (0); -1 before the first */
     struct admit_load_models models; /* the engine's model names: the last list read */
     int models_seen;                 /* the latest /v1/models read's engine_models_result, -2
                                         before the first (so that each change logs once) */
@@ -52,6 +54,25 @@ struct worker {
 
 /* ---- engine pollers ------------------------------------------------------------------- */
 
+/* Whether the engine gives the readiness probe an HTTP answer at all, whatever its status: an
+ * engine that cannot be reached is said at the first poll and then once per change, not per
+ * poll, with the reason (an engine that answers from the start needs no line: "is ready"
+ * follows). */
+static void engine_reach(struct worker *w, int status)
+{
+    int reach = status != 0;
+
+    if (reach == w->engine_reach)
+        return;
+    if (!reach)
+        log_warn("engine unreachable url=http://%s probe=%s reason=\"%s\"",
+                 w->cfg->upstream.hostport, w->cfg->health_path, poller_error(w->ready));
+    else if (w->engine_reach == 0)
+        log_info("engine reachable url=http://%s probe=%s status=%d", w->cfg->upstream.hostport,
+                 w->cfg->health_path, status);
+    w->engine_reach = reach;
+}
+
 static void on_ready_poll(void *arg, int status, const char *body, size_t len)
 {
     struct worker *w = arg;
@@ -59,6 +80,7 @@ static void on_ready_poll(void *arg, int status, const char *body, size_t len)
 
     (void) body;
     (void) len;
+    engine_reach(w, status);
     if (ready != w->m.engine_ready) {
         log_info("engine at %s is %s", w->cfg->upstream.hostport, ready ? "ready" : "not ready");
         if (ready)
@@ -189,11 +211,11 @@ static void render_load(void *arg, struct buf *out)
     struct worker *w = arg;
     struct admit_load msgs[PUB_MAX_RANKS];
     unsigned n = 0;
-    struct timeval tv;
+    int64_t now_ms;
     char json[ADMIT_LOAD_MSG_MAX];
 
     fill_load(w, msgs, &n);
-    gettimeofday(&tv, NULL);
+    now_ms = clock_wall_ms();
     buf_printf(out, "{\"worker_id\":\"%s\",\"publish\":", w->cfg->worker_id);
     if (w->pub != NULL)
         buf_printf(out, "\"%s\"", w->publish_at);
@@ -204,7 +226,7 @@ static void render_load(void *arg, struct buf *out)
         snprintf(msgs[i].worker_id, sizeof msgs[i].worker_id, "%s", w->cfg->worker_id);
         msgs[i].dp_rank = i;
         msgs[i].seq = pub_seq(w->pub); /* the last one published: this is no new message */
-        msgs[i].ts_ms = (int64_t) tv.tv_sec * 1000 + tv.tv_usec / 1000;
+        msgs[i].ts_ms = now_ms;
         msgs[i].heartbeat_ms = w->cfg->heartbeat_ms;
         if (admit_load_to_json(&msgs[i], json, sizeof json) > 0)
             buf_printf(out, "%s%s", i ? "," : "", json);
@@ -462,6 +484,7 @@ struct worker *worker_start(struct event_base *base, struct cfg *cfg, char *err,
     w->state = ADMIT_LOAD_SERVING;
     admit_load_models_unknown(&w->models);
     w->models_seen = -2; /* none yet (no engine_models_result) */
+    w->engine_reach = -1;
     metrics_init(&w->m);
     if (cfg->mock_engine && start_mock(w, base, err, errlen) != 0)
         goto fail;
@@ -486,7 +509,7 @@ struct worker *worker_start(struct event_base *base, struct cfg *cfg, char *err,
         .nranks = cfg->data_parallel_size,
         .block_size = cfg->block_size,
     };
-    w->px = proxy_new(base, &w->popts, &cfg->upstream, &w->m);
+    w->px = proxy_new(base, &w->popts, &cfg->upstream, &w->m.px, &w->m.listen[LISTENER_CLIENT]);
     w->gate = admission_new(w->px, &w->m, &w->aopts);
     w->drain = drain_new(base, w->px, &w->m);
     w->adm = admin_new(base, &hooks, cfg->admin_token, &w->m.listen[LISTENER_METRICS]);

@@ -6,10 +6,6 @@
 #include <signal.h>
 #include <stdio.h>
 
-#ifndef ADMIT_VERSION
-#define ADMIT_VERSION "unknown"
-#endif
-
 /* SIGTERM or SIGINT: leave the loop; main then frees everything. */
 static void on_signal(evutil_socket_t sig, short what, void *arg)
 {

@@ -3,10 +3,12 @@
  * Kept apart from the engine so that the scheduler (mock_sched) and the HTTP surface (mock)
  * both depend on it and not on each other. */
 #include "mock_opts.h"
+#include "util/buildinfo.h"
 #include "util/xmalloc.h"
 
 #include <ctype.h>
 #include <errno.h>
+#include <event2/event.h>
 #include <jansson.h>
 #include <limits.h>
 #include <math.h>
@@ -14,10 +16,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-
-#ifndef ADMIT_VERSION
-#define ADMIT_VERSION "unknown"
-#endif
 
 enum mock_opt_kind {
     MO_FLOAT,
@@ -225,10 +223,13 @@ int mock_opts_parse(struct mock_opts *o, int argc, char **argv, char *err, size_
                 snprintf(err, errlen, "--%s takes no value", d->name);
                 return -1;
             }
-            if (d->kind == MO_HELP)
+            if (d->kind == MO_HELP) {
                 mock_usage();
-            else
-                printf("admit-mock-engine %s\n", ADMIT_VERSION);
+            } else {
+                const struct buildinfo_lib libs[] = {{"libevent", event_get_version()}};
+
+                buildinfo_print(stdout, "admit-mock-engine", libs, 1);
+            }
             return 1;
         }
         if (eq != NULL)

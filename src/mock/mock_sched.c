@@ -2,7 +2,7 @@
  *
  * Life of a request (an mreq): it waits FIFO on its rank until a sequence slot is free, then
  * runs: one timer fires for prefill, then once per decode step, each step producing one token
- * (a batch of tokens per loop turn when steps take no time). It ends in exactly one of three
+ * (a batch of tokens per loop turn when steps take no time). It ends in exactly one of four
  * ways, each of which calls mreq_free(), the only release path:
  *   - finished: the reply is handed to evhttp (mreq_finish);
  *   - the client hung up while no reply had started: cwatch tells us and we close the

@@ -152,7 +152,8 @@ static const struct opt_def opts[] = {
         "client connections open at once; more wait in the kernel's backlog (0: (the "
         "open-file limit - 128) / 2)"),
     OPT("max-header-bytes", "ADMIT_ROUTER_MAX_HEADER_BYTES", OPT_UINT, AT(max_header_bytes),
-        CFG_DEF_MAX_HEADER_BYTES, "largest request header block (larger: 400)"),
+        CFG_DEF_MAX_HEADER_BYTES,
+        "largest request head (a longer request line: 414, a larger head: 431)"),
     OPT("max-body-bytes", "ADMIT_ROUTER_MAX_BODY_BYTES", OPT_UINT, AT(max_body_bytes),
         CFG_DEF_MAX_BODY_BYTES, "largest request body (larger: 413)"),
     OPT("upstream-keepalive", "ADMIT_ROUTER_UPSTREAM_KEEPALIVE", OPT_UINT, AT(upstream_keepalive),

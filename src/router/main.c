@@ -10,9 +10,11 @@
 #include "admission/busy.h"
 #include "daemon/drain.h"
 #include "util/log.h"
-#include "admission/metrics.h"
+#include "daemon/metrics.h"
 #include "wire/prom.h"
 #include "util/xmalloc.h"
+#include "util/buildinfo.h"
+#include "pubsub/nngver.h"
 #include "http/proxy.h"
 #include "config.h"
 #include "discover.h"
@@ -170,10 +172,13 @@ int main(int argc, char **argv)
         router_cfg_usage(stdout);
         free(cfg);
         return 0;
-    case OPT_VERSION:
-        printf("admit-router %s\n", ADMIT_VERSION);
+    case OPT_VERSION: {
+        const struct buildinfo_lib libs[] = {{"libevent", event_get_version()},
+                                             {"nng", nngver_runtime()}};
+
         free(cfg);
-        return 0;
+        return buildinfo_print(stdout, "admit-router", libs, 2) == 0 ? 0 : 1;
+    }
     case OPT_CHECK:
         printf("admit-router: configuration OK%s%s\n", cfg->config_path[0] ? ": " : "",
                cfg->config_path);
@@ -211,7 +216,7 @@ int main(int argc, char **argv)
         .client_header_timeout_ms = cfg->client_header_timeout_ms,
         .max_client_connections = cfg->max_client_connections,
     };
-    app.px = proxy_new(base, &app.popts, NULL, &app.m);
+    app.px = proxy_new(base, &app.popts, NULL, &app.m.px, &app.m.listen[LISTENER_CLIENT]);
     app.drain = drain_new(base, app.px, &app.m);
     /* The router's own admission: no cap, it counts and books what it sends. */
     if ((app.r = router_new(base, app.px, &app.m, cfg)) == NULL) {

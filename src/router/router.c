@@ -288,19 +288,24 @@ static void overloaded(void *arg, struct upstream *up)
 
 /* Nothing of a request reached worker up: a refused connect, or a connection found closed
  * before the first byte (the proxy sends the request to another worker, once). It is lost
- * until it publishes again, as when its publisher's connection ends: one refusal is enough
- * (HAProxy's observe layer4 with on-error mark-down, whose check here is the worker's next
- * load message, a heartbeat away), since a refused connect costs a request nothing but a
- * killed worker would otherwise take its share until its missed heartbeats. */
-static void unreachable(void *arg, struct upstream *up)
+ * until it publishes again, as when its publisher's connection ends (workers_unreachable()). */
+static void unreachable(void *arg, struct upstream *up, const char *why)
 {
     struct router *r = arg;
     int k = workers_index_of(r->ws, up);
 
     if (k >= 0)
-        workers_lost(r->ws, k,
-                     "its engine's port refused a connection, or closed it before a request "
-                     "was sent");
+        workers_unreachable(r->ws, k, why);
+}
+
+/* The worker a request went to answered it: reachable, which is news after unreachable(). */
+static void answered(void *arg, struct pxreq *x)
+{
+    struct router *r = arg;
+    struct rreq *q = pxreq_state(x);
+
+    if (q->held >= 0)
+        workers_answered(r->ws, q->held);
 }
 
 /* A second worker refused too: its overload answer goes to the client, and counts as a
@@ -355,6 +360,7 @@ struct router *router_new(struct event_base *base, struct proxy *px, struct metr
                                 .refused = refused,
                                 .local = local,
                                 .unreachable = unreachable,
+                                .answered = answered,
                                 .arg = r};
     struct proxy_admission hooks = {
         .begin = on_begin,

@@ -15,7 +15,7 @@
 
 #include "util/buf.h"
 #include "admission/busy.h"
-#include "admission/metrics.h"
+#include "daemon/metrics.h"
 #include "config.h"
 
 #include <stddef.h>

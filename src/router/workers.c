@@ -32,6 +32,7 @@ static void bury(struct workers *ws, struct worker *w)
     w->unresolved_said = 0;
     w->lost = 0;
     w->id_said = 0;
+    w->http_down = 0;
     ws->changes.removed++;
     log_info("worker %s removed: its last request ended", w->proxy_url);
 }

@@ -16,7 +16,8 @@
  * Its load messages (workers_load.c) are decoded, checked (admitd's rule for a worker_id, and
  * the id's ownership: one live worker per id) and taken into the selection view and the model
  * table. A worker whose publisher's connection ends, or whose engine refuses a connection, is
- * lost: not routable until its next message. Each message, and each retirement, may make room
+ * lost: not routable until its next message (an engine that refused is logged unreachable
+ * once, and reachable when it answers again). Each message, and each retirement, may make room
  * for a waiting request: the owner's room callback hears of it. */
 #ifndef ADMIT_ROUTER_WORKERS_H
 #define ADMIT_ROUTER_WORKERS_H
@@ -49,7 +50,7 @@ struct worker_info {
 /* Workers that came and went, since the start. */
 struct workers_changes {
     uint64_t added, revived, retired, removed;
-    uint64_t lost, back; /* lost (workers_lost, a publisher's end), and heard again */
+    uint64_t lost, back; /* lost (a publisher's end, a refusal), and heard again */
 };
 
 /** an empty table on base, following cfg (kept), feeding sel and models (which must outlive
@@ -96,9 +97,12 @@ void workers_release(struct workers *ws, int k);
 struct upstream *workers_upstream(const struct workers *ws, int k);
 /** the index of the worker (active or retired) whose upstream is up, or -1 */
 int workers_index_of(const struct workers *ws, const struct upstream *up);
-/** active worker k is lost (why: what ended or refused): not routable until its next
- *  message; logged once, until it is back */
-void workers_lost(struct workers *ws, int k, const char *why);
+/** nothing of a request reached worker k (why: its engine's port refused a connection, or
+ *  closed it first): logged once until it answers again, and lost (not routable until its
+ *  next message) */
+void workers_unreachable(struct workers *ws, int k, const char *why);
+/** worker k answered a request: reachable again, which is logged after workers_unreachable() */
+void workers_answered(struct workers *ws, int k);
 
 /** appends the load intake's families (admit_router_load_*) */
 void workers_render_metrics(const struct workers *ws, struct buf *out);

@@ -33,6 +33,7 @@ struct worker {
     int unresolved_said; /* logged that its engine's name is not looked up yet */
     int lost;            /* lose() logged it lost; its next message brings it back */
     int id_said;         /* logged that its messages' worker_id is refused (claim()) */
+    int http_down; /* logged that its engine refused (workers_unreachable()); until it answers */
 };
 
 struct workers {

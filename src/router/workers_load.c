@@ -84,9 +84,28 @@ static void lose(struct worker *w, const char *why)
     log_warn("worker %s lost: %s; not routable until it publishes again", w->proxy_url, why);
 }
 
-void workers_lost(struct workers *ws, int k, const char *why)
+/* A refused connect costs a request nothing (the proxy sends it to another worker, once), so
+ * one refusal is enough to lose the worker (HAProxy's observe layer4 with on-error mark-down,
+ * whose check here is the worker's next load message, a heartbeat away): a killed worker would
+ * otherwise take its share until its missed heartbeats. */
+void workers_unreachable(struct workers *ws, int k, const char *why)
 {
-    lose(ws->w[k], why);
+    struct worker *w = ws->w[k];
+
+    if (!w->http_down) /* once until it answers again (workers_answered()), not per request */
+        log_warn("worker unreachable url=http://%s reason=\"%s\"", w->proxy_url, why);
+    w->http_down = 1;
+    lose(w, "its engine's port refused a connection, or closed it before a request was sent");
+}
+
+void workers_answered(struct workers *ws, int k)
+{
+    struct worker *w = ws->w[k];
+
+    if (w->http_down) {
+        w->http_down = 0;
+        log_info("worker reachable url=http://%s", w->proxy_url);
+    }
 }
 
 /* Worker arg's publisher connection, which was up, ended (spsub's; nng's SUB does not say):

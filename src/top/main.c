@@ -7,6 +7,8 @@
 #include "util/buf.h"
 #include "util/log.h"
 #include "pubsub/feed.h"
+#include "pubsub/nngver.h"
+#include "util/buildinfo.h"
 #include "top.h"
 #include "util/clock.h"
 
@@ -80,7 +82,9 @@ static void usage(FILE *out)
             "  --missed-heartbeats=K  staleness threshold (default 3)\n"
             "  --active-decode-blocks-threshold=F        the ROOM column: admit-router's\n"
             "  --active-prefill-tokens-threshold=N       busy thresholds, judged on what each\n"
-            "  --active-prefill-tokens-threshold-frac=F  rank publishes (default: none, \"-\")\n");
+            "  --active-prefill-tokens-threshold-frac=F  rank publishes (default: none, \"-\")\n"
+            "  --help              print this help and exit\n"
+            "  --version           print the version and exit\n");
 }
 
 static int parse_count(const char *s, long *out)
@@ -182,9 +186,11 @@ int main(int argc, char **argv)
         case 'h':
             usage(stdout);
             return 0;
-        case 'V':
-            printf("admit-top %s\n", ADMIT_VERSION);
-            return 0;
+        case 'V': {
+            const struct buildinfo_lib libs[] = {{"nng", nngver_runtime()}};
+
+            return buildinfo_print(stdout, "admit-top", libs, 1) == 0 ? 0 : 1;
+        }
         default:
             usage(stderr);
             return 2;

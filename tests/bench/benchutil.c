@@ -45,14 +45,6 @@ unsigned long bench_allocs(void)
 
 /* ---- timing ----------------------------------------------------------------------------- */
 
-double bench_now_s(void)
-{
-    struct timespec ts;
-
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double) ts.tv_sec + (double) ts.tv_nsec * 1e-9;
-}
-
 double bench_cpu_s(void)
 {
     struct timespec ts;

@@ -8,8 +8,6 @@
 
 /** the allocations (malloc, calloc, realloc) the program has made so far */
 unsigned long bench_allocs(void);
-/** a monotonic clock, in seconds */
-double bench_now_s(void);
 /** the CPU time this thread has had, in seconds: what a timing on a busy machine should count */
 double bench_cpu_s(void);
 /** the median of v[0 .. n), n > 0 (sorts v) */

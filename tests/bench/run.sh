@@ -11,22 +11,10 @@
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 
-need=()
-for pair in haproxy:haproxy nginx:nginx wrk:wrk gnuplot:gnuplot-nox curl:curl strace:strace; do
-    command -v "${pair%%:*}" >/dev/null 2>&1 || need+=("${pair#*:}")
-done
-# The allocators scenario preloads these into admitd (bench only: admitd links neither).
-for pkg in libjemalloc2 libmimalloc2.0; do
-    dpkg -s "$pkg" >/dev/null 2>&1 || need+=("$pkg")
-done
-if [ ${#need[@]} -gt 0 ]; then
-    echo "installing: ${need[*]}" >&2
-    apt-get update -qq
-    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${need[@]}" >/dev/null
-fi
-# The Debian nginx package starts a system nginx on :80; it is not used here (run.py starts
-# its own on a free port), so leave the system's services alone.
-scripts/install-deps.sh >/dev/null
+# haproxy, nginx, wrk, gnuplot, strace, jemalloc, mimalloc...: scripts/install-deps.sh bench.
+# (The Debian nginx package starts a system nginx on :80; it is not used here: run.py starts
+# its own on a free port, so leave the system's services alone.)
+scripts/install-deps.sh build bench >/dev/null
 
 # werror=false: at -O3 GCC 12 reports a false -Wmaybe-uninitialized in lib/admission/load.c, which the
 # project's werror=true turns into a build failure of the release build.

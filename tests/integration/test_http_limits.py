@@ -32,8 +32,8 @@ def test_oversized_headers_and_body():
     mock = Mock("--speedup-ratio", "0")
     ad = Admitd(mock.url, "--engine-request-limit", "2", "--max-header-bytes", "4096",
                 "--max-body-bytes", "10000")
-    # Headers over the limit: 431 (the README's table), whether they come at once or in
-    # pieces that arrive later.
+    # Headers over the limit: 431 (docs/admitd.md, "What admitd answers itself"), whether they
+    # come at once or in pieces that arrive later.
     for pieces in ([BIG_HEADER], [BIG_HEADER[:3000], BIG_HEADER[3000:6000], BIG_HEADER[6000:]]):
         c = RawClient(ad.addr)
         for i, piece in enumerate(pieces):
@@ -171,7 +171,7 @@ def test_metrics_listener():
 
 if __name__ == "__main__":
     tap = Tap()
-    tap.run("headers over the limit get 400, bodies over it 413", test_oversized_headers_and_body)
+    tap.run("headers over the limit get 431, bodies over it 413", test_oversized_headers_and_body)
     tap.run("bad request targets get 400, TRACE, CONNECT and unknown methods 501, garbage 400",
             test_bad_request_targets_and_methods)
     tap.run("clients hanging up in the middle of a request leave nothing behind",

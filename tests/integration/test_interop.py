@@ -31,7 +31,7 @@ def run_sdk(tap):
     """Runs openai_sdk.mjs and relays its checks as our own TAP lines."""
     if shutil.which("node") is None or shutil.which("npm") is None:
         # One SKIP per check the script would have made, named as it names them.
-        why = "node or npm is not installed (scripts/install-deps.sh installs nodejs)"
+        why = "node or npm is not installed (scripts/install-deps.sh test installs nodejs)"
         with open(os.path.join(INTEROP_SRC, "openai_sdk.mjs")) as f:
             names = [m.group(2) for m in re.finditer(r"""await check\((['"])(.*?)\1""", f.read())]
         assert names, "no check found in openai_sdk.mjs"
@@ -155,7 +155,7 @@ if __name__ == "__main__":
                 check_examples_with_promtool)
     else:
         why = ("promtool is not installed (Debian package prometheus; scripts/install-deps.sh "
-               "installs it)")
+               "test installs it)")
         tap.skip("promtool check metrics accepts admitd's and admit-router's /metrics", why)
         tap.skip("promtool accepts the example scrape config and alert rules", why)
     tap.run("curl -N shows SSE events as they are generated", check_curl_streams)

@@ -18,14 +18,6 @@ double cpu_s(void)
            ru.ru_stime.tv_usec / 1e6;
 }
 
-double mono_s(void)
-{
-    struct timespec ts;
-
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double) ts.tv_sec + ts.tv_nsec / 1e9;
-}
-
 void run_for(struct event_base *base, double s)
 {
     struct timeval tv;
@@ -50,4 +42,35 @@ long status_field(const char *key)
             v = strtol(line + kl + 1, NULL, 10);
     fclose(f);
     return v;
+}
+
+char **read_urls(const char *path, size_t *n)
+{
+    FILE *f = fopen(path, "r");
+    char line[1024], **urls = NULL;
+    size_t cap = 0;
+
+    if (f == NULL) {
+        perror(path);
+        exit(1);
+    }
+    *n = 0;
+    while (fgets(line, sizeof line, f) != NULL) {
+        char *u = strrchr(line, '=');
+
+        line[strcspn(line, "\r\n")] = '\0';
+        u = u != NULL ? u + 1 : line;
+        if (*u == '\0')
+            continue;
+        if (*n == cap) {
+            cap = cap ? 2 * cap : 1024;
+            urls = realloc(urls, cap * sizeof *urls);
+            if (urls == NULL)
+                exit(1);
+        }
+        if ((urls[(*n)++] = strdup(u)) == NULL)
+            exit(1);
+    }
+    fclose(f);
+    return urls;
 }

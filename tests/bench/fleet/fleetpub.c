@@ -2,11 +2,11 @@
  *
  * Opens one load publisher (lib/pubsub/publish.h, the code admitd runs) per simulated worker,
  * each on its own PUB socket (ours, as admitd's default; --publisher nng for nng's), and lets each
- * send its heartbeat: one message of one rank every 1000 / --rate ms, encoded by lib/admission/load.c as
- * admitd's are, with a load that moves (KV blocks, booked prefill and decode, slots and queue) so
- * that no two messages in a row are alike. The publishers are started one after another over one
- * heartbeat interval, so their messages are spread over it as a real fleet's are, not sent in one
- * burst.
+ * send its heartbeat: one message of one rank every 1000 / --rate ms, encoded by
+ * lib/admission/load.c as admitd's are, with a load that moves (KV blocks, booked prefill and
+ * decode, slots and queue) so that no two messages in a row are alike. The publishers are started
+ * one after another over one heartbeat interval, so their messages are spread over it as a real
+ * fleet's are, not sent in one burst.
  *
  * It writes one `http://HTTP=PUB_URL` line per worker to --out (the --worker syntax of
  * admit-router; HTTP is --http, a port no test sends requests to unless it runs something
@@ -21,6 +21,7 @@
  * tests/bench/fleet.py drives it. */
 #include "admit/load.h"
 #include "pubsub/publish.h"
+#include "util/clock.h"
 
 #include <event2/event.h>
 #include <signal.h>
@@ -130,7 +131,7 @@ static unsigned uint_arg(const char *flag, const char *v, unsigned lo, unsigned 
 int main(int argc, char **argv)
 {
     struct event *sigterm, *sigint, **timers;
-    struct timespec t0, t1;
+    struct timespec t0;
     uint64_t sent = 0;
     double secs;
 
@@ -184,10 +185,9 @@ int main(int argc, char **argv)
     sigint = evsignal_new(base, SIGINT, on_signal, NULL);
     evsignal_add(sigterm, NULL);
     evsignal_add(sigint, NULL);
-    clock_gettime(CLOCK_MONOTONIC, &t0);
+    clock_mono(&t0);
     event_base_dispatch(base);
-    clock_gettime(CLOCK_MONOTONIC, &t1);
-    secs = (double) (t1.tv_sec - t0.tv_sec) + (double) (t1.tv_nsec - t0.tv_nsec) / 1e9;
+    secs = clock_seconds_since(&t0);
     for (unsigned i = 0; i < started; i++)
         sent += pub_sent(sims[i].pub);
     fprintf(stderr, "fleetpub: %u workers sent %llu messages in %.1f s (%.0f/s)\n", started,

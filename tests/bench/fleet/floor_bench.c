@@ -29,6 +29,7 @@
  * FILE is fleetpub's: one `http://H:P=tcp://A:P` line per publisher (the part after the last
  * '='). tests/bench/fleet.py runs it beside the router. */
 #include "benchproc.h"
+#include "util/clock.h"
 #include "wire/spframe.h"
 
 #include <arpa/inet.h>
@@ -159,7 +160,7 @@ struct sample {
 
 static void sample(struct sample *s)
 {
-    s->t = mono_s();
+    s->t = clock_mono_s();
     s->cpu = cpu_s();
     s->msgs = msgs;
     s->out_segs = net_counter("/proc/net/snmp", "Tcp:", "OutSegs");
@@ -172,16 +173,16 @@ typedef int (*pass_fn)(void *state, unsigned batch_ms);
 static int run(pass_fn pass, void *state, unsigned batch_ms, double warmup, double seconds,
                struct sample *a, struct sample *b)
 {
-    double start = mono_s();
+    double start = clock_mono_s();
     int warm = 0;
 
     for (;;) {
         if (pass(state, batch_ms) != 0)
             return -1;
-        if (!warm && mono_s() - start >= warmup) {
+        if (!warm && clock_mono_s() - start >= warmup) {
             sample(a);
             warm = 1;
-        } else if (warm && mono_s() - a->t >= seconds) {
+        } else if (warm && clock_mono_s() - a->t >= seconds) {
             sample(b);
             return 0;
         }
@@ -318,33 +319,22 @@ static int uring_setup(struct uring *u, char *err, size_t errlen)
 }
 #endif
 
+/* Follows every publisher of fleetpub's file; -1 when one cannot be followed, or none is
+ * named. */
 static int load_urls(const char *path)
 {
-    char line[1024];
-    size_t cap = 0;
-    FILE *f = fopen(path, "r");
+    size_t n;
+    char **urls = read_urls(path, &n);
 
-    if (f == NULL)
+    if ((conns = calloc(n ? n : 1, sizeof *conns)) == NULL)
         return -1;
-    while (fgets(line, sizeof line, f)) {
-        char *url = strrchr(line, '=');
-
-        line[strcspn(line, "\r\n")] = '\0';
-        url = url != NULL ? url + 1 : line;
-        if (*url == '\0')
-            continue;
-        if (nconn == cap) {
-            cap = cap ? 2 * cap : 256;
-            if ((conns = realloc(conns, cap * sizeof *conns)) == NULL)
-                return -1;
-        }
-        if (dial(&conns[nconn], url) != 0) {
-            fprintf(stderr, "floor_bench: %s: cannot follow: %s\n", url, strerror(errno));
+    for (size_t i = 0; i < n; i++) {
+        if (dial(&conns[nconn], urls[i]) != 0) {
+            fprintf(stderr, "floor_bench: %s: cannot follow: %s\n", urls[i], strerror(errno));
             return -1;
         }
         conns[nconn++].have = 0;
     }
-    fclose(f);
     return nconn > 0 ? 0 : -1;
 }
 

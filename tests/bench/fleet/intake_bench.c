@@ -28,6 +28,7 @@
  * after the last '='). tests/bench/fleet.py runs both modes against tests/bench/fleetpub. */
 #include "admit/load.h"
 #include "benchproc.h"
+#include "util/clock.h"
 
 #include <arpa/inet.h>
 #include <dirent.h>
@@ -247,34 +248,6 @@ static long count_fds(void)
     return n - 2;
 }
 
-static void read_urls(const char *path, char ***urls)
-{
-    FILE *f = fopen(path, "r");
-    char line[1024];
-    size_t cap = 0;
-
-    if (f == NULL) {
-        perror(path);
-        exit(1);
-    }
-    while (fgets(line, sizeof line, f) != NULL) {
-        char *u = strrchr(line, '=');
-
-        line[strcspn(line, "\r\n")] = '\0';
-        u = u != NULL ? u + 1 : line;
-        if (*u == '\0')
-            continue;
-        if (nsrc == cap) {
-            cap = cap ? 2 * cap : 1024;
-            *urls = realloc(*urls, cap * sizeof **urls);
-            if (*urls == NULL)
-                exit(1);
-        }
-        (*urls)[nsrc++] = strdup(u);
-    }
-    fclose(f);
-}
-
 int main(int argc, char **argv)
 {
     const char *mode = "shared", *path = NULL;
@@ -307,7 +280,7 @@ int main(int argc, char **argv)
         fprintf(stderr, "intake_bench: --mode shared|per-socket|native --urls FILE\n");
         return 2;
     }
-    read_urls(path, &urls);
+    urls = read_urls(path, &nsrc);
     src = calloc(nsrc, sizeof *src);
     base = event_base_new();
     if (src == NULL || base == NULL)
@@ -350,11 +323,11 @@ int main(int argc, char **argv)
     }
     run_for(base, warmup);
     c0 = cpu_s();
-    t0 = mono_s();
+    t0 = clock_mono_s();
     m0 = total;
     run_for(base, seconds);
     c1 = cpu_s();
-    t1 = mono_s();
+    t1 = clock_mono_s();
     for (size_t i = 0; i < nsrc; i++)
         heard += src[i].msgs > 0;
     printf("mode=%s publishers=%zu heard=%llu msgs_per_s=%.0f cpu_pct=%.2f us_per_msg=%.2f "

@@ -33,6 +33,7 @@
 #include "pubsub/spsub.h"
 #include "pubsub/sppoll.h"
 #include "pubsub/subscribe.h"
+#include "util/clock.h"
 
 #include <dirent.h>
 #include <event2/event.h>
@@ -242,12 +243,12 @@ static void measure(const char *mode, double warmup, double seconds, int out)
     if (bench_poll != NULL)
         sppoll_counts(bench_poll, &p0, &ready);
     c0 = cpu_s();
-    t0 = mono_s();
+    t0 = clock_mono_s();
     m0 = total;
     measuring = 1;
     run_for(base, seconds);
     c1 = cpu_s();
-    t1 = mono_s();
+    t1 = clock_mono_s();
     if (bench_poll != NULL)
         sppoll_counts(bench_poll, &p1, &ready);
     for (size_t i = 0; i < nsrc; i++)
@@ -262,34 +263,6 @@ static void measure(const char *mode, double warmup, double seconds, int out)
         exit(1);
     /* No teardown: nng's sockets are left to the exit, as the programs leave them. */
     _exit(0);
-}
-
-static void read_urls(const char *path)
-{
-    FILE *f = fopen(path, "r");
-    char line[1024];
-    size_t cap = 0;
-
-    if (f == NULL) {
-        perror(path);
-        exit(1);
-    }
-    while (fgets(line, sizeof line, f) != NULL) {
-        char *u = strrchr(line, '=');
-
-        line[strcspn(line, "\r\n")] = '\0';
-        u = u != NULL ? u + 1 : line;
-        if (*u == '\0')
-            continue;
-        if (nsrc == cap) {
-            cap = cap ? 2 * cap : 1024;
-            urls = realloc(urls, cap * sizeof *urls);
-            if (urls == NULL)
-                exit(1);
-        }
-        urls[nsrc++] = strdup(u);
-    }
-    fclose(f);
 }
 
 int main(int argc, char **argv)
@@ -318,7 +291,7 @@ int main(int argc, char **argv)
         fprintf(stderr, "spsub_bench: --urls FILE [--modes sub,shared,spsub,batch]\n");
         return 2;
     }
-    read_urls(path);
+    urls = read_urls(path, &nsrc);
     src = calloc(nsrc, sizeof *src);
     if (src == NULL)
         return 1;

@@ -263,8 +263,9 @@ struct run {
     int status[MAXA];
     size_t len[MAXA];
     char body[MAXA][64];
-    int all_x[MAXA]; /* the body is len bytes of 'x' */
-    double at[MAXA]; /* ms since the run started */
+    int all_x[MAXA];    /* the body is len bytes of 'x' */
+    double at[MAXA];    /* ms since the run started */
+    char why[MAXA][64]; /* poller_error() during the callback */
     struct timespec t0;
     void (*then)(struct run *r); /* called after each answer */
 };
@@ -292,6 +293,7 @@ static void on_answer(void *arg, int status, const char *body, size_t len)
     for (size_t i = 0; i < len && r->all_x[k]; i++)
         r->all_x[k] = body[i] == 'x';
     r->at[k] = ms_since(&r->t0);
+    snprintf(r->why[k], sizeof r->why[k], "%s", poller_error(r->p));
     if (r->then != NULL)
         r->then(r);
     if (r->n >= r->want)
@@ -617,8 +619,10 @@ static void test_malformed_head(void **state)
     for (int i = 0; i < 4; i++) {
         assert_int_equal(r.status[i], 0);
         assert_int_equal(r.len[i], 0);
+        assert_int_equal(strncmp(r.why[i], "invalid answer: ", 16), 0);
     }
     assert_int_equal(r.status[4], 200);
+    assert_string_equal(r.why[4], ""); /* an answer: no error any more */
     assert_int_equal(atomic_load(&e.accepts), 5);
 }
 
@@ -668,6 +672,8 @@ static void test_connect_refused(void **state)
     assert_int_equal(r.status[0], 0);
     assert_int_equal(r.status[1], 0);
     assert_true(r.at[1] < 500.0); /* refused at once, not after the timeout */
+    assert_string_equal(r.why[0], "Connection refused"); /* what admitd logs as the reason */
+    assert_string_equal(r.why[1], "Connection refused");
 }
 
 /* An engine that accepts and never answers, and one that answers a byte at a time for
@@ -690,6 +696,8 @@ static void test_timeout(void **state)
     polls(s, &r, &e, 10, 200, 2, 3000);
     assert_int_equal(r.status[0], 0);
     assert_int_equal(r.status[1], 0);
+    assert_string_equal(r.why[0], "no answer within 200 ms");
+    assert_string_equal(r.why[1], "no answer within 200 ms");
     assert_true(r.at[0] >= 190.0 && r.at[0] < 600.0);
     assert_true(r.at[1] - r.at[0] >= 190.0 && r.at[1] - r.at[0] < 600.0);
 }

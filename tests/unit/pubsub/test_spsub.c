@@ -50,6 +50,7 @@ struct rx {
     char msg[RX_MAX][ADMIT_LOAD_MSG_MAX];
     struct spsub *free_me; /* freed by the callback at the first message */
     int lost;              /* sessions the lost callback was told of */
+    int unreachable;       /* times the unreachable callback was told */
     char why[160];         /* what it was told last */
 };
 
@@ -58,6 +59,14 @@ static void on_lost(void *arg, const char *why)
     struct rx *rx = arg;
 
     rx->lost++;
+    snprintf(rx->why, sizeof rx->why, "%s", why);
+}
+
+static void on_unreachable(void *arg, const char *why)
+{
+    struct rx *rx = arg;
+
+    rx->unreachable++;
     snprintf(rx->why, sizeof rx->why, "%s", why);
 }
 
@@ -179,6 +188,7 @@ static struct spsub *subscribe(struct event_base *base, const char *url, struct 
         fail_msg("spsub_new: %s", err);
     spsub_set_timing(sp, &fast);
     spsub_set_lost(sp, on_lost);
+    spsub_set_unreachable(sp, on_unreachable);
     return sp;
 }
 
@@ -429,6 +439,7 @@ static void restart(const char *url)
     spsub_get_stats(sp, &st);
     assert_int_equal(st.sessions, 2);
     assert_true(st.reconnects >= 1);
+    assert_int_equal(rx.unreachable, 0); /* up at the start: a restart is a loss, not this */
     assert_int_equal(st.oversized + st.bad_headers, 0);
     /* In order within each publisher's life; the second starts again from its beginning. */
     for (int i = 1; i < rx.n && i < RX_MAX; i++)
@@ -792,7 +803,8 @@ static void test_oversized(void **state)
     assert_int_equal(b->st.sessions, 2);
     assert_int_equal(b->st.reconnects, 1);
     assert_int_equal(b->peer.accepts, 2);
-    assert_int_equal(b->rx.lost, 1); /* a session up, dropped for what it sent */
+    assert_int_equal(b->rx.lost, 1);        /* a session up, dropped for what it sent */
+    assert_int_equal(b->rx.unreachable, 0); /* ... reachable, then: never said unreachable */
     bout_end(b);
 }
 
@@ -964,6 +976,9 @@ static void test_refused(void **state)
     assert_true(st.reconnects >= 8 && st.reconnects <= 80);
     assert_int_equal(st.sessions + st.connected + st.timeouts, 0);
     assert_int_equal(rx.lost, 0); /* a connect that fails loses no session */
+    /* ... but says, once, that the publisher is unreachable from the start */
+    assert_int_equal(rx.unreachable, 1);
+    assert_non_null(strstr(rx.why, "refused"));
     spsub_free(sp);
     close(fd);
     event_base_free(base);

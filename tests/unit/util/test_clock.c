@@ -11,14 +11,18 @@
 
 static void test_monotonic_units_agree(void **state)
 {
-    int64_t ms0, us, ms1;
+    int64_t ms0, us, ms1, ms2;
+    double s;
 
     (void) state;
     ms0 = clock_mono_ms();
     us = clock_mono_us();
     ms1 = clock_mono_ms();
+    s = clock_mono_s();
+    ms2 = clock_mono_ms();
     assert_true(ms0 <= ms1);
     assert_true(us / 1000 >= ms0 && us / 1000 <= ms1);
+    assert_true(s * 1000 >= (double) ms1 - 1 && s * 1000 <= (double) ms2 + 1);
 }
 
 static void test_seconds_between_and_since(void **state)

@@ -109,6 +109,23 @@ static void test_error_json_shape(void **state)
     buf_free(&b);
 }
 
+/* A string with NULs and every escape reads back as itself, the bytes jansson writes. */
+static void test_json_string_with_nul(void **state)
+{
+    static const char in[] = "a\0b\"\\\n\t\x01\xc3\xa9";
+    json_t *j = json_stringn(in, sizeof in - 1);
+    char *want = json_dumps(j, JSON_COMPACT | JSON_ENCODE_ANY);
+    struct buf b;
+
+    (void) state;
+    buf_init(&b);
+    httpu_json_string(&b, in, sizeof in - 1);
+    assert_string_equal(b.data, want);
+    buf_free(&b);
+    free(want);
+    json_decref(j);
+}
+
 static void test_bearer_token(void **state)
 {
     const char *tok = "s3cret-token-0123456789";
@@ -187,7 +204,7 @@ int main(void)
         cmocka_unit_test(test_hop_by_hop),       cmocka_unit_test(test_reasons),
         cmocka_unit_test(test_error_json_shape), cmocka_unit_test(test_error_json_matches_jansson),
         cmocka_unit_test(test_bearer_token),     cmocka_unit_test(test_http_date),
-        cmocka_unit_test(test_is_json),
+        cmocka_unit_test(test_is_json),          cmocka_unit_test(test_json_string_with_nul),
     };
 
     return cmocka_run_group_tests(tests, NULL, NULL);

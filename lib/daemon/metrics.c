@@ -1,5 +1,5 @@
 /* metrics: rendering of the Dynamo-compatible and admitd_* families. */
-#include "admission/metrics.h"
+#include "daemon/metrics.h"
 
 #include <stdio.h>
 #include <string.h>
@@ -8,9 +8,6 @@
 static const double queue_wait_bounds[] = {0.0001, 0.0005, 0.001, 0.005, 0.01, 0.05, 0.1, 0.25,
                                            0.5,    1,      2.5,   5,     10,   30,   60,  300};
 
-static const char *const outcome_names[OUT__COUNT] = {
-    "ok",          "rejected",      "cancelled", "unavailable", "timeout", "upstream_error",
-    "bad_request", "queue_timeout", "draining"};
 static const char *const stage_names[STAGE__COUNT] = {"queued", "waiting", "streaming"};
 static const char *const uerr_names[UERR__COUNT] = {"connect", "timeout", "broken", "invalid"};
 static const char *const listener_names[LISTENER__COUNT] = {"client", "metrics"};
@@ -20,11 +17,6 @@ void metrics_init(struct metrics *m)
     memset(m, 0, sizeof *m);
     prom_hist_init(&m->queue_wait, queue_wait_bounds,
                    sizeof queue_wait_bounds / sizeof queue_wait_bounds[0]);
-}
-
-const char *metrics_outcome_name(enum outcome o)
-{
-    return (o >= 0 && o < OUT__COUNT) ? outcome_names[o] : "unknown";
 }
 
 /* The listeners' families: one sample per listener each. */
@@ -93,13 +85,17 @@ void metrics_render(const struct metrics_view *v, struct buf *out)
 {
     const struct metrics *m = v->m;
     const struct gate_stats *g = v->gate;
+    const char *outcome_names[OUT__COUNT];
     struct buf l;
+
+    for (int o = 0; o < OUT__COUNT; o++)
+        outcome_names[o] = proxy_outcome_name((enum outcome) o);
 
     prom_family(out, "dynamo_rejection_request_total", "counter",
                 "Requests rejected because the worker is at capacity (engine request limit and "
                 "request queue both full, or the queue wait ran out)");
     prom_sample(out, "dynamo_rejection_request_total", NULL,
-                (double) (m->outcomes[OUT_REJECTED] + m->outcomes[OUT_QUEUE_TIMEOUT]));
+                (double) (m->px.outcomes[OUT_REJECTED] + m->px.outcomes[OUT_QUEUE_TIMEOUT]));
     prom_gauge(out, "dynamo_engine_request",
                "Current number of requests being handled by the engine (--engine-request-limit)",
                g ? g->slots_used : m->inflight_nocap);
@@ -116,12 +112,12 @@ void metrics_render(const struct metrics_view *v, struct buf *out)
                "Requests held by the dispatcher for the next free slot (0 or 1)", g ? g->held : 0);
     prom_labelled(out, "admitd_requests_total", "counter",
                   "Finished requests by outcome (each request is counted once)", "outcome",
-                  outcome_names, m->outcomes, OUT__COUNT);
+                  outcome_names, m->px.outcomes, OUT__COUNT);
     prom_labelled(out, "admitd_client_cancellations_total", "counter",
                   "Clients that disconnected before their response was complete, by stage", "stage",
-                  stage_names, m->cancelled, STAGE__COUNT);
+                  stage_names, m->px.cancelled, STAGE__COUNT);
     prom_labelled(out, "admitd_upstream_errors_total", "counter", "Failures talking to the engine",
-                  "kind", uerr_names, m->upstream_errors, UERR__COUNT);
+                  "kind", uerr_names, m->px.upstream_errors, UERR__COUNT);
     prom_hist_write(out, "admitd_queue_wait_seconds",
                     "Time from arrival to an engine slot, for admitted requests", &m->queue_wait);
     prom_counter(out, "admitd_bypass_requests_total",
