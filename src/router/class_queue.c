@@ -391,15 +391,9 @@ void cq_render_metrics(const struct class_queue *cq, struct buf *out)
         return;
     prom_family(out, "dynamo_frontend_router_queue_pending_requests", "gauge",
                 "Requests waiting in the router's policy-class queue");
-    for (size_t i = 0; i < c->n; i++) {
-        struct buf l;
-
-        buf_init(&l);
-        prom_label(&l, "policy_class", c->c[i].name);
-        prom_sample(out, "dynamo_frontend_router_queue_pending_requests", l.data,
-                    (double) classq_depth(cq->q, (int) i));
-        buf_free(&l);
-    }
+    for (size_t i = 0; i < c->n; i++)
+        prom_sample1(out, "dynamo_frontend_router_queue_pending_requests", "policy_class",
+                     c->c[i].name, (double) classq_depth(cq->q, (int) i));
     prom_family(out, "admit_router_queue_wait_seconds", "histogram",
                 "Time from arrival to dispatch, per policy class (0 for those that went at once)");
     for (size_t i = 0; i < c->n; i++) {
@@ -412,15 +406,9 @@ void cq_render_metrics(const struct class_queue *cq, struct buf *out)
     }
     prom_family(out, "admit_router_queue_dispatched_total", "counter",
                 "Requests a policy class sent on to selection");
-    for (size_t i = 0; i < c->n; i++) {
-        struct buf l;
-
-        buf_init(&l);
-        prom_label(&l, "policy_class", c->c[i].name);
-        prom_sample(out, "admit_router_queue_dispatched_total", l.data,
-                    (double) cq->qc[i].dispatched);
-        buf_free(&l);
-    }
+    for (size_t i = 0; i < c->n; i++)
+        prom_sample1(out, "admit_router_queue_dispatched_total", "policy_class", c->c[i].name,
+                     (double) cq->qc[i].dispatched);
     prom_family(out, "admit_router_queue_rejections_total", "counter",
                 "Requests of a policy class answered with the overload status, by reason");
     for (size_t i = 0; i < c->n; i++)
