@@ -303,6 +303,12 @@ void sub_set_lost(struct subscriber *s, sub_lost_cb cb)
         spsub_set_lost(s->sp, cb);
 }
 
+void sub_set_unreachable(struct subscriber *s, sub_lost_cb cb)
+{
+    if (s->sp != NULL)
+        spsub_set_unreachable(s->sp, cb);
+}
+
 int sub_is_sp(const struct subscriber *s)
 {
     return s->sp != NULL;

@@ -45,6 +45,9 @@ struct subscriber *sub_new(struct event_base *base, const char *url, const struc
 /** tells cb (with sub_new's arg) of each lost connection: spsub's at once; nng's SUB does
  *  not say, so with it a publisher gone is noticed by its silence alone */
 void sub_set_lost(struct subscriber *s, sub_lost_cb cb);
+/** tells cb, once, when the publisher cannot be reached before any session was open
+ *  (spsub_set_unreachable; nng's SUB does not say) */
+void sub_set_unreachable(struct subscriber *s, sub_lost_cb cb);
 /** 1 when s reads through spsub, 0 through nng */
 int sub_is_sp(const struct subscriber *s);
 /** what s has received: spsub's counters; for nng only messages and bytes (nng keeps the

@@ -34,6 +34,7 @@ struct worker {
     int lost;            /* lose() logged it lost; its next message brings it back */
     int id_said;         /* logged that its messages' worker_id is refused (claim()) */
     int http_down; /* logged that its engine refused (workers_unreachable()); until it answers */
+    int pub_down;  /* logged that its publisher was unreachable at start; until it publishes */
 };
 
 struct workers {

@@ -120,6 +120,20 @@ static void on_lost(void *arg, const char *why)
     lose(w, msg);
 }
 
+/* Worker arg's publisher could not be reached before it was ever heard (its connect refused,
+ * timed out): said once, at warn, since such a worker is not routable; its first message
+ * says it is reachable. Later attempts stay at debug (spsub), so a fleet that starts
+ * before its workers logs one line per worker, not one per attempt. */
+static void on_unreachable(void *arg, const char *why)
+{
+    struct worker *w = arg;
+
+    w->pub_down = 1;
+    log_warn("worker %s unreachable at start: its load publisher cannot be reached (%s); not "
+             "routable until it publishes",
+             w->proxy_url, why);
+}
+
 /* A message of worker arg: into the selection view and its models, or counted as refused. */
 static void on_message(void *arg, const void *msg, size_t len)
 {
@@ -175,6 +189,10 @@ static void on_message(void *arg, const void *msg, size_t len)
         ws->changes.back++;
         log_info("worker %s back: it publishes again", w->proxy_url);
     }
+    if (w->pub_down) {
+        w->pub_down = 0;
+        log_info("worker %s reachable: it publishes", w->proxy_url);
+    }
     mroute_message(ws->models, w->idx, &m);
     ws->room(ws->room_arg); /* its room may have changed */
 }
@@ -188,6 +206,7 @@ int wl_subscribe(struct workers *ws, struct worker *w, const char *pub_url, char
     if (w->sub == NULL)
         return -1;
     sub_set_lost(w->sub, on_lost);
+    sub_set_unreachable(w->sub, on_unreachable);
     return 0;
 }
 

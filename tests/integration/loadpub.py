@@ -33,12 +33,12 @@ class LoadPub:
     header is in) script, raw bytes, and is kept; accepts counts them. send() writes one
     message to every subscriber connected now (returns how many); beat(fn, ms) sends fn(seq)
     every ms until stop_beat(); close_all() closes the connections it has (the listener
-    stays, so subscribers come back)."""
+    stays, so subscribers come back). port: a given one (a publisher that comes up late)."""
 
-    def __init__(self, script=b"", hello=PUB0_HELLO):
+    def __init__(self, script=b"", hello=PUB0_HELLO, port=0):
         self.sock = socket.socket()
         self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        self.sock.bind(("127.0.0.1", 0))
+        self.sock.bind(("127.0.0.1", port))
         self.sock.listen(16)
         self.url = "tcp://127.0.0.1:%d" % self.sock.getsockname()[1]
         self.script, self.hello = script, hello

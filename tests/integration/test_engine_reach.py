@@ -116,6 +116,31 @@ def test_router_logs_worker_http_reach():
     pub.close()
 
 
+def test_router_logs_worker_publisher_reach():
+    """A worker whose load publisher is not up when the router starts: one warn line saying
+    it is unreachable at start (not one per reconnect attempt), then, once a publisher comes
+    up on that port and speaks, one line saying it is reachable, and it is routable."""
+    port = dead_port()
+    pub_url = "tcp://127.0.0.1:%d" % port
+    rt = Router([("http://127.0.0.1:%d" % dead_port(), pub_url)])
+    line = rt.proc.wait_line(r"warn: worker \S+ unreachable at start: its load publisher "
+                             r"cannot be reached \(connect: Connection refused\)", 10)
+    settle(1.0)  # several reconnect attempts, each refused
+    assert count(rt.proc, r"unreachable at start") == 1, rt.proc.lines
+    assert count(rt.proc, r"reachable: it publishes") == 0, rt.proc.lines
+    pub = LoadPub(port=port)
+    wait_for(lambda: pub.subscribers() == 1, timeout=15, what="the router to subscribe")
+    pub.beat(lambda seq: load_message("w", seq=seq, heartbeat_ms=50), 50)
+    rt.proc.wait_line(r"info: worker \S+ reachable: it publishes$", 10)
+    rt.wait_routable(1)
+    settle(0.3)
+    assert count(rt.proc, r"reachable: it publishes") == 1, rt.proc.lines
+    assert count(rt.proc, r"unreachable at start") == 1, (line.string, rt.proc.lines)
+    pub.stop_beat()
+    rt.stop()
+    pub.close()
+
+
 def quickstart(upstream=None, **env):
     """scripts/quickstart.sh on the programs of this build, as they are (--no-build: nothing
     is installed or built): (exit code, stdout, stderr)."""
@@ -165,6 +190,8 @@ if __name__ == "__main__":
           test_admitd_logs_engine_reach)
     t.run("admit-router: worker HTTP unreachable at start, reachable, unreachable: one line "
           "each", test_router_logs_worker_http_reach)
+    t.run("admit-router: worker load publisher unreachable at start, then reachable: one line "
+          "each", test_router_logs_worker_publisher_reach)
     t.run("quickstart: exits non-zero naming the engine and why when it cannot be reached",
           test_quickstart_fails_without_engine)
     t.run("quickstart: runs its burst in front of the built-in mock engine",
