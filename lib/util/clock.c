@@ -3,27 +3,6 @@
 
 #include <sys/time.h>
 
-void clock_mono(struct timespec *ts)
-{
-    clock_gettime(CLOCK_MONOTONIC, ts);
-}
-
-int64_t clock_mono_ms(void)
-{
-    struct timespec ts;
-
-    clock_mono(&ts);
-    return (int64_t) ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
-
-int64_t clock_mono_us(void)
-{
-    struct timespec ts;
-
-    clock_mono(&ts);
-    return (int64_t) ts.tv_sec * 1000000 + ts.tv_nsec / 1000;
-}
-
 double clock_mono_s(void)
 {
     static const struct timespec zero;

@@ -5,9 +5,13 @@
 
 int h1b_init(struct h1_body *b, const struct h1_parser *p, uint64_t max)
 {
-    memset(b, 0, sizeof *b);
+    /* Field by field rather than a memset of the whole: the chunked decoder inside is set
+     * up only for a chunked body, and this runs for every request and every reply. */
     b->framing = p->framing;
+    b->left = b->got = 0;
     b->max = max;
+    b->err_status = 0;
+    b->err_reason = NULL;
     switch (p->framing) {
     case H1_BODY_LENGTH:
         if (p->content_length > max)
