@@ -121,7 +121,6 @@ static int gen_parse(const struct mock_engine *e, const json_t *body, enum mock_
         return -1;
     }
     g->max_tokens = n > MOCK_MAX_TOKENS_CAP ? MOCK_MAX_TOKENS_CAP : (unsigned) n;
-    g->prompt_tokens = mock_prompt_tokens(body, api);
     return 0;
 }
 
@@ -152,10 +151,62 @@ static void handle_generation(struct mock_engine *e, struct evhttp_request *req,
     } else if (gen_parse(e, body, api, &g, err, sizeof err) != 0) {
         reply_error(req, 400, "invalid_request_error", err);
     } else {
+        struct mock_toks t = {0};
+
+        /* One tokenizer for the count, the cache and /tokenize. */
+        mock_tok_body(&t, body, api);
+        g.ids = t.ids;
+        g.nids = t.n;
+        g.prompt_tokens = t.n > UINT_MAX ? UINT_MAX : (unsigned) t.n;
         g.request_id = request_id;
-        mock_sched_submit(e, req, &g); /* copies g.model and g.request_id */
+        mock_sched_submit(e, req, &g); /* copies g.model and g.request_id, takes g.ids */
     }
     json_decref(body);
+}
+
+/* ---- /tokenize ---- */
+
+/* The longest context the engine reports (vLLM's max_model_len): what one rank's KV holds. */
+static json_int_t max_model_len(const struct mock_engine *e)
+{
+    unsigned long long n = (unsigned long long) e->o.block_size * e->o.num_gpu_blocks;
+
+    return n > INT32_MAX ? INT32_MAX : (json_int_t) n;
+}
+
+/* vLLM's POST /tokenize: {"prompt": text} or {"messages": [...], "add_generation_prompt":
+ * bool (default true)}, answered with {"count", "max_model_len", "tokens"}. The ids are those
+ * a generation request with the same prompt is counted and cached by. */
+static void handle_tokenize(struct mock_engine *e, struct evhttp_request *req)
+{
+    struct evbuffer *in = evhttp_request_get_input_buffer(req);
+    size_t len = evbuffer_get_length(in);
+    json_t *body =
+        len > 0 ? json_loadb((const char *) evbuffer_pullup(in, -1), len, 0, NULL) : NULL;
+    const json_t *messages = json_object_get(body, "messages");
+    const json_t *prompt = json_object_get(body, "prompt");
+    struct mock_toks t = {0};
+    json_t *tokens;
+
+    if (!json_is_object(body) ||
+        (!json_is_array(messages) && !json_is_string(prompt) && !json_is_array(prompt))) {
+        json_decref(body);
+        reply_error(req, 400, "invalid_request_error",
+                    "the body must be a JSON object with 'prompt' or 'messages'");
+        return;
+    }
+    if (json_is_array(messages))
+        mock_tok_chat(&t, messages, !json_is_false(json_object_get(body, "add_generation_prompt")));
+    else
+        mock_tok_body(&t, body, MOCK_API_COMPLETIONS);
+    json_decref(body);
+    tokens = json_array();
+    for (size_t i = 0; i < t.n; i++)
+        json_array_append_new(tokens, json_integer(t.ids[i]));
+    mock_reply_json(req, 200,
+                    json_pack("{s:I, s:I, s:o}", "count", (json_int_t) t.n, "max_model_len",
+                              max_model_len(e), "tokens", tokens));
+    mock_toks_free(&t);
 }
 
 /* ---- GET endpoints ---- */
@@ -176,7 +227,17 @@ static void handle_models(const struct mock_engine *e, struct evhttp_request *re
     mock_reply_json(req, 200, json_pack("{s:s, s:o}", "object", "list", "data", data));
 }
 
-enum rank_stat { RS_RUNNING, RS_WAITING, RS_KV_USAGE, RS_PROMPT, RS_GENERATION };
+enum rank_stat {
+    RS_RUNNING,
+    RS_WAITING,
+    RS_KV_USAGE,
+    RS_PROMPT,
+    RS_GENERATION,
+    RS_PREFIX_QUERIES,
+    RS_PREFIX_HITS,
+    RS_CACHED_BLOCKS,
+    RS_EVICTIONS
+};
 
 static double rank_stat(const struct mock_engine *e, const struct mock_rank *r, enum rank_stat s)
 {
@@ -193,6 +254,14 @@ static double rank_stat(const struct mock_engine *e, const struct mock_rank *r, 
         return (double) r->prompt_tokens_total;
     case RS_GENERATION:
         return (double) r->generation_tokens_total;
+    case RS_PREFIX_QUERIES:
+        return (double) r->prefix_queries;
+    case RS_PREFIX_HITS:
+        return (double) r->prefix_hits;
+    case RS_CACHED_BLOCKS:
+        return r->cache != NULL ? (double) mock_kvc_cached(r->cache) : 0;
+    case RS_EVICTIONS:
+        return r->cache != NULL ? (double) mock_kvc_evictions(r->cache) : 0;
     }
     return 0;
 }
@@ -258,6 +327,14 @@ static void render_metrics(const struct mock_engine *e, struct buf *out)
                 "Number of prefill tokens processed.", RS_PROMPT);
     rank_family(out, e, "vllm:generation_tokens_total", "counter",
                 "Number of generation tokens processed.", RS_GENERATION);
+    rank_family(out, e, "vllm:prefix_cache_queries_total", "counter",
+                "Prefix cache queries, in terms of number of queried tokens.", RS_PREFIX_QUERIES);
+    rank_family(out, e, "vllm:prefix_cache_hits_total", "counter",
+                "Prefix cache hits, in terms of number of cached tokens.", RS_PREFIX_HITS);
+    rank_family(out, e, "admit_mock_prefix_cache_blocks", "gauge",
+                "KV blocks holding a cached prefix block, in use or evictable", RS_CACHED_BLOCKS);
+    rank_family(out, e, "admit_mock_prefix_cache_evictions_total", "counter",
+                "Cached KV blocks evicted (least recently used first) for new ones", RS_EVICTIONS);
     global_family(out, "admit_mock_requests_running_peak", "gauge",
                   "Most requests ever running at once, over all ranks", e->running_peak);
     global_family(out, "admit_mock_requests_total", "counter",
@@ -317,6 +394,8 @@ static void mock_on_request(struct evhttp_request *req, void *arg)
         handle_generation(e, req, MOCK_API_CHAT, rid);
     } else if (cmd == EVHTTP_REQ_POST && strcmp(path, "/v1/completions") == 0) {
         handle_generation(e, req, MOCK_API_COMPLETIONS, rid);
+    } else if (cmd == EVHTTP_REQ_POST && strcmp(path, "/tokenize") == 0) {
+        handle_tokenize(e, req);
     } else if (get && strcmp(path, "/v1/models") == 0) {
         handle_models(e, req);
     } else if (get && strcmp(path, "/health") == 0) {
@@ -373,7 +452,10 @@ struct mock_engine *mock_engine_new(struct event_base *base, const struct mock_o
         e->ranks[i].index = i;
         TAILQ_INIT(&e->ranks[i].waiting);
         TAILQ_INIT(&e->ranks[i].running);
+        if (!e->o.no_prefix_caching)
+            e->ranks[i].cache = mock_kvc_new(e->o.num_gpu_blocks, e->o.block_size);
     }
+    e->block_ids = xmalloc((size_t) e->o.block_size * sizeof *e->block_ids);
     e->scratch = evbuffer_new();
     e->http = evhttp_new(base);
     if (e->scratch == NULL || e->http == NULL)
@@ -417,6 +499,9 @@ void mock_engine_free(struct mock_engine *e)
     mock_sched_drop_all(e);
     evhttp_free(e->http);
     evbuffer_free(e->scratch);
+    for (unsigned i = 0; i < e->o.data_parallel_size; i++)
+        mock_kvc_free(e->ranks[i].cache);
+    free(e->block_ids);
     free(e->ranks);
     free(e);
 }

@@ -7,25 +7,19 @@
 #ifndef ADMIT_MOCK_MODEL_H
 #define ADMIT_MOCK_MODEL_H
 
+#include "mock_tok.h"
+
 #include <jansson.h>
 #include <stddef.h>
 
-/* Tokens added per chat message for the role and the template around it. */
-#define MOCK_CHAT_MESSAGE_OVERHEAD 4
-
-/* The two request shapes the engine serves. */
-enum mock_api {
-    MOCK_API_CHAT = 0,    /* /v1/chat/completions: messages[] */
-    MOCK_API_COMPLETIONS, /* /v1/completions: prompt */
-};
-
-/** prefill time in ms for a prompt of prompt_tokens; 0 for an empty prompt or speedup <= 0 */
+/** prefill time in ms for prompt_tokens to compute (the uncached ones); 0 for none or speedup <= 0
+ */
 double mock_prefill_ms(unsigned prompt_tokens, double speedup);
 /** time of one decode step in ms at KV fill fraction u (clamped to [0,1]); 0 if speedup <= 0 */
 double mock_decode_ms(double u, double speedup);
 /** estimated tokens of a text of the given byte length: ceil(bytes / 4) */
 unsigned mock_text_tokens(size_t bytes);
-/** prompt tokens of a parsed request body; any JSON shape is accepted (unknown parts count 0) */
+/** prompt tokens of a parsed request body as mock_tok gives them; any JSON shape is accepted */
 unsigned mock_prompt_tokens(const json_t *body, enum mock_api api);
 /** KV blocks needed to hold tokens: ceil(tokens / block_size) (block_size 0 counts as 1) */
 unsigned mock_blocks_for(unsigned tokens, unsigned block_size);

@@ -24,6 +24,8 @@ enum mock_opt_kind {
     MO_SERVED,
     MO_LISTEN,
     MO_LOGLEVEL,
+    MO_SET,   /* a switch without a value: sets the int field to 1 */
+    MO_CLEAR, /* ... to 0 */
     MO_HELP,
     MO_VERSION
 };
@@ -59,6 +61,12 @@ static const struct mock_opt mock_optv[] = {
      "data-parallel ranks, each with its own slots and KV cache (default 1)"},
     {"token-interval-ms", MO_UINT, MOFF(token_interval_ms), 0, 3600000, "MS",
      "fixed gap before each token instead of the decode model, not scaled (default 0 = off)"},
+    {"enable-prefix-caching", MO_CLEAR, MOFF(no_prefix_caching), 0, 0, NULL,
+     "cache KV blocks of prompts and answers across requests (the default)"},
+    {"no-enable-prefix-caching", MO_SET, MOFF(no_prefix_caching), 0, 0, NULL,
+     "no prefix cache: every prompt token is computed, cached_tokens is 0"},
+    {"enable-prompt-tokens-details", MO_SET, MOFF(prompt_tokens_details), 0, 0, NULL,
+     "add usage.prompt_tokens_details.cached_tokens to every answer"},
     {"log-level", MO_LOGLEVEL, MOFF(log_level), 0, 0, "LEVEL",
      "error, warn, info or debug (default info)"},
     {"help", MO_HELP, 0, 0, 0, NULL, "print this help and exit"},
@@ -88,7 +96,7 @@ static void mock_usage(void)
 {
     printf("usage: admit-mock-engine [OPTION]...\n"
            "An OpenAI-compatible fake LLM engine: /v1/chat/completions, /v1/completions,\n"
-           "/v1/models, /health and /metrics (vLLM names).\n"
+           "/v1/models, /tokenize, /health and /metrics (vLLM names).\n"
            "A request's X-Request-Id (1 to 128 visible ASCII characters, no '\"' or '\\') comes\n"
            "back in the reply head, and completion ids are chatcmpl-<it> / cmpl-<it>, as\n"
            "vLLM's with --enable-request-id-headers; any other X-Request-Id is ignored.\n\n");
@@ -188,6 +196,8 @@ static int mock_opt_apply(struct mock_opts *o, const struct mock_opt *d, const c
             return 0;
         snprintf(err, errlen, "--%s: '%s' must be error, warn, info or debug", d->name, v);
         return -1;
+    case MO_SET:
+    case MO_CLEAR:
     case MO_HELP:
     case MO_VERSION:
         break;
@@ -218,10 +228,15 @@ int mock_opts_parse(struct mock_opts *o, int argc, char **argv, char *err, size_
             snprintf(err, errlen, "unknown option '%s' (see --help)", a);
             return -1;
         }
-        if (d->kind == MO_HELP || d->kind == MO_VERSION) {
+        if (d->kind == MO_HELP || d->kind == MO_VERSION || d->kind == MO_SET ||
+            d->kind == MO_CLEAR) {
             if (eq != NULL) {
                 snprintf(err, errlen, "--%s takes no value", d->name);
                 return -1;
+            }
+            if (d->kind == MO_SET || d->kind == MO_CLEAR) {
+                *(int *) (void *) ((char *) o + d->off) = d->kind == MO_SET;
+                continue;
             }
             if (d->kind == MO_HELP) {
                 mock_usage();

@@ -63,6 +63,10 @@ struct mreq {
     int stream;
     int include_usage;
     unsigned prompt_tokens;
+    unsigned cached_tokens; /* of the prompt, found in the prefix cache at start */
+    uint32_t *ids;          /* the prompt's token ids */
+    size_t nids;
+    struct mock_kvseq kv; /* the prefix cache blocks held while running */
     unsigned max_tokens;
     unsigned generated;
     unsigned blocks; /* KV blocks this request holds on its rank while running */
@@ -108,7 +112,10 @@ static void mreq_free(struct mreq *m)
         r->nrunning--;
         r->blocks_used -= m->blocks;
         m->e->running_total--;
+        if (r->cache != NULL)
+            mock_kvc_release(r->cache, &m->kv);
     }
+    free(m->ids);
     event_free(m->timer);
     cwatch_free(m->watch);
     if (m->evcon != NULL)
@@ -180,6 +187,19 @@ static void mreq_send_event(struct mreq *m)
     evbuffer_drain(b, evbuffer_get_length(b));
 }
 
+/* The context just filled a block that ends in generated tokens: cache it, as vLLM caches
+ * full blocks of the output. Its ids are the prompt's and the generated tokens' ids. */
+static void mreq_cache_block(struct mreq *m)
+{
+    size_t bs = m->e->o.block_size, end = m->nids + m->generated, start = end - bs;
+    uint32_t *ids = m->e->block_ids;
+
+    for (size_t i = 0; i < bs; i++)
+        ids[i] = start + i < m->nids ? m->ids[start + i]
+                                     : mock_tok_gen_id((unsigned) (start + i - m->nids));
+    mock_kvc_push(m->rank->cache, &m->kv, ids, 0);
+}
+
 static void mreq_emit_token(struct mreq *m)
 {
     struct mock_rank *r = m->rank;
@@ -189,22 +209,28 @@ static void mreq_emit_token(struct mreq *m)
     unsigned blocks = mock_blocks_for(ctx, m->e->o.block_size);
     struct evbuffer *b = m->e->scratch;
 
+    char piece[MOCK_TOK_PIECE];
+
     r->generation_tokens_total++;
     r->blocks_used += blocks - m->blocks;
     m->blocks = blocks;
+    if (r->cache != NULL && m->nids + m->generated <= UINT_MAX &&
+        (m->nids + m->generated) % m->e->o.block_size == 0)
+        mreq_cache_block(m);
     if (!m->stream)
         return;
+    mock_tok_gen_text(tok, piece);
     sse_head(m, b);
     if (m->api == MOCK_API_CHAT)
         evbuffer_add_printf(b,
-                            "\"choices\":[{\"index\":0,\"delta\":{%s\"content\":\"tok%u \"},"
+                            "\"choices\":[{\"index\":0,\"delta\":{%s\"content\":\"%.4s\"},"
                             "\"logprobs\":null,\"finish_reason\":null}]}\n\n",
-                            tok == 0 ? "\"role\":\"assistant\"," : "", tok);
+                            tok == 0 ? "\"role\":\"assistant\"," : "", piece);
     else
         evbuffer_add_printf(b,
-                            "\"choices\":[{\"index\":0,\"text\":\"tok%u \",\"logprobs\":null,"
+                            "\"choices\":[{\"index\":0,\"text\":\"%.4s\",\"logprobs\":null,"
                             "\"finish_reason\":null}]}\n\n",
-                            tok);
+                            piece);
     mreq_send_event(m);
 }
 
@@ -225,9 +251,13 @@ static void mreq_reply_stream_end(struct mreq *m)
         sse_head(m, b);
         evbuffer_add_printf(b,
                             "\"choices\":[],\"usage\":{\"prompt_tokens\":%u,"
-                            "\"completion_tokens\":%u,\"total_tokens\":%llu}}\n\n",
+                            "\"completion_tokens\":%u,\"total_tokens\":%llu",
                             m->prompt_tokens, m->generated,
                             (unsigned long long) m->prompt_tokens + m->generated);
+        if (m->e->o.prompt_tokens_details)
+            evbuffer_add_printf(b, ",\"prompt_tokens_details\":{\"cached_tokens\":%u}",
+                                m->cached_tokens);
+        evbuffer_add_printf(b, "}}\n\n");
         evhttp_send_reply_chunk(m->req, b);
     }
     evbuffer_add_printf(b, "data: [DONE]\n\n");
@@ -241,10 +271,13 @@ static void mreq_reply_full(struct mreq *m)
 {
     struct buf text;
     json_t *choice, *body;
+    char piece[MOCK_TOK_PIECE];
 
     buf_init(&text);
-    for (unsigned i = 0; i < m->generated; i++)
-        buf_printf(&text, "tok%u ", i);
+    for (unsigned i = 0; i < m->generated; i++) {
+        mock_tok_gen_text(i, piece);
+        buf_append(&text, piece, sizeof piece);
+    }
     if (m->api == MOCK_API_CHAT)
         choice =
             json_pack("{s:i, s:{s:s, s:s%}, s:n, s:s}", "index", 0, "message", "role", "assistant",
@@ -261,6 +294,9 @@ static void mreq_reply_full(struct mreq *m)
     buf_free(&text);
     if (body == NULL)
         fatal("cannot build a completion reply");
+    if (m->e->o.prompt_tokens_details)
+        json_object_set_new(json_object_get(body, "usage"), "prompt_tokens_details",
+                            json_pack("{s:I}", "cached_tokens", (json_int_t) m->cached_tokens));
     mock_reply_json(m->req, 200, body);
 }
 
@@ -269,7 +305,8 @@ static void mreq_finish(struct mreq *m)
     struct mock_engine *e = m->e;
     struct mock_rank *r = m->rank;
 
-    log_debug("%s: done, %u prompt + %u generated tokens", m->id, m->prompt_tokens, m->generated);
+    log_debug("%s: done, %u prompt (%u cached) + %u generated tokens", m->id, m->prompt_tokens,
+              m->cached_tokens, m->generated);
     /* From here the reply belongs to evhttp. The connection is keep-alive, so its close
      * callback must not outlive this request with a dangling argument. */
     cwatch_free(m->watch);
@@ -407,6 +444,14 @@ static void mreq_start(struct mreq *m)
     m->blocks = mock_blocks_for(m->prompt_tokens, e->o.block_size);
     r->blocks_used += m->blocks;
     m->state = MR_PREFILL;
+    /* vLLM looks the prompt up when it schedules it, and its blocks are shared from then on. */
+    if (r->cache != NULL) {
+        size_t cached = mock_kvc_begin(r->cache, &m->kv, m->ids, m->nids);
+
+        m->cached_tokens = cached > m->prompt_tokens ? m->prompt_tokens : (unsigned) cached;
+        r->prefix_queries += m->nids;
+        r->prefix_hits += cached;
+    }
     if (m->stream) {
         struct evkeyvalq *h = evhttp_request_get_output_headers(m->req);
 
@@ -418,7 +463,8 @@ static void mreq_start(struct mreq *m)
         evhttp_add_header(h, "Cache-Control", "no-cache");
         evhttp_send_reply_start(m->req, 200, "OK");
     }
-    mreq_arm(m, mock_prefill_ms(m->prompt_tokens, e->o.speedup_ratio), 1);
+    /* Only the uncached tokens are computed. */
+    mreq_arm(m, mock_prefill_ms(m->prompt_tokens - m->cached_tokens, e->o.speedup_ratio), 1);
 }
 
 /* Starts waiting requests, oldest first, while sequence slots are free; one whose client has
@@ -460,6 +506,8 @@ void mock_sched_submit(struct mock_engine *e, struct evhttp_request *req, const 
     m->stream = g->stream;
     m->include_usage = g->include_usage;
     m->prompt_tokens = g->prompt_tokens;
+    m->ids = g->ids;
+    m->nids = g->nids;
     m->max_tokens = g->max_tokens;
     m->created = (long long) time(NULL);
     /* vLLM's form: "chatcmpl-" or "cmpl-" before the client's X-Request-Id, so that every

@@ -4,12 +4,15 @@
  *
  * Invariant: every accepted generation request is an mreq on exactly one list of exactly one
  * rank, waiting or running, until mreq_free() unlinks it; the rank counters always equal the
- * list lengths, and blocks_used equals the sum of the blocks held by its running requests. */
+ * list lengths, and blocks_used equals the sum of the blocks held by its running requests.
+ * A running request holds references on its rank's prefix cache blocks (mock_kvcache) until
+ * it is freed; a waiting one holds none. */
 #ifndef ADMIT_MOCK_SCHED_H
 #define ADMIT_MOCK_SCHED_H
 
 #include "mock_opts.h"
 #include "mock_model.h"
+#include "mock_kvcache.h"
 
 #include <sys/queue.h>
 
@@ -28,7 +31,12 @@ struct mock_rank {
     struct mreq_list waiting; /* FIFO of requests that have no sequence slot yet */
     struct mreq_list running; /* at most max_num_seqs */
     unsigned nwaiting, nrunning;
-    uint64_t blocks_used; /* KV blocks held by the running requests */
+    /* KV blocks of the running requests' contexts, a shared block once per holder (what the
+     * metrics and the decode model read; see docs/mock-engine.md) */
+    uint64_t blocks_used;
+    struct mock_kvc *cache;  /* the prefix cache; NULL with --no-enable-prefix-caching */
+    uint64_t prefix_queries; /* prompt tokens looked up in the cache */
+    uint64_t prefix_hits;    /* of which cached */
     uint64_t prompt_tokens_total;
     uint64_t generation_tokens_total;
 };
@@ -40,6 +48,7 @@ struct mock_engine {
     struct mock_rank *ranks;    /* o.data_parallel_size of them */
     unsigned next_rank;         /* round robin cursor */
     struct evbuffer *scratch;   /* one SSE event at a time, handed to evhttp */
+    uint32_t *block_ids;        /* o.block_size ids: a block of prompt and generated tokens */
     unsigned running_total;     /* over all ranks */
     unsigned running_peak;      /* highest running_total ever */
     unsigned in_flight;         /* requests running or waiting, over all ranks */
@@ -60,6 +69,8 @@ struct mock_gen {
     int stream;
     int include_usage;
     unsigned prompt_tokens;
+    uint32_t *ids; /* the prompt's token ids (prompt_tokens of them), taken over by submit */
+    size_t nids;
     unsigned max_tokens; /* 1..MOCK_MAX_TOKENS_CAP */
     const char *model;   /* echoed back; the engine copies it */
     /* the client's valid X-Request-Id (the base of the completion id, as vLLM's), or NULL
@@ -69,7 +80,8 @@ struct mock_gen {
 
 /** answers req with status code and the JSON value j (which it releases); no body for HEAD */
 void mock_reply_json(struct evhttp_request *req, int code, json_t *j);
-/** takes over req: queues it on the next rank and answers it when its tokens are done */
+/** takes over req and g->ids: queues it on the next rank and answers it when its tokens are
+ * done */
 void mock_sched_submit(struct mock_engine *e, struct evhttp_request *req, const struct mock_gen *g);
 /** frees every request of every rank without answering; the connections stay with evhttp */
 void mock_sched_drop_all(struct mock_engine *e);

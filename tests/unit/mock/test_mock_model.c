@@ -117,16 +117,17 @@ static void test_text_and_blocks(void **state)
 static void test_chat_messages(void **state)
 {
     (void) state;
-    /* 4 per message, plus ceil(bytes / 4) of each text. */
+    /* 4 per message, plus ceil(bytes / 4) of each text, plus 3 for the generation prompt. */
     assert_int_equal(
-        count("{\"messages\":[{\"role\":\"user\",\"content\":\"hello\"}]}", MOCK_API_CHAT), 4 + 2);
+        count("{\"messages\":[{\"role\":\"user\",\"content\":\"hello\"}]}", MOCK_API_CHAT),
+        4 + 2 + 3);
     assert_int_equal(count("{\"messages\":[{\"role\":\"system\",\"content\":\"abcd\"},"
                            "{\"role\":\"user\",\"content\":\"abcdefghi\"}]}",
                            MOCK_API_CHAT),
-                     4 + 1 + 4 + 3);
+                     4 + 1 + 4 + 3 + 3);
     /* Empty content costs only the overhead. */
     assert_int_equal(count("{\"messages\":[{\"role\":\"user\",\"content\":\"\"}]}", MOCK_API_CHAT),
-                     4);
+                     4 + 3);
     /* Content parts: text parts count, an untyped part with text counts, others do not. */
     assert_int_equal(count("{\"messages\":[{\"role\":\"user\",\"content\":["
                            "{\"type\":\"text\",\"text\":\"12345678\"},"
@@ -134,7 +135,7 @@ static void test_chat_messages(void **state)
                            "{\"type\":\"image_url\",\"text\":\"ignored\"},"
                            "{\"text\":\"abc\"}]}]}",
                            MOCK_API_CHAT),
-                     4 + 2 + 1);
+                     4 + 2 + 1 + 3);
     /* The chat counter ignores a completions prompt. */
     assert_int_equal(count("{\"prompt\":\"abcdefgh\"}", MOCK_API_CHAT), 0);
 }
@@ -184,12 +185,12 @@ static void test_hostile_shapes(void **state)
         json_t *j = J(bodies[i]);
 
         /* Only the shapes a real client sends count; the rest must simply not crash. */
-        assert_true(mock_prompt_tokens(j, MOCK_API_CHAT) <= 16);
+        assert_true(mock_prompt_tokens(j, MOCK_API_CHAT) <= 19);
         assert_true(mock_prompt_tokens(j, MOCK_API_COMPLETIONS) <= 16);
         json_decref(j);
     }
     /* Exact values for the mixed ones. */
-    assert_int_equal(count("{\"messages\":[null,1,{\"content\":7},{}]}", MOCK_API_CHAT), 8);
+    assert_int_equal(count("{\"messages\":[null,1,{\"content\":7},{}]}", MOCK_API_CHAT), 8 + 3);
     assert_int_equal(
         count("{\"prompt\":[null,true,1.5,{},[null,\"a\",1.5,[1],{}], 3]}", MOCK_API_COMPLETIONS),
         1);

@@ -1,0 +1,173 @@
+/* Unit tests for the mock engine's prefix cache: hits, the chain, LRU eviction, pinning. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include "mock/mock_kvcache.h"
+
+#include <string.h>
+
+#define BS 4
+
+/* A prompt of n ids: base, base+1, ... */
+static void seq_ids(uint32_t *ids, size_t n, uint32_t base)
+{
+    for (size_t i = 0; i < n; i++)
+        ids[i] = base + (uint32_t) i;
+}
+
+/* Runs a prompt of n ids from base to completion (begin, release); returns its cached tokens. */
+static size_t run(struct mock_kvc *c, uint32_t base, size_t n)
+{
+    uint32_t ids[64];
+    struct mock_kvseq s;
+    size_t cached;
+
+    seq_ids(ids, n, base);
+    cached = mock_kvc_begin(c, &s, ids, n);
+    mock_kvc_release(c, &s);
+    return cached;
+}
+
+static void test_hash_chain(void **state)
+{
+    uint32_t a[BS] = {1, 2, 3, 4}, b[BS] = {1, 2, 3, 5};
+
+    (void) state;
+    assert_int_equal(mock_kvc_hash(0, a, BS), mock_kvc_hash(0, a, BS));
+    assert_int_not_equal(mock_kvc_hash(0, a, BS), mock_kvc_hash(0, b, BS));
+    /* The same block after another parent is another block. */
+    assert_int_not_equal(mock_kvc_hash(mock_kvc_hash(0, a, BS), a, BS),
+                         mock_kvc_hash(mock_kvc_hash(0, b, BS), a, BS));
+    assert_int_not_equal(mock_kvc_hash(0, a, BS), mock_kvc_hash(mock_kvc_hash(0, a, BS), a, BS));
+}
+
+static void test_hits(void **state)
+{
+    struct mock_kvc *c = mock_kvc_new(100, BS);
+
+    (void) state;
+    assert_int_equal(run(c, 10, 10), 0); /* cold: 2 full blocks cached */
+    assert_int_equal(mock_kvc_cached(c), 2);
+    assert_int_equal(run(c, 10, 10), 8);  /* both blocks hit */
+    assert_int_equal(run(c, 10, 20), 8);  /* a longer prompt: its first two */
+    assert_int_equal(run(c, 10, 20), 16); /* now four of five; the 5th is the last */
+    /* A prompt of exactly whole blocks never hits its last token's block. */
+    assert_int_equal(run(c, 10, 8), 4);
+    /* A different first block: nothing after it hits, whatever follows. */
+    {
+        uint32_t ids[12];
+        struct mock_kvseq s;
+
+        seq_ids(ids, 12, 10);
+        ids[0] = 999;
+        assert_int_equal(mock_kvc_begin(c, &s, ids, 12), 0);
+        mock_kvc_release(c, &s);
+    }
+    assert_int_equal(mock_kvc_in_use(c), 0);
+    mock_kvc_free(c);
+}
+
+/* Held blocks are shared (one copy) and refcounted; released ones go LRU, tail first. */
+static void test_refcount_and_lru(void **state)
+{
+    struct mock_kvc *c = mock_kvc_new(4, BS);
+    uint32_t ids[12];
+    struct mock_kvseq s1, s2, s3;
+
+    (void) state;
+    seq_ids(ids, 9, 100);
+    mock_kvc_begin(c, &s1, ids, 9);
+    assert_int_equal(mock_kvc_begin(c, &s2, ids, 9), 8);
+    assert_int_equal(mock_kvc_in_use(c), 2);
+    mock_kvc_release(c, &s1);
+    assert_int_equal(mock_kvc_in_use(c), 2); /* s2 still holds both */
+    mock_kvc_release(c, &s2);
+    assert_int_equal(mock_kvc_in_use(c), 0);
+    /* Conversation B, then C: C needs 2 blocks, the pool has 4, A's two go (LRU). */
+    assert_int_equal(run(c, 200, 9), 0);
+    assert_int_equal(mock_kvc_evictions(c), 0);
+    assert_int_equal(run(c, 300, 9), 0);
+    assert_int_equal(mock_kvc_evictions(c), 2);
+    assert_int_equal(run(c, 200, 9), 8); /* B stayed */
+    assert_int_equal(run(c, 300, 9), 8); /* C too */
+    /* B was used after C: the next newcomer evicts C's tail first, then C's head. */
+    assert_int_equal(run(c, 200, 9), 8);
+    seq_ids(ids, 5, 400);
+    mock_kvc_begin(c, &s3, ids, 5); /* one block: C's second block goes */
+    assert_int_equal(run(c, 300, 9), 4);
+    mock_kvc_release(c, &s3);
+    mock_kvc_free(c);
+}
+
+/* Blocks a running sequence holds are never evicted; with all held, new blocks go uncached
+ * and the sequence still proceeds. */
+static void test_pinned_and_full(void **state)
+{
+    struct mock_kvc *c = mock_kvc_new(2, BS);
+    uint32_t ids[12];
+    struct mock_kvseq s1, s2;
+
+    (void) state;
+    seq_ids(ids, 9, 500);
+    mock_kvc_begin(c, &s1, ids, 9); /* holds both blocks */
+    seq_ids(ids, 12, 600);
+    assert_int_equal(mock_kvc_begin(c, &s2, ids, 12), 0);
+    assert_int_equal(mock_kvc_evictions(c), 0);
+    assert_int_equal(mock_kvc_cached(c), 2);
+    /* A generated block pushed while all is held: not cached either. */
+    assert_int_equal(mock_kvc_push(c, &s2, ids, 0), 0);
+    mock_kvc_release(c, &s2);
+    assert_int_equal(run(c, 500, 9), 8); /* s1's blocks survived */
+    mock_kvc_release(c, &s1);
+    assert_int_equal(run(c, 600, 9), 0); /* s2's were never cached */
+    mock_kvc_free(c);
+}
+
+/* Generated blocks are pushed after the prompt's and found by the next turn. */
+static void test_generated_blocks(void **state)
+{
+    struct mock_kvc *c = mock_kvc_new(100, BS);
+    uint32_t ids[16];
+    struct mock_kvseq s;
+
+    (void) state;
+    seq_ids(ids, 16, 700);
+    mock_kvc_begin(c, &s, ids, 6);    /* one full prompt block */
+    mock_kvc_push(c, &s, ids + 4, 0); /* ids 4..7: prompt tail + 2 generated */
+    mock_kvc_push(c, &s, ids + 8, 0); /* 8..11, all generated */
+    mock_kvc_release(c, &s);
+    assert_int_equal(run(c, 700, 14), 12); /* the next turn hits all three */
+    mock_kvc_free(c);
+}
+
+/* The pool grows past its first allocation and rehashes without losing a block. */
+static void test_growth(void **state)
+{
+    struct mock_kvc *c = mock_kvc_new(1000, 1);
+    uint32_t ids[600];
+    struct mock_kvseq s;
+
+    (void) state;
+    seq_ids(ids, 600, 1);
+    assert_int_equal(mock_kvc_begin(c, &s, ids, 600), 0);
+    mock_kvc_release(c, &s);
+    assert_int_equal(mock_kvc_cached(c), 600);
+    assert_int_equal(mock_kvc_begin(c, &s, ids, 600), 599);
+    mock_kvc_release(c, &s);
+    mock_kvc_free(c);
+    mock_kvc_free(NULL);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_hash_chain),       cmocka_unit_test(test_hits),
+        cmocka_unit_test(test_refcount_and_lru), cmocka_unit_test(test_pinned_and_full),
+        cmocka_unit_test(test_generated_blocks), cmocka_unit_test(test_growth),
+    };
+
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
