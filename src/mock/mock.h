@@ -1,11 +1,12 @@
 /* mock: an OpenAI-compatible fake LLM inference engine on evhttp.
  *
- * It serves /v1/chat/completions and /v1/completions with made-up tokens ("tok0 tok1 ...")
+ * It serves /v1/chat/completions and /v1/completions with made-up tokens ("tok0tok1...")
  * at the pace of a real engine: requests are spread round robin over data-parallel ranks,
  * each rank runs at most max_num_seqs at once and queues the rest, and prefill and decode
- * take the time the Dynamo mocker model gives them. /metrics exposes the vLLM gauges
- * admission control reads, plus counters that let tests prove what reached the engine
- * (the peak of concurrently running requests, cancellations).
+ * take the time the Dynamo mocker model gives them, prefill only for the prompt tokens not
+ * found in the rank's prefix cache (mock_kvcache); /tokenize shows the ids (mock_tok).
+ * /metrics exposes the vLLM gauges admission control reads, plus counters that let tests
+ * prove what reached the engine (the peak of concurrently running requests, cancellations).
  *
  * The engine is a library so admitd can run it in-process on its own event_base; the
  * admit-mock-engine program is a thin main around it. */

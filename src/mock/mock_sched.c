@@ -208,14 +208,12 @@ static void mreq_emit_token(struct mreq *m)
         m->prompt_tokens > UINT_MAX - m->generated ? UINT_MAX : m->prompt_tokens + m->generated;
     unsigned blocks = mock_blocks_for(ctx, m->e->o.block_size);
     struct evbuffer *b = m->e->scratch;
-
     char piece[MOCK_TOK_PIECE];
 
     r->generation_tokens_total++;
     r->blocks_used += blocks - m->blocks;
     m->blocks = blocks;
-    if (r->cache != NULL && m->nids + m->generated <= UINT_MAX &&
-        (m->nids + m->generated) % m->e->o.block_size == 0)
+    if (r->cache != NULL && (m->nids + m->generated) % m->e->o.block_size == 0)
         mreq_cache_block(m);
     if (!m->stream)
         return;

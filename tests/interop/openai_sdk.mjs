@@ -120,7 +120,7 @@ await check('chat completion, streamed', async () => {
     if (chunk.usage) usage = chunk.usage;
   }
   assert(chunks >= 8, `at least 8 chunks (got ${chunks})`);
-  assert(text.split(' ').filter(Boolean).length === 8, `8 words (got "${text}")`);
+  assert(text === 'tok0tok1tok2tok3tok4tok5tok6tok7', `the 8 tokens in order (got "${text}")`);
   assert(usage && usage.completion_tokens === 8, 'usage chunk');
 });
 
