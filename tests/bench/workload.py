@@ -365,12 +365,13 @@ def measure(a, feat, wl, policy, blocks, cpt_box):
     return row
 
 
-def blocks_for(a, total, partitioned):
+def blocks_for(a, total, partitioned, longest):
     """KV blocks per worker: --kv-slack x the tokens one worker holds when sessions are
-    partitioned, never less than the slots' prompts need at once. Said when the cache would
-    hold the whole working set (then every policy hits: the fleet is too big to tell)."""
+    partitioned, never less than what its slots' longest requests hold at once. Said
+    when the cache would hold the whole working set (then every policy hits: too big to tell)."""
     need = int(math.ceil(a.kv_slack * partitioned / a.block_size))
-    return max(need, 1), need * a.block_size >= total
+    need = max(need, a.slots * int(math.ceil(longest / a.block_size)), 1)
+    return need, need * a.block_size >= total
 
 
 # ---------------------------------------------------------------- report
@@ -450,16 +451,18 @@ def sizing(a, w):
     if w["kind"] == "trace":
         total = G.trace_working_set(w["records"], a.trace_block)
         part = total / a.workers
+        longest = max((r["input_length"] + r["output_length"] for r in w["records"]), default=0)
         desc = "%d requests, %d distinct blocks of %d tokens (%s), replayed at %gx" % (
             len(w["records"]), total // a.trace_block, a.trace_block, w["source"], a.trace_speed)
     else:
         s = w["spec"]
         total, part = s.working_set(a.workers)
+        longest = s.final_context()
         desc = ("%d users, sessions of %d turns, system prompt %d tokens (%d shared), own opening %d, "
                 "user message %d, answer %d, think %.1f s mean, %.0f s" % (
                     s.users, s.turns, s.sys_tokens, s.groups, s.own_tokens, s.user_tokens,
                     s.answer_tokens, s.think_s, w["seconds"]))
-    blocks, holds_all = blocks_for(a, total, part)
+    blocks, holds_all = blocks_for(a, total, part, longest)
     return blocks, total, part, holds_all, desc
 
 
