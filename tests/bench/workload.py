@@ -415,7 +415,7 @@ def plot(results, path):
     script = ('set terminal pngcairo size 1200,400\nset output "%s"\nset multiplot layout 1,3\n'
               'set style data histograms\nset style histogram clustered gap 1\n'
               'set style fill solid 0.8\nset yrange [0:*]\nset grid ytics\n'
-              'set key top left font ",8"\n' % path) + "".join(plots) + "unset multiplot\n"
+              'set key below font ",8"\n' % path) + "".join(plots) + "unset multiplot\n"
     subprocess.run(["gnuplot"], input=script.encode(), timeout=30, check=True)
     return path
 
@@ -453,7 +453,8 @@ def sizing(a, w):
         part = total / a.workers
         longest = max((r["input_length"] + r["output_length"] for r in w["records"]), default=0)
         desc = "%d requests, %d distinct blocks of %d tokens (%s), replayed at %gx" % (
-            len(w["records"]), total // a.trace_block, a.trace_block, w["source"], a.trace_speed)
+            len(w["records"]), total // a.trace_block, a.trace_block,
+            os.path.relpath(w["source"]), a.trace_speed)
     else:
         s = w["spec"]
         total, part = s.working_set(a.workers)

@@ -106,7 +106,6 @@ def sample_trace(requests, rate, block_tokens, seed, groups=4, conversations=24,
     arrival drawn at random. input_length ends inside its last block, as real ones do."""
     rnd = random.Random("mooncake/%d" % seed)
     next_id = groups * prefix_blocks
-    chains = []
 
     def new_chain():
         nonlocal next_id
