@@ -410,14 +410,43 @@ def plot(results, path):
         cols = ", ".join('"%s" index %d using %d:xtic(1) title col' % (dat if j == 0 else "", i, j + 2)
                          for j in range(len(pols)))
         none = all(r[key] != r[key] for w in wls for r in results[w])
-        plots.append('set ylabel "%s"\nset title "%s%s"\nplot %s\n' % (
-            label, label, " (not measured in this build)" if none else "", cols))
+        plots.append('set yrange [0:%s]\nset ylabel "%s"\nset title "%s%s"\nplot %s\n' % (
+            "1" if none else "*", label, label, " (not measured in this build)" if none else "", cols))
     script = ('set terminal pngcairo size 1200,400\nset output "%s"\nset multiplot layout 1,3\n'
               'set style data histograms\nset style histogram clustered gap 1\n'
               'set style fill solid 0.8\nset yrange [0:*]\nset grid ytics\n'
               'set key below font ",8"\n' % path) + "".join(plots) + "unset multiplot\n"
     subprocess.run(["gnuplot"], input=script.encode(), timeout=30, check=True)
     return path
+
+
+# Issue 25's targets for router-prefix: (workload, measure, key, peer, bound, sense): met when
+# router-prefix's value is >= (sense +1) or <= (sense -1) bound x the peer's ("*" every peer).
+TARGETS = [("chat", "hit rate >= consistent hashing's", "hit", "haproxy-hash", 1.0, 1),
+           ("chat", "hit rate >= 2x load-only's", "hit", "router-load", 2.0, 1),
+           ("chat", "TTFT p50 <= 0.5x HAProxy leastconn's", "ttft50", "haproxy-leastconn", 0.5, -1),
+           ("chat", "TTFT p99 <= 0.8x consistent hashing's", "ttft99", "haproxy-hash", 0.8, -1),
+           ("chat", "completed/s >= every peer's", "rps", "*", 1.0, 1),
+           ("chat", "529s <= load-only's", "s529", "router-load", 1.0, -1),
+           ("shared", "prompt-token spread <= 1.5x load-only's", "spread", "router-load", 1.5, -1)]
+
+
+def targets_table(results):
+    """Issue 25's targets, router-prefix against its peers: met, missed or not measured."""
+    rows = []
+    for wl, what, key, peer, bound, sense in TARGETS:
+        by = {r["policy"]: r for r in results.get(wl, [])}
+        me = by.get("router-prefix", {}).get(key)
+        peers = [p for p in by if p != "router-prefix"] if peer == "*" else [peer]
+        vals = [by[p][key] for p in peers if p in by]
+        nums = [me] + vals
+        if not vals or not all(isinstance(v, (int, float)) and v == v for v in nums):
+            rows.append([wl, what, "-", "-", "not measured"])
+            continue
+        ref = max(vals) if sense > 0 else min(vals)
+        ok = me >= bound * ref if sense > 0 else me <= bound * ref
+        rows.append([wl, what, R.f(float(me), 2), R.f(float(ref), 2), "met" if ok else "missed"])
+    return R.table(["workload", "target (router-prefix)", "router-prefix", "peer", "verdict"], rows)
 
 
 # ---------------------------------------------------------------- main
@@ -575,6 +604,9 @@ def main():
             lines += ["", block]
             with open(os.path.join(out, "workload.md"), "w") as fh:
                 fh.write("\n".join(lines))
+        block = "## Targets of issue 25\n\n" + targets_table(results) + "\n"
+        print(block, flush=True)
+        lines += ["", block]
         png = plot(results, os.path.join(out, "workload.png"))
         tail = "(text at %.2f characters per token; plot: %s)" % (cpt_box[0] or 4.0, png or "no gnuplot")
         print(tail)
