@@ -7,6 +7,8 @@
 # Extra arguments go to run.py, e.g.
 #   tests/bench/run.sh --rounds 5 --duration 10 --scenarios passthrough,streaming
 #   tests/bench/run.sh --scenarios default,allocators
+# `tests/bench/run.sh workload [ARGS]` runs tests/bench/workload.py instead (issue 25: multi-turn
+# and trace workloads through HAProxy and admit-router; writes build-bench/bench/workload.md).
 # Numbers only: nothing here asserts a timing, and it is not part of `meson test`.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
@@ -24,4 +26,8 @@ fi
 ninja -C build-bench >/dev/null
 
 ulimit -n 65536 2>/dev/null || ulimit -n "$(ulimit -Hn)"
+if [ "${1:-}" = workload ]; then
+    shift
+    exec python3 tests/bench/workload.py --build build-bench "$@"
+fi
 exec python3 tests/bench/run.py --build build-bench "$@"
