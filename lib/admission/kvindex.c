@@ -1,13 +1,15 @@
-/* kvindex: block key -> holders, in three preallocated arrays indexed by 32-bit numbers.
+/* kvindex: block key -> holders, in preallocated arrays indexed by 32-bit numbers.
  *
  * A node is one key: its hash-chain link and the list of its entries. An entry is one
- * (key, holder) pair and sits on three doubly linked lists: its key's holders, its holder's
- * blocks (most recently used first) and all entries (likewise; with one TTL for all, the
- * least recently used is also the first to expire). The node table is chained, with at least
- * as many buckets as nodes can exist, so a probe reads about one node.
+ * (key, holder) pair and sits on four lists: its key's holders (singly linked: a removal walks
+ * it, and only a hot key's list is long, which is rarely the one evicted), the chain of its
+ * (key, holder) bucket, so that an insert finds a holder's entry of a hot key without walking
+ * every holder, and two doubly linked ones: its holder's blocks (most recently used first)
+ * and all entries (likewise; with one TTL for all, the least recently used is also the first
+ * to expire). Both tables are chained with a bucket per two entries or fewer.
  *
  * Worst case per block (every key held once): an entry (36 bytes), a node (20) and at most
- * two buckets (8): 64 bytes. */
+ * a bucket of each table (4 + 4): 64 bytes. */
 #include "admission/kvindex.h"
 
 #include "util/xmalloc.h"
@@ -16,6 +18,14 @@
 #include <string.h>
 
 #define KVI_NIL UINT32_MAX
+
+/* How many probes of a lookup run ahead of the one it is at. */
+#define KVI_AHEAD 8
+#if defined(__GNUC__)
+#define KVI_PREFETCH(p) __builtin_prefetch(p)
+#else
+#define KVI_PREFETCH(p) ((void) (p))
+#endif
 
 struct kvi_node {
     uint32_t key_lo, key_hi; /* two halves: keeps the node at 20 bytes */
@@ -26,7 +36,8 @@ struct kvi_node {
 
 struct kvi_entry {
     uint32_t node, holder;
-    uint32_t kprev, knext; /* the key's entries */
+    uint32_t knext;        /* the key's entries */
+    uint32_t pnext;        /* the (key, holder) bucket's chain */
     uint32_t hprev, hnext; /* the holder's, most recently used first */
     uint32_t gprev, gnext; /* all of them, likewise (gnext: the free list when unused) */
     uint32_t t;            /* last insert, milliseconds mod 2^32 */
@@ -46,6 +57,7 @@ struct kvindex {
     struct kvi_entry *e;
     struct kvi_node *n;
     uint32_t *bucket;
+    uint32_t *pair; /* (key, holder) -> entry buckets, as many as bucket[] */
     struct kvi_holder *h;
     uint32_t *levels; /* lookup scratch: the depths where the walk looked at entries */
     uint32_t mask;    /* buckets - 1 */
@@ -84,14 +96,16 @@ struct kvindex *kvi_new(const struct kvi_config *config)
     if (x->c.max_keys == 0)
         x->c.max_keys = 4096;
     holders = x->c.workers * x->c.ranks;
-    nb = kvi_pow2(x->c.cap_blocks);
+    nb = kvi_pow2((x->c.cap_blocks + 1) / 2);
     x->mask = nb - 1;
     x->e = xmalloc((size_t) x->c.cap_blocks * sizeof *x->e);
     x->n = xmalloc((size_t) x->c.cap_blocks * sizeof *x->n);
     x->bucket = xmalloc((size_t) nb * sizeof *x->bucket);
+    x->pair = xmalloc((size_t) nb * sizeof *x->pair);
     x->h = xcalloc(holders ? holders : 1, sizeof *x->h);
     x->levels = xmalloc((size_t) x->c.max_keys * sizeof *x->levels);
     memset(x->bucket, 0xff, (size_t) nb * sizeof *x->bucket);
+    memset(x->pair, 0xff, (size_t) nb * sizeof *x->pair);
     for (i = 0; i < x->c.cap_blocks; i++) {
         x->e[i].gnext = i + 1 < x->c.cap_blocks ? i + 1 : KVI_NIL;
         x->n[i].next = i + 1 < x->c.cap_blocks ? i + 1 : KVI_NIL;
@@ -101,10 +115,10 @@ struct kvindex *kvi_new(const struct kvi_config *config)
     x->efree = x->nfree = 0;
     x->ghead = x->gtail = KVI_NIL;
     x->s.bytes = sizeof *x + (uint64_t) x->c.cap_blocks * (sizeof *x->e + sizeof *x->n) +
-                 (uint64_t) nb * sizeof *x->bucket + (uint64_t) holders * sizeof *x->h +
-                 (uint64_t) x->c.max_keys * sizeof *x->levels;
+                 (uint64_t) nb * (sizeof *x->bucket + sizeof *x->pair) +
+                 (uint64_t) holders * sizeof *x->h + (uint64_t) x->c.max_keys * sizeof *x->levels;
     x->s.bytes_per_block = ((uint64_t) x->c.cap_blocks * (sizeof *x->e + sizeof *x->n) +
-                            (uint64_t) nb * 4 + x->c.cap_blocks - 1) /
+                            (uint64_t) nb * 8 + x->c.cap_blocks - 1) /
                            x->c.cap_blocks;
     return x;
 }
@@ -116,6 +130,7 @@ void kvi_free(struct kvindex *idx)
     free(idx->e);
     free(idx->n);
     free(idx->bucket);
+    free(idx->pair);
     free(idx->h);
     free(idx->levels);
     free(idx);
@@ -147,6 +162,13 @@ static uint32_t *kvi_slot(struct kvindex *x, uint64_t key)
     return &x->bucket[(uint32_t) (key ^ key >> 32) & x->mask];
 }
 
+/* The (key, holder) bucket of a node and a holder. */
+static uint32_t *kvi_pslot(struct kvindex *x, uint32_t node, uint32_t holder)
+{
+    return &x->pair[(uint32_t) (((uint64_t) node << 32 | holder) * 0x9e3779b97f4a7c15ULL >> 32) &
+                    x->mask];
+}
+
 static uint32_t kvi_find(struct kvindex *x, uint64_t key)
 {
     uint32_t i = *kvi_slot(x, key);
@@ -171,12 +193,12 @@ static void kvi_remove(struct kvindex *x, uint32_t i, int why)
     struct kvi_holder *h = &x->h[e->holder];
     uint32_t *p;
 
-    if (e->kprev != KVI_NIL)
-        x->e[e->kprev].knext = e->knext;
-    else
-        nd->head = e->knext;
-    if (e->knext != KVI_NIL)
-        x->e[e->knext].kprev = e->kprev;
+    for (p = &nd->head; *p != i;)
+        p = &x->e[*p].knext;
+    *p = e->knext;
+    for (p = kvi_pslot(x, e->node, e->holder); *p != i;)
+        p = &x->e[*p].pnext;
+    *p = e->pnext;
     if (--nd->count == 0) {
         for (p = kvi_slot(x, (uint64_t) nd->key_hi << 32 | nd->key_lo); *p != e->node;)
             p = &x->n[*p].next;
@@ -300,12 +322,12 @@ void kvi_set_capacity(struct kvindex *x, uint32_t worker, uint32_t rank, uint32_
 }
 
 /* The entry of key node ni held by holder hi, or KVI_NIL. */
-static uint32_t kvi_entry_of(const struct kvindex *x, uint32_t ni, uint32_t hi)
+static uint32_t kvi_entry_of(struct kvindex *x, uint32_t ni, uint32_t hi)
 {
-    uint32_t i = x->n[ni].head;
+    uint32_t i = *kvi_pslot(x, ni, hi);
 
-    while (i != KVI_NIL && x->e[i].holder != hi)
-        i = x->e[i].knext;
+    while (i != KVI_NIL && (x->e[i].node != ni || x->e[i].holder != hi))
+        i = x->e[i].pnext;
     return i;
 }
 
@@ -344,11 +366,10 @@ static void kvi_put(struct kvindex *x, uint32_t hi, uint64_t key, uint32_t now)
     e->node = ni;
     e->holder = hi;
     e->t = now;
-    e->kprev = KVI_NIL;
     e->knext = x->n[ni].head;
-    if (e->knext != KVI_NIL)
-        x->e[e->knext].kprev = i;
     x->n[ni].head = i;
+    e->pnext = *kvi_pslot(x, ni, hi);
+    *kvi_pslot(x, ni, hi) = i;
     x->n[ni].count++;
     x->h[hi].count++;
     kvi_push(x, i);
@@ -405,6 +426,9 @@ size_t kvi_match(struct kvindex *x, const uint64_t *keys, size_t n, uint64_t now
     for (lv = 1; lv < n && active; lv++) {
         uint32_t still = 0;
 
+        /* the probes of the chain do not depend on each other: start the next ones' loads */
+        if (lv + KVI_AHEAD < n)
+            KVI_PREFETCH(kvi_slot(x, keys[lv + KVI_AHEAD]));
         if ((ni = kvi_find(x, keys[lv])) == KVI_NIL)
             break;
         /* a block held by as many as are still in the walk is held by all of them: a holder

@@ -241,7 +241,8 @@ static int tokcount_string(struct tokcount_scan *s, int count, char *key, size_t
         klen += cp < 0x80 ? 1 : TOKCOUNT_KEY_MAX + 1;
         p += n;
     }
-    if (high)
+    /* a half cut off by the end of input is not told: the whole body may pair it */
+    if (high && p < end && *p == '"')
         tokcount_emit_cp(sink, high);
     /* each escape is counted only once all its bytes were read, so a cut body counts less */
     if (count)
