@@ -387,8 +387,11 @@ void kvi_insert(struct kvindex *x, uint32_t worker, uint32_t rank, const uint64_
     kvi_expire(x, now_ms);
     now = (uint32_t) x->last_ms;
     /* last block first: block 0 ends up the most recently used, the chain ages from its end */
-    while (n-- > 0)
+    while (n-- > 0) {
+        if (n >= KVI_AHEAD)
+            KVI_PREFETCH(kvi_slot(x, keys[n - KVI_AHEAD]));
         kvi_put(x, hi, keys[n], now);
+    }
 }
 
 size_t kvi_match(struct kvindex *x, const uint64_t *keys, size_t n, uint64_t now_ms,

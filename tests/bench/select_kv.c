@@ -4,11 +4,12 @@
  * routing decision, at 512, 4,096 and 10,000 workers of 1 rank.
  *
  * The fleet's history: two sessions per worker, each a chain of 128 blocks (16-token blocks,
- * 64-byte text pieces) that opens with one of 8 system prompts of 16 blocks; so a system
- * prompt's blocks are held by a quarter of the workers and a session's own by one. The global
- * cap holds all of it. A request is a random session's body: its keys, the lookup (which finds
- * the quarter holding its system prompt, and its own worker at full depth), and the insert for
- * its deepest holder. Rounds alternate keys, keys + lookup, keys + lookup + insert. */
+ * 64-byte text pieces) that opens with one of 8 system prompts of 16 blocks, so that a system
+ * prompt's blocks are held by an eighth of the workers and a session's own by one; or (the
+ * second row of each size) with an opening of its own, so that each block has one holder. The
+ * global cap holds all of it. A request is a random session's body: its keys, the lookup (which
+ * finds the eighth holding its system prompt, and its own worker at full depth), and the insert
+ * for its deepest holder. Rounds alternate keys, keys + lookup, keys + lookup + insert. */
 #include "select_kv.h"
 
 #include "benchutil.h"
@@ -52,13 +53,13 @@ static size_t kv_words(char *out, size_t n, uint32_t seed)
 }
 
 /* The chat body of session s: its system prompt, then its own 2,048 tokens or so. */
-static size_t kv_body(char *b, uint32_t s)
+static size_t kv_body(char *b, uint32_t s, int shared)
 {
     size_t n = 0;
 
     n += (size_t) sprintf(b + n, "{\"model\":\"m\",\"stream\":true,\"messages\":[{\"role\":"
                                  "\"system\",\"content\":\"");
-    n += kv_words(b + n, KV_SYS_BYTES, s % KV_SYSTEMS);
+    n += kv_words(b + n, KV_SYS_BYTES, shared ? s % KV_SYSTEMS : 100000000 + s);
     n += (size_t) sprintf(b + n, "\"},{\"role\":\"user\",\"content\":\"");
     n += kv_words(b + n, 3600, 1000 + s);
     n += (size_t) sprintf(b + n, "\"},{\"role\":\"assistant\",\"content\":\"");
@@ -121,15 +122,15 @@ void kv_table(int rounds, double ms, long iters, int only_workers, unsigned long
 
     printf("\npart 3: prefix keys and index, per request: the keys of a 2,048-token chat body "
            "(%d-token\nblocks, %d-byte pieces), the lookup, the insert of the decision; 2 "
-           "sessions of 128\nblocks per worker, 8 system prompts of 16 blocks; medians of %d "
-           "rounds\n\n",
+           "sessions of 128\nblocks per worker; medians of %d rounds. openings: 8 system prompts "
+           "of 16 blocks,\neach shared by an eighth of the fleet, or each session its own\n\n",
            KV_BLOCK, KV_PIECE, rounds);
-    printf("| workers | blocks held | keys µs | + lookup µs | + insert µs | holders found | "
-           "bytes/block |\n");
-    printf("|--------:|------------:|--------:|------------:|------------:|--------------:|"
-           "------------:|\n");
-    for (size_t wi = 0; wi < sizeof kv_workers / sizeof kv_workers[0]; wi++) {
-        int workers = kv_workers[wi];
+    printf("| workers | openings | blocks held | keys µs | + lookup µs | + insert µs | holders "
+           "found | bytes/block |\n");
+    printf("|--------:|:---------|------------:|--------:|------------:|------------:|--------"
+           "------:|------------:|\n");
+    for (size_t row = 0; row < 2 * sizeof kv_workers / sizeof kv_workers[0]; row++) {
+        int workers = kv_workers[row / 2], shared = row % 2 == 0;
         uint32_t sessions = 2u * (uint32_t) workers, x = 7;
         struct kvi_config c = {(uint32_t) workers, 1, sessions * 128u, 0, KV_BLOCK, 0};
         static struct kvi_hit hits[KV_HITS];
@@ -143,13 +144,13 @@ void kv_table(int rounds, double ms, long iters, int only_workers, unsigned long
             continue;
         r.idx = kvi_new(&c);
         for (uint32_t s = 0; s < sessions; s++) {
-            size_t len = kv_body(b, s), nk = kvk_body(&p, b, len, keys, KV_KEYS, NULL);
+            size_t len = kv_body(b, s, shared), nk = kvk_body(&p, b, len, keys, KV_KEYS, NULL);
 
             kvi_insert(r.idx, s % (uint32_t) workers, 0, keys, nk, r.now);
         }
         for (int j = 0; j < KV_POOL; j++) {
             bodies[j] = malloc(KV_BODY_MAX);
-            lens[j] = kv_body(bodies[j], kv_rand(&x) % sessions);
+            lens[j] = kv_body(bodies[j], kv_rand(&x) % sessions, shared);
         }
         n = iters > 0 ? iters : 16;
         if (iters <= 0) { /* about ms a round at the slowest level */
@@ -175,10 +176,10 @@ void kv_table(int rounds, double ms, long iters, int only_workers, unsigned long
         kvi_stats(r.idx, &st);
         found = kvi_match(r.idx, keys, kvk_body(&p, bodies[0], lens[0], keys, KV_KEYS, NULL), r.now,
                           hits, KV_HITS);
-        printf("| %7d | %11llu | %7.2f | %11.2f | %11.2f | %13zu | %11llu |\n", workers,
-               (unsigned long long) st.blocks, bench_median(t[0], rounds),
-               bench_median(t[1], rounds), bench_median(t[2], rounds), found,
-               (unsigned long long) st.bytes_per_block);
+        printf("| %7d | %-8s | %11llu | %7.2f | %11.2f | %11.2f | %13zu | %11llu |\n", workers,
+               shared ? "8 shared" : "own", (unsigned long long) st.blocks,
+               bench_median(t[0], rounds), bench_median(t[1], rounds), bench_median(t[2], rounds),
+               found, (unsigned long long) st.bytes_per_block);
         fflush(stdout);
         for (int j = 0; j < KV_POOL; j++)
             free(bodies[j]);

@@ -108,6 +108,17 @@ static void test_depth_with_many_holders(void **state)
         kvi_insert(x, w, 0, a, 40, 7);
     for (w = 0; w < 40; w++)
         assert_int_equal(depth_of(x, a, 40, 8, w, 0), w % 2 ? w + 1 : 40);
+    /* a holder that lacks a middle block (a correction can leave that) is not carried past
+     * it, though it holds a block further on that the others also hold */
+    chain(a, 40, 9, 40, 0);
+    kvi_insert(x, 1, 0, a, 3, 9);
+    {
+        uint64_t gap[2] = {a[0], a[2]};
+
+        kvi_insert(x, 2, 0, gap, 2, 9);
+    }
+    assert_int_equal(depth_of(x, a, 3, 10, 1, 0), 3);
+    assert_int_equal(depth_of(x, a, 3, 10, 2, 0), 1);
     kvi_free(x);
 }
 
