@@ -95,6 +95,8 @@ struct kvindex *kvi_new(const struct kvi_config *config)
         x->c.block_tokens = 16;
     if (x->c.max_keys == 0)
         x->c.max_keys = 4096;
+    if ((uint64_t) x->c.workers * x->c.ranks > UINT32_MAX)
+        fatal("kvindex: %u workers of %u ranks are too many", x->c.workers, x->c.ranks);
     holders = x->c.workers * x->c.ranks;
     nb = kvi_pow2((x->c.cap_blocks + 1) / 2);
     x->mask = nb - 1;

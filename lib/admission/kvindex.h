@@ -42,7 +42,8 @@ struct kvi_hit {
     uint32_t worker, rank, depth;
 };
 
-/* Counters since kvi_new, and the size now. */
+/* Counters since kvi_new, and the size now. Every entry inserted is held or went one way:
+ * inserted_blocks = blocks + evicted_* + dropped_*. */
 struct kvi_stats {
     uint64_t lookups;          /* kvi_match calls */
     uint64_t matched_blocks;   /* per lookup, the deepest hit's depth, summed */
@@ -80,9 +81,9 @@ void kvi_insert(struct kvindex *idx, uint32_t worker, uint32_t rank, const uint6
     blocks held of keys[0 .. n) to out; the count written */
 size_t kvi_match(struct kvindex *idx, const uint64_t *keys, size_t n, uint64_t now_ms,
                  struct kvi_hit *out, size_t cap);
-/** the engine answered a request predicted to find keys[0 .. n) on worker's rank, reporting
-    cached_tokens: drops that rank's entries of the blocks past the cached ones; the count
-    dropped. Counts predicted and confirmed tokens */
+/** the engine answered a request predicted to find keys[0 .. n) on worker's rank (n: the
+    depth kvi_match gave it), reporting cached_tokens: drops that rank's entries of keys
+    past the cached ones; the count dropped. Counts predicted and confirmed tokens */
 size_t kvi_correct(struct kvindex *idx, uint32_t worker, uint32_t rank, const uint64_t *keys,
                    size_t n, uint64_t cached_tokens);
 /** drops every entry of every rank of worker (an engine restarted, a worker removed) */
