@@ -41,7 +41,8 @@ enum {
     KIND_ID,
     KIND_IDS,
     KIND_BATCH,
-    KIND_BATCH_ITEM
+    KIND_BATCH_ITEM,
+    KIND_ROLE /* a message's "role": counts nothing, told to a sink */
 };
 
 /* For a kind: whether a string is text, whether an integer is an id, and the role an array or
@@ -62,6 +63,7 @@ static const struct {
     [KIND_IDS] = {0, 0, ROLE_IDS, ROLE_NONE},
     [KIND_BATCH] = {0, 0, ROLE_BATCH, ROLE_NONE},
     [KIND_BATCH_ITEM] = {0, 1, ROLE_IDS, ROLE_NONE},
+    [KIND_ROLE] = {0, 0, ROLE_NONE, ROLE_NONE},
 };
 
 /* The kind of every element of an array, by the array's role. */
@@ -81,12 +83,38 @@ static const struct {
     {ROLE_TOP, KIND_MESSAGES, 8, "messages"},     {ROLE_TOP, KIND_PROMPT, 6, "prompt"},
     {ROLE_TOP, KIND_IDS, 16, "prompt_token_ids"}, {ROLE_TOP, KIND_BATCH, 9, "input_ids"},
     {ROLE_MESSAGE, KIND_CONTENT, 7, "content"},   {ROLE_PART, KIND_TEXT, 4, "text"},
+    {ROLE_MESSAGE, KIND_ROLE, 4, "role"},
 };
 
 struct tokcount_scan {
     const char *p, *end; /* cursor; p <= end always */
     uint64_t ids, text, messages;
+    const struct tokcount_sink *sink; /* NULL when only counting */
 };
+
+/* Tells the sink the UTF-8 of code point cp (a lone surrogate half as its 3 bytes). */
+static void tokcount_emit_cp(const struct tokcount_sink *k, unsigned cp)
+{
+    unsigned char u[4];
+    size_t n;
+
+    if (cp < 0x80) {
+        u[0] = (unsigned char) cp, n = 1;
+    } else if (cp < 0x800) {
+        u[0] = (unsigned char) (0xC0 | cp >> 6), u[1] = (unsigned char) (0x80 | (cp & 0x3F));
+        n = 2;
+    } else if (cp < 0x10000) {
+        u[0] = (unsigned char) (0xE0 | cp >> 12);
+        u[1] = (unsigned char) (0x80 | (cp >> 6 & 0x3F));
+        u[2] = (unsigned char) (0x80 | (cp & 0x3F)), n = 3;
+    } else {
+        u[0] = (unsigned char) (0xF0 | cp >> 18);
+        u[1] = (unsigned char) (0x80 | (cp >> 12 & 0x3F));
+        u[2] = (unsigned char) (0x80 | (cp >> 6 & 0x3F));
+        u[3] = (unsigned char) (0x80 | (cp & 0x3F)), n = 4;
+    }
+    k->text(k->ctx, (const char *) u, n);
+}
 
 #define TOKCOUNT_ONES  0x0101010101010101ULL
 #define TOKCOUNT_HIGHS 0x8080808080808080ULL
@@ -149,6 +177,8 @@ static int tokcount_string(struct tokcount_scan *s, int count, char *key, size_t
     const char *start = s->p + 1, *p = start, *end = s->end;
     const char *pair = NULL; /* just after a \uD800-\uDBFF escape: a low half here pairs */
     uint64_t saved = 0;      /* bytes of the escapes so far beyond their UTF-8 length */
+    const struct tokcount_sink *sink = count ? s->sink : NULL;
+    unsigned high = 0; /* a high surrogate half not yet told to the sink */
     size_t klen = 0, n;
     unsigned cp;
     int i, h;
@@ -159,6 +189,11 @@ static int tokcount_string(struct tokcount_scan *s, int count, char *key, size_t
 
         if (key && klen + (size_t) (q - p) <= TOKCOUNT_KEY_MAX)
             memcpy(key + klen, p, (size_t) (q - p));
+        if (sink && q > p) {
+            if (high)
+                tokcount_emit_cp(sink, high), high = 0;
+            sink->text(sink->ctx, p, (size_t) (q - p));
+        }
         klen += (size_t) (q - p);
         p = q;
         if (p == end || *p != '\\' || end - p < 2)
@@ -185,14 +220,30 @@ static int tokcount_string(struct tokcount_scan *s, int count, char *key, size_t
                           : cp < 0x800                                 ? 2
                           : (p == pair && cp >= 0xDC00 && cp < 0xE000) ? 1
                                                                        : 3);
+            if (sink) {
+                /* a pair is told as the one character it stands for, as if written raw */
+                if (high && p == pair && cp >= 0xDC00 && cp < 0xE000)
+                    cp = 0x10000 + ((high - 0xD800) << 10) + (cp - 0xDC00), high = 0;
+                else if (high)
+                    tokcount_emit_cp(sink, high), high = 0;
+            }
             pair = cp >= 0xD800 && cp < 0xDC00 ? p + 6 : NULL;
             n = 6;
+        }
+        if (sink) {
+            if (cp >= 0xD800 && cp < 0xDC00)
+                high = cp;
+            else
+                tokcount_emit_cp(sink, cp);
         }
         if (key && klen < TOKCOUNT_KEY_MAX && cp < 0x80)
             key[klen] = (char) cp;
         klen += cp < 0x80 ? 1 : TOKCOUNT_KEY_MAX + 1;
         p += n;
     }
+    /* a half cut off by the end of input is not told: the whole body may pair it */
+    if (high && p < end && *p == '"')
+        tokcount_emit_cp(sink, high);
     /* each escape is counted only once all its bytes were read, so a cut body counts less */
     if (count)
         s->text += (uint64_t) (p - start) - saved;
@@ -210,21 +261,27 @@ static int tokcount_digit(const char *p, const char *end)
     return p < end && *p >= '0' && *p <= '9';
 }
 
-/* Scans the number at s->p; *integer tells whether it has no fraction and no exponent.
+/* Scans the number at s->p; *integer tells whether it has no fraction and no exponent, and
+ * *value is its magnitude when it is one (saturated; UINT64_MAX for a negative one).
  * Returns 2 when it ends before the end of input, 1 when it runs to the end (complete only as
  * a top-level value), 0 on a syntax error or a number cut short. */
-static int tokcount_number(struct tokcount_scan *s, int *integer)
+static int tokcount_number(struct tokcount_scan *s, int *integer, uint64_t *value)
 {
     const char *p = s->p, *end = s->end;
+    uint64_t v;
 
     *integer = 1;
     if (*p == '-')
         p++;
     if (!tokcount_digit(p, end))
         return 0;
+    v = (uint64_t) (*p - '0');
     if (*p++ != '0')
-        while (tokcount_digit(p, end))
+        while (tokcount_digit(p, end)) {
+            v = v > (UINT64_MAX - 9) / 10 ? UINT64_MAX : v * 10 + (uint64_t) (*p - '0');
             p++;
+        }
+    *value = *s->p == '-' ? UINT64_MAX : v;
     if (p < end && *p == '.') {
         *integer = 0;
         if (!tokcount_digit(++p, end))
@@ -299,7 +356,9 @@ static int tokcount_scan(struct tokcount_scan *s, int *deep)
     unsigned char stack[TOKCOUNT_MAX_DEPTH]; /* roles, ROLE_OBJECT set for objects */
     size_t depth = 0;
     unsigned char kind = KIND_ROOT, role = ROLE_NONE; /* role of stack[depth - 1] */
+    const struct tokcount_sink *sink = s->sink;
     int want = WANT_VALUE, integer;
+    uint64_t value;
     char key[TOKCOUNT_KEY_MAX], c;
     size_t keylen;
 
@@ -314,6 +373,11 @@ static int tokcount_scan(struct tokcount_scan *s, int *deep)
              ((c == ']' || c == '}') && want == WANT_NEXT)) &&
             (c == '}') == ((role & ROLE_OBJECT) != 0)) {
             s->p++;
+            if (sink && role == (ROLE_MESSAGE | ROLE_OBJECT))
+                sink->mark(sink->ctx, TOKCOUNT_MESSAGE_END, NULL, 0);
+            else if (sink && role == ROLE_IDS && depth > 1 &&
+                     (stack[depth - 2] == ROLE_PROMPT || stack[depth - 2] == ROLE_BATCH))
+                sink->mark(sink->ctx, TOKCOUNT_ITEM_END, NULL, 0);
             role = --depth ? stack[depth - 1] : ROLE_NONE;
             continue;
         }
@@ -340,15 +404,23 @@ static int tokcount_scan(struct tokcount_scan *s, int *deep)
                 stack[depth++] = role;
                 goto next;
             }
-            if (c == '"') {
+            if (c == '"' && sink && kind == KIND_ROLE) {
+                if (!tokcount_string(s, 0, key, &keylen))
+                    return 0;
+                sink->mark(sink->ctx, TOKCOUNT_ROLE, key, keylen <= TOKCOUNT_KEY_MAX ? keylen : 0);
+            } else if (c == '"') {
                 if (!tokcount_string(s, tokcount_kinds[kind].text, NULL, NULL))
                     return 0;
+                if (sink && kind == KIND_PROMPT_ITEM)
+                    sink->mark(sink->ctx, TOKCOUNT_ITEM_END, NULL, 0);
             } else if (c == '-' || (c >= '0' && c <= '9')) {
-                int r = tokcount_number(s, &integer);
+                int r = tokcount_number(s, &integer, &value);
 
                 if (r == 0 || (r == 1 && depth > 0))
                     return 0;
                 s->ids += integer && tokcount_kinds[kind].id;
+                if (sink && integer && tokcount_kinds[kind].id)
+                    sink->id(sink->ctx, value);
             } else if (s->end - s->p >= 4 &&
                        (memcmp(s->p, "true", 4) == 0 || memcmp(s->p, "null", 4) == 0)) {
                 s->p += 4;
@@ -401,6 +473,12 @@ static uint64_t tokcount_text_tokens(uint64_t bytes, double chars_per_token)
 
 void tokcount_body(const char *body, size_t len, double chars_per_token, struct tokcount *out)
 {
+    tokcount_walk(body, len, chars_per_token, NULL, out);
+}
+
+void tokcount_walk(const char *body, size_t len, double chars_per_token,
+                   const struct tokcount_sink *sink, struct tokcount *out)
+{
     struct tokcount_scan s;
     uint64_t text_tokens;
     int deep = 0, ok;
@@ -410,6 +488,7 @@ void tokcount_body(const char *body, size_t len, double chars_per_token, struct 
     memset(&s, 0, sizeof s);
     s.p = body;
     s.end = body + len;
+    s.sink = sink;
     ok = tokcount_scan(&s, &deep);
     text_tokens = tokcount_text_tokens(s.text, chars_per_token);
     out->id_tokens = s.ids;

@@ -47,4 +47,28 @@ struct tokcount {
     chars_per_token bytes per token (ceil; <= 0, NaN or infinite means 4.0) */
 void tokcount_body(const char *body, size_t len, double chars_per_token, struct tokcount *out);
 
+/* What a sink is told besides text and ids (tokcount_sink.mark). */
+enum {
+    TOKCOUNT_ROLE,        /* a message's "role" string (decoded; empty when over 16 bytes) */
+    TOKCOUNT_MESSAGE_END, /* a message object closed */
+    TOKCOUNT_ITEM_END     /* an element of a batch ("prompt" or "input_ids" array) ended */
+};
+
+/* Whoever wants the prompt itself, not only its size (kvkeys, the prefix keys): the walk tells
+ * it, in body order, what it counts. The callbacks must not fail; they see a cut body's
+ * beginning as well as a whole one's. */
+struct tokcount_sink {
+    /* decoded prompt text: each escape as its UTF-8 (a surrogate pair as one character) */
+    void (*text)(void *ctx, const char *bytes, size_t n);
+    /* a token id: its value (saturated at UINT64_MAX; a negative one is UINT64_MAX) */
+    void (*id)(void *ctx, uint64_t id);
+    /* one of TOKCOUNT_ROLE (s, n: the role), _MESSAGE_END, _ITEM_END (s NULL, n 0) */
+    void (*mark)(void *ctx, int what, const char *s, size_t n);
+    void *ctx;
+};
+
+/** tokcount_body that also tells sink (NULL: none) the prompt's text and ids as it counts */
+void tokcount_walk(const char *body, size_t len, double chars_per_token,
+                   const struct tokcount_sink *sink, struct tokcount *out);
+
 #endif

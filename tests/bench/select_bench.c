@@ -15,6 +15,10 @@
  * is a selection under the class thresholds and whose go() is the selection and booking of
  * part 1, then released; side by side with part 1's plain select-and-book (gate_table()).
  *
+ * Part 3 (select_kv.c) is what prefix-aware selection will add: a 2,048-token chat body's
+ * block keys, their lookup in the prefix index and the insert of the decision, at 512, 4,096
+ * and 10,000 workers, with the index's bytes per block.
+ *
  * It also checks that a selection allocates nothing: malloc, calloc and realloc are wrapped
  * at link time (-Wl,--wrap=...) and counted, and a count other than 0 during the timed loops
  * (of either part) exits 1. Timings are printed, never asserted; it is built by default and
@@ -22,14 +26,15 @@
  *
  *   meson setup build-rel --buildtype=release && ninja -C build-rel tests/bench/select_bench
  *   build-rel/tests/bench/select_bench [--cpu N] [--rounds N] [--ms N] [--workers N]
- *                                      [--ranks N] [--iters N] [--part 1|2]
+ *                                      [--ranks N] [--iters N] [--part 1|2|3]
  *
  * --cpu (or ADMIT_BENCH_CPU) is the core to pin to, 0 by default; --rounds the rounds of each
  * kind (7); --ms the length of one round (20); --workers and --ranks keep one row of the
  * table, and --iters fixes the requests a round instead of timing a trial, so that two builds
  * under valgrind --tool=cachegrind do the same work (instructions and misses per request are
- * steadier than timings on a shared machine); --part keeps one part (both by default). */
+ * steadier than timings on a shared machine); --part keeps one part (all by default). */
 #include "benchutil.h"
+#include "select_kv.h"
 #include "admission/busy.h"
 #include "admission/classq.h"
 #include "router/select.h"
@@ -436,7 +441,7 @@ static void gate_table(int rounds, double ms, long iters, int only_workers, unsi
 static void usage(void)
 {
     fprintf(stderr, "usage: select_bench [--cpu N] [--rounds N] [--ms N] [--workers N] "
-                    "[--ranks N] [--iters N] [--part 1|2]\n");
+                    "[--ranks N] [--iters N] [--part 1|2|3]\n");
     exit(2);
 }
 
@@ -472,7 +477,7 @@ int main(int argc, char **argv)
         else
             usage();
     }
-    if (rounds < 1 || rounds > BENCH_MAX_ROUNDS || !(ms > 0) || part < 0 || part > 2)
+    if (rounds < 1 || rounds > BENCH_MAX_ROUNDS || !(ms > 0) || part < 0 || part > 3)
         usage();
     bench_pin("select_bench", cpu);
 
@@ -492,7 +497,7 @@ int main(int argc, char **argv)
     on.active_prefill_tokens_threshold_frac = 0.9;
     on.active_prefill_tokens_threshold = 1000000;
 
-    if (part != 2) {
+    if (part == 0 || part == 1) {
         printf("select_bench: sel_pick + sel_book + sel_first_token + sel_release per request;\n"
                "median of %d alternating rounds of each (off, on, off, on, ...), ~%g ms a round\n",
                rounds, ms);
@@ -519,7 +524,7 @@ int main(int argc, char **argv)
             struct bench_kind kon = {run_select, NULL, &on, NULL, NULL};
             struct bench_kind kmodel = {run_select, NULL, &on, NULL, NULL};
 
-            if (part == 2 || (only_workers && workers != only_workers) ||
+            if ((part != 0 && part != 1) || (only_workers && workers != only_workers) ||
                 (only_ranks && ranks != only_ranks))
                 continue;
             three_in_four = calloc(((size_t) workers + 63) / 64, sizeof(uint64_t));
@@ -569,7 +574,7 @@ int main(int argc, char **argv)
             fleet_free(&f);
             free(three_in_four);
         }
-    if (part != 2)
+    if (part == 0 || part == 1)
         printf("\nDynamo's figures are per selection as published (512 and 4096 workers: two "
                "runs\nquoted; 1024: default policy; 10000: custom policy without filter), for "
                "scale only.\n");
@@ -582,8 +587,12 @@ int main(int argc, char **argv)
         printf("target: thresholds cost <= +5 %% (on/off <= 1.05) from 512 workers up: worst "
                "%.3f at %d x %u %s\n",
                worst_ratio, worst_w, worst_r, worst_ratio <= 1.05 ? "met" : "NOT met");
-    if (part != 1)
+    if (part == 0 || part == 2)
         gate_table(rounds, ms, iters, only_workers, only_ranks, &on, &allocs);
-    printf("allocations during selection%s: %lu\n", part != 1 ? " and the class gate" : "", allocs);
+    if (part == 0 || part == 3)
+        kv_table(rounds, ms, iters, only_workers, &allocs);
+    printf("allocations during selection%s%s: %lu\n",
+           part == 0 || part == 2 ? ", the class gate" : "",
+           part == 0 || part == 3 ? ", keys and index" : "", allocs);
     return allocs == 0 ? 0 : 1;
 }

@@ -1,0 +1,505 @@
+/* kvindex: block key -> holders, in preallocated arrays indexed by 32-bit numbers.
+ *
+ * A node is one key: its hash-chain link and the list of its entries. An entry is one
+ * (key, holder) pair and sits on four lists: its key's holders (singly linked: a removal walks
+ * it, and only a hot key's list is long, which is rarely the one evicted), the chain of its
+ * (key, holder) bucket, so that an insert finds a holder's entry of a hot key without walking
+ * every holder, and two doubly linked ones: its holder's blocks (most recently used first)
+ * and all entries (likewise; with one TTL for all, the least recently used is also the first
+ * to expire). Both tables are chained with a bucket per two entries or fewer.
+ *
+ * Worst case per block (every key held once): an entry (36 bytes), a node (20) and at most
+ * a bucket of each table (4 + 4): 64 bytes. */
+#include "admission/kvindex.h"
+
+#include "util/xmalloc.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#define KVI_NIL UINT32_MAX
+
+/* How many probes of a lookup run ahead of the one it is at. */
+#define KVI_AHEAD 8
+#if defined(__GNUC__)
+#define KVI_PREFETCH(p) __builtin_prefetch(p)
+#else
+#define KVI_PREFETCH(p) ((void) (p))
+#endif
+
+struct kvi_node {
+    uint32_t key_lo, key_hi; /* two halves: keeps the node at 20 bytes */
+    uint32_t head;           /* the first entry of this key */
+    uint32_t next;           /* the bucket chain (the free list when unused) */
+    uint32_t count;          /* entries of this key */
+};
+
+struct kvi_entry {
+    uint32_t node, holder;
+    uint32_t knext;        /* the key's entries */
+    uint32_t pnext;        /* the (key, holder) bucket's chain */
+    uint32_t hprev, hnext; /* the holder's, most recently used first */
+    uint32_t gprev, gnext; /* all of them, likewise (gnext: the free list when unused) */
+    uint32_t t;            /* last insert, milliseconds mod 2^32 */
+};
+
+struct kvi_holder {
+    uint32_t head, tail; /* its entries, most recently used first */
+    uint32_t count, cap; /* entries held; capacity (0: none) */
+    uint32_t gen, seen;  /* lookup scratch: which lookup, and the explicit depth seen there */
+};
+
+/* Why an entry goes, for the counters. */
+enum { KVI_TTL, KVI_CAPACITY, KVI_GLOBAL, KVI_CORRECT, KVI_FORGET };
+
+struct kvindex {
+    struct kvi_config c;
+    struct kvi_entry *e;
+    struct kvi_node *n;
+    uint32_t *bucket;
+    uint32_t *pair; /* (key, holder) -> entry buckets, as many as bucket[] */
+    struct kvi_holder *h;
+    uint32_t *levels; /* lookup scratch: the depths where the walk looked at entries */
+    uint32_t mask;    /* buckets - 1 */
+    uint32_t efree, nfree;
+    uint32_t ghead, gtail;
+    uint32_t gen;
+    uint64_t last_ms; /* the latest time seen */
+    struct kvi_stats s;
+};
+
+static uint32_t kvi_pow2(uint32_t n)
+{
+    uint32_t p = 1;
+
+    while (p < n)
+        p <<= 1;
+    return p;
+}
+
+struct kvindex *kvi_new(const struct kvi_config *config)
+{
+    struct kvindex *x = xcalloc(1, sizeof *x);
+    uint32_t i, nb, holders;
+
+    x->c = *config;
+    if (x->c.ranks == 0)
+        x->c.ranks = 1;
+    if (x->c.cap_blocks == 0)
+        x->c.cap_blocks = 1;
+    if (x->c.cap_blocks > KVI_NIL - 1)
+        x->c.cap_blocks = KVI_NIL - 1;
+    if (x->c.ttl_ms == 0 || x->c.ttl_ms > INT32_MAX)
+        x->c.ttl_ms = x->c.ttl_ms ? INT32_MAX : KVI_TTL_MS_DEFAULT;
+    if (x->c.block_tokens == 0)
+        x->c.block_tokens = 16;
+    if (x->c.max_keys == 0)
+        x->c.max_keys = 4096;
+    if ((uint64_t) x->c.workers * x->c.ranks > UINT32_MAX)
+        fatal("kvindex: %u workers of %u ranks are too many", x->c.workers, x->c.ranks);
+    holders = x->c.workers * x->c.ranks;
+    nb = kvi_pow2((x->c.cap_blocks + 1) / 2);
+    x->mask = nb - 1;
+    x->e = xmalloc((size_t) x->c.cap_blocks * sizeof *x->e);
+    x->n = xmalloc((size_t) x->c.cap_blocks * sizeof *x->n);
+    x->bucket = xmalloc((size_t) nb * sizeof *x->bucket);
+    x->pair = xmalloc((size_t) nb * sizeof *x->pair);
+    x->h = xcalloc(holders ? holders : 1, sizeof *x->h);
+    x->levels = xmalloc((size_t) x->c.max_keys * sizeof *x->levels);
+    memset(x->bucket, 0xff, (size_t) nb * sizeof *x->bucket);
+    memset(x->pair, 0xff, (size_t) nb * sizeof *x->pair);
+    for (i = 0; i < x->c.cap_blocks; i++) {
+        x->e[i].gnext = i + 1 < x->c.cap_blocks ? i + 1 : KVI_NIL;
+        x->n[i].next = i + 1 < x->c.cap_blocks ? i + 1 : KVI_NIL;
+    }
+    for (i = 0; i < holders; i++)
+        x->h[i].head = x->h[i].tail = KVI_NIL;
+    x->efree = x->nfree = 0;
+    x->ghead = x->gtail = KVI_NIL;
+    x->s.bytes = sizeof *x + (uint64_t) x->c.cap_blocks * (sizeof *x->e + sizeof *x->n) +
+                 (uint64_t) nb * (sizeof *x->bucket + sizeof *x->pair) +
+                 (uint64_t) holders * sizeof *x->h + (uint64_t) x->c.max_keys * sizeof *x->levels;
+    x->s.bytes_per_block = ((uint64_t) x->c.cap_blocks * (sizeof *x->e + sizeof *x->n) +
+                            (uint64_t) nb * 8 + x->c.cap_blocks - 1) /
+                           x->c.cap_blocks;
+    return x;
+}
+
+void kvi_free(struct kvindex *idx)
+{
+    if (idx == NULL)
+        return;
+    free(idx->e);
+    free(idx->n);
+    free(idx->bucket);
+    free(idx->pair);
+    free(idx->h);
+    free(idx->levels);
+    free(idx);
+}
+
+uint32_t kvi_capacity_blocks(uint64_t kv_total_blocks, uint64_t kv_block_size,
+                             unsigned block_tokens)
+{
+    uint64_t tokens;
+
+    if (kv_total_blocks == 0 || kv_block_size == 0 || block_tokens == 0)
+        return 0;
+    if (kv_total_blocks > UINT64_MAX / kv_block_size)
+        return UINT32_MAX;
+    tokens = kv_total_blocks * kv_block_size / block_tokens;
+    return tokens == 0 ? 1 : tokens > UINT32_MAX ? UINT32_MAX : (uint32_t) tokens;
+}
+
+/* The holder of (worker, rank), or KVI_NIL when out of range. */
+static uint32_t kvi_holder(const struct kvindex *x, uint32_t worker, uint32_t rank)
+{
+    if (worker >= x->c.workers || rank >= x->c.ranks)
+        return KVI_NIL;
+    return worker * x->c.ranks + rank;
+}
+
+static uint32_t *kvi_slot(struct kvindex *x, uint64_t key)
+{
+    return &x->bucket[(uint32_t) (key ^ key >> 32) & x->mask];
+}
+
+/* The (key, holder) bucket of a node and a holder. */
+static uint32_t *kvi_pslot(struct kvindex *x, uint32_t node, uint32_t holder)
+{
+    return &x->pair[(uint32_t) (((uint64_t) node << 32 | holder) * 0x9e3779b97f4a7c15ULL >> 32) &
+                    x->mask];
+}
+
+static uint32_t kvi_find(struct kvindex *x, uint64_t key)
+{
+    uint32_t i = *kvi_slot(x, key);
+
+    while (i != KVI_NIL &&
+           (x->n[i].key_lo != (uint32_t) key || x->n[i].key_hi != (uint32_t) (key >> 32)))
+        i = x->n[i].next;
+    return i;
+}
+
+/* Whether entry i has outlived the TTL at now (milliseconds mod 2^32). */
+static int kvi_old(const struct kvindex *x, uint32_t i, uint32_t now)
+{
+    return now - x->e[i].t > x->c.ttl_ms;
+}
+
+/* Unlinks entry i from all three lists, frees it, and its node when it was the last. */
+static void kvi_remove(struct kvindex *x, uint32_t i, int why)
+{
+    struct kvi_entry *e = &x->e[i];
+    struct kvi_node *nd = &x->n[e->node];
+    struct kvi_holder *h = &x->h[e->holder];
+    uint32_t *p;
+
+    for (p = &nd->head; *p != i;)
+        p = &x->e[*p].knext;
+    *p = e->knext;
+    for (p = kvi_pslot(x, e->node, e->holder); *p != i;)
+        p = &x->e[*p].pnext;
+    *p = e->pnext;
+    if (--nd->count == 0) {
+        for (p = kvi_slot(x, (uint64_t) nd->key_hi << 32 | nd->key_lo); *p != e->node;)
+            p = &x->n[*p].next;
+        *p = nd->next;
+        nd->next = x->nfree;
+        x->nfree = e->node;
+    }
+    if (e->hprev != KVI_NIL)
+        x->e[e->hprev].hnext = e->hnext;
+    else
+        h->head = e->hnext;
+    if (e->hnext != KVI_NIL)
+        x->e[e->hnext].hprev = e->hprev;
+    else
+        h->tail = e->hprev;
+    h->count--;
+    if (e->gprev != KVI_NIL)
+        x->e[e->gprev].gnext = e->gnext;
+    else
+        x->ghead = e->gnext;
+    if (e->gnext != KVI_NIL)
+        x->e[e->gnext].gprev = e->gprev;
+    else
+        x->gtail = e->gprev;
+    e->gnext = x->efree;
+    x->efree = i;
+    x->s.blocks--;
+    switch (why) {
+    case KVI_TTL:
+        x->s.evicted_ttl++;
+        break;
+    case KVI_CAPACITY:
+        x->s.evicted_capacity++;
+        break;
+    case KVI_GLOBAL:
+        x->s.evicted_global++;
+        break;
+    case KVI_CORRECT:
+        x->s.dropped_correct++;
+        break;
+    default:
+        x->s.dropped_forget++;
+    }
+}
+
+/* Puts entry i first on its holder's list and on the global one (most recently used). */
+static void kvi_push(struct kvindex *x, uint32_t i)
+{
+    struct kvi_entry *e = &x->e[i];
+    struct kvi_holder *h = &x->h[e->holder];
+
+    e->hprev = KVI_NIL;
+    e->hnext = h->head;
+    if (h->head != KVI_NIL)
+        x->e[h->head].hprev = i;
+    else
+        h->tail = i;
+    h->head = i;
+    e->gprev = KVI_NIL;
+    e->gnext = x->ghead;
+    if (x->ghead != KVI_NIL)
+        x->e[x->ghead].gprev = i;
+    else
+        x->gtail = i;
+    x->ghead = i;
+}
+
+/* Takes entry i off its holder's list and the global one (to be pushed again). */
+static void kvi_unlink_lru(struct kvindex *x, uint32_t i)
+{
+    struct kvi_entry *e = &x->e[i];
+    struct kvi_holder *h = &x->h[e->holder];
+
+    if (e->hprev != KVI_NIL)
+        x->e[e->hprev].hnext = e->hnext;
+    else
+        h->head = e->hnext;
+    if (e->hnext != KVI_NIL)
+        x->e[e->hnext].hprev = e->hprev;
+    else
+        h->tail = e->hprev;
+    if (e->gprev != KVI_NIL)
+        x->e[e->gprev].gnext = e->gnext;
+    else
+        x->ghead = e->gnext;
+    if (e->gnext != KVI_NIL)
+        x->e[e->gnext].gprev = e->gprev;
+    else
+        x->gtail = e->gprev;
+}
+
+/* The time of now_ms for entries; a clock that stood still for 2^31 ms expires them all. */
+static uint32_t kvi_now(struct kvindex *x, uint64_t now_ms)
+{
+    if (now_ms < x->last_ms)
+        now_ms = x->last_ms; /* time does not go back for the index */
+    if (now_ms - x->last_ms >= (uint64_t) INT32_MAX)
+        while (x->gtail != KVI_NIL)
+            kvi_remove(x, x->gtail, KVI_TTL);
+    x->last_ms = now_ms;
+    return (uint32_t) now_ms;
+}
+
+void kvi_expire(struct kvindex *x, uint64_t now_ms)
+{
+    uint32_t now = kvi_now(x, now_ms);
+
+    while (x->gtail != KVI_NIL && kvi_old(x, x->gtail, now))
+        kvi_remove(x, x->gtail, KVI_TTL);
+}
+
+void kvi_set_capacity(struct kvindex *x, uint32_t worker, uint32_t rank, uint32_t blocks)
+{
+    uint32_t hi = kvi_holder(x, worker, rank);
+
+    if (hi == KVI_NIL)
+        return;
+    x->h[hi].cap = blocks;
+    while (blocks && x->h[hi].count > blocks)
+        kvi_remove(x, x->h[hi].tail, KVI_CAPACITY);
+}
+
+/* The entry of key node ni held by holder hi, or KVI_NIL. */
+static uint32_t kvi_entry_of(struct kvindex *x, uint32_t ni, uint32_t hi)
+{
+    uint32_t i = *kvi_pslot(x, ni, hi);
+
+    while (i != KVI_NIL && (x->e[i].node != ni || x->e[i].holder != hi))
+        i = x->e[i].pnext;
+    return i;
+}
+
+/* Inserts or refreshes one key for holder hi. */
+static void kvi_put(struct kvindex *x, uint32_t hi, uint64_t key, uint32_t now)
+{
+    uint32_t ni = kvi_find(x, key), i;
+    struct kvi_entry *e;
+
+    if (ni != KVI_NIL && (i = kvi_entry_of(x, ni, hi)) != KVI_NIL) {
+        kvi_unlink_lru(x, i);
+        x->e[i].t = now;
+        kvi_push(x, i);
+        return;
+    }
+    /* room first: an eviction may free this very key's node, so look it up again after */
+    if (x->h[hi].cap && x->h[hi].count >= x->h[hi].cap)
+        kvi_remove(x, x->h[hi].tail, KVI_CAPACITY);
+    else if (x->efree == KVI_NIL)
+        kvi_remove(x, x->gtail, KVI_GLOBAL);
+    if ((ni = kvi_find(x, key)) == KVI_NIL) {
+        uint32_t *slot = kvi_slot(x, key);
+
+        ni = x->nfree; /* never NIL: a node has at least one entry, and one is free */
+        x->nfree = x->n[ni].next;
+        x->n[ni].key_lo = (uint32_t) key;
+        x->n[ni].key_hi = (uint32_t) (key >> 32);
+        x->n[ni].head = KVI_NIL;
+        x->n[ni].count = 0;
+        x->n[ni].next = *slot;
+        *slot = ni;
+    }
+    i = x->efree;
+    e = &x->e[i];
+    x->efree = e->gnext;
+    e->node = ni;
+    e->holder = hi;
+    e->t = now;
+    e->knext = x->n[ni].head;
+    x->n[ni].head = i;
+    e->pnext = *kvi_pslot(x, ni, hi);
+    *kvi_pslot(x, ni, hi) = i;
+    x->n[ni].count++;
+    x->h[hi].count++;
+    kvi_push(x, i);
+    x->s.blocks++;
+    x->s.inserted_blocks++;
+}
+
+void kvi_insert(struct kvindex *x, uint32_t worker, uint32_t rank, const uint64_t *keys, size_t n,
+                uint64_t now_ms)
+{
+    uint32_t hi = kvi_holder(x, worker, rank), now;
+
+    if (hi == KVI_NIL)
+        return;
+    kvi_expire(x, now_ms);
+    now = (uint32_t) x->last_ms;
+    /* last block first: block 0 ends up the most recently used, the chain ages from its end */
+    while (n-- > 0) {
+        if (n >= KVI_AHEAD)
+            KVI_PREFETCH(kvi_slot(x, keys[n - KVI_AHEAD]));
+        kvi_put(x, hi, keys[n], now);
+    }
+}
+
+size_t kvi_match(struct kvindex *x, const uint64_t *keys, size_t n, uint64_t now_ms,
+                 struct kvi_hit *out, size_t cap)
+{
+    uint32_t ni, i, active, lv, m = 0, depth, *levels = x->levels;
+    size_t nout = 0, j;
+    struct kvi_holder *h;
+
+    kvi_expire(x, now_ms);
+    x->s.lookups++;
+    if (n > x->c.max_keys)
+        n = x->c.max_keys;
+    if (n == 0 || (ni = kvi_find(x, keys[0])) == KVI_NIL)
+        return 0;
+    if (++x->gen == 0) { /* wrapped: no holder may look seen by an old lookup */
+        for (i = 0; i < x->c.workers * x->c.ranks; i++)
+            x->h[i].gen = 0;
+        x->gen = 1;
+    }
+    /* depth 0: every holder of the first block; seen is the index in levels[] of the last
+     * depth where the holder was looked at and found */
+    active = x->n[ni].count;
+    for (i = x->n[ni].head; i != KVI_NIL; i = x->e[i].knext) {
+        h = &x->h[x->e[i].holder];
+        h->gen = x->gen;
+        h->seen = 0;
+        if (nout < cap) {
+            out[nout].worker = x->e[i].holder / x->c.ranks;
+            out[nout].rank = x->e[i].holder % x->c.ranks;
+            nout++;
+        }
+    }
+    levels[m++] = 0;
+    for (lv = 1; lv < n && active; lv++) {
+        uint32_t still = 0;
+
+        /* the probes of the chain do not depend on each other: start the next ones' loads */
+        if (lv + KVI_AHEAD < n)
+            KVI_PREFETCH(kvi_slot(x, keys[lv + KVI_AHEAD]));
+        if ((ni = kvi_find(x, keys[lv])) == KVI_NIL)
+            break;
+        /* a block held by as many as are still in the walk is held by all of them: a holder
+         * keeps prefixes of chains (see kvindex.h), so its holders are among them */
+        if (x->n[ni].count == active)
+            continue;
+        for (i = x->n[ni].head; i != KVI_NIL; i = x->e[i].knext) {
+            h = &x->h[x->e[i].holder];
+            if (h->gen == x->gen && h->seen == m - 1) {
+                h->seen = m;
+                still++;
+            }
+        }
+        levels[m++] = lv;
+        active = still;
+    }
+    /* a holder last found at levels[s] holds through the depth before the next explicit
+     * look (where it was missing), or through the last depth walked */
+    depth = 0;
+    for (j = 0; j < nout; j++) {
+        h = &x->h[kvi_holder(x, out[j].worker, out[j].rank)];
+        out[j].depth = h->seen + 1 < m ? levels[h->seen + 1] : lv;
+        if (out[j].depth > depth)
+            depth = out[j].depth;
+    }
+    x->s.matched_blocks += depth;
+    return nout;
+}
+
+size_t kvi_correct(struct kvindex *x, uint32_t worker, uint32_t rank, const uint64_t *keys,
+                   size_t n, uint64_t cached_tokens)
+{
+    uint32_t hi = kvi_holder(x, worker, rank), ni, i;
+    uint64_t predicted = (uint64_t) n * x->c.block_tokens;
+    size_t b, dropped = 0;
+
+    if (hi == KVI_NIL)
+        return 0;
+    x->s.predicted_tokens += predicted;
+    x->s.confirmed_tokens += cached_tokens < predicted ? cached_tokens : predicted;
+    for (b = cached_tokens / x->c.block_tokens; b < n; b++)
+        if ((ni = kvi_find(x, keys[b])) != KVI_NIL && (i = kvi_entry_of(x, ni, hi)) != KVI_NIL) {
+            kvi_remove(x, i, KVI_CORRECT);
+            dropped++;
+        }
+    return dropped;
+}
+
+void kvi_forget_worker(struct kvindex *x, uint32_t worker)
+{
+    uint32_t r, hi;
+
+    for (r = 0; r < x->c.ranks; r++)
+        if ((hi = kvi_holder(x, worker, r)) != KVI_NIL)
+            while (x->h[hi].tail != KVI_NIL)
+                kvi_remove(x, x->h[hi].tail, KVI_FORGET);
+}
+
+uint32_t kvi_held(const struct kvindex *x, uint32_t worker, uint32_t rank)
+{
+    uint32_t hi = kvi_holder(x, worker, rank);
+
+    return hi == KVI_NIL ? 0 : x->h[hi].count;
+}
+
+void kvi_stats(const struct kvindex *x, struct kvi_stats *out)
+{
+    *out = x->s;
+}

@@ -1,0 +1,244 @@
+/* kvkeys: chained block keys from token ids or canonical text, fed by tokcount's walk.
+ *
+ * One state (struct kvk_run) takes ids or text bytes in order and closes a block every
+ * block_tokens ids or piece_bytes bytes; kvk_ids and kvk_text feed it directly and kvk_body
+ * through tokcount's sink, so the three agree by construction (the tests hold them to it). */
+#include "admission/kvkeys.h"
+
+#include "admission/tokcount.h"
+
+#include <string.h>
+
+/* Odd constants drawn at random (Python's random.Random(2512)), nothing more to them. */
+#define KVK_M1 0xbe06988cb892633fULL
+#define KVK_M2 0x5dd240491e609a6dULL
+#define KVK_M3 0xa125591b7b0de185ULL
+#define KVK_M4 0x47a55df7a5153e0fULL
+
+#define KVK_DEFAULT_BLOCK 16
+
+static inline uint64_t kvk_rotl(uint64_t x, unsigned r)
+{
+    return x << r | x >> (64 - r);
+}
+
+/* One 8-byte word into a running hash: the multiply spreads w's low bits up, the rotate
+ * brings the high ones down for the next word's multiply. */
+static inline uint64_t kvk_absorb(uint64_t h, uint64_t w)
+{
+    return kvk_rotl(h ^ w * KVK_M1, 27) * KVK_M2;
+}
+
+/* Finishes a block: every input bit reaches every output bit (two multiply-xorshift rounds). */
+static inline uint64_t kvk_finish(uint64_t h)
+{
+    h ^= h >> 31;
+    h *= KVK_M3;
+    h ^= h >> 29;
+    h *= KVK_M4;
+    return h ^ h >> 32;
+}
+
+/* Bytes into a hash, 8 at a time, the tail zero-padded, then the length. */
+static uint64_t kvk_bytes(uint64_t h, const char *s, size_t n)
+{
+    uint64_t w;
+    size_t len = n;
+
+    for (; n >= 8; s += 8, n -= 8) {
+        memcpy(&w, s, 8);
+        h = kvk_absorb(h, w);
+    }
+    w = 0;
+    memcpy(&w, s, n);
+    return kvk_absorb(kvk_absorb(h, w), len);
+}
+
+uint64_t kvk_seed(const char *model, size_t model_len, const char *salt, size_t salt_len)
+{
+    uint64_t h = KVK_M4;
+
+    h = kvk_bytes(h, model ? model : "", model ? model_len : 0);
+    /* the lengths are absorbed, so ("ab", "c") and ("a", "bc") differ */
+    return kvk_finish(kvk_bytes(h, salt ? salt : "", salt ? salt_len : 0));
+}
+
+/* Keys in the making. */
+enum { KVK_NONE, KVK_IDS, KVK_TEXT };
+
+struct kvk_run {
+    uint64_t *keys;
+    size_t cap, n;
+    uint64_t prev;    /* the last key (the seed before the first) */
+    uint64_t h;       /* the open block's hash so far */
+    uint64_t word;    /* text: bytes not yet a whole word */
+    unsigned wbytes;  /* ... how many */
+    unsigned left;    /* ids or bytes the open block still needs */
+    unsigned size;    /* ids or bytes a block holds */
+    int mode, done;   /* KVK_*; done: cap reached or the first prompt of a batch ended */
+    unsigned rolelen; /* the open message's role, for rendering at its end */
+    char role[16];
+};
+
+static void kvk_run_init(struct kvk_run *r, uint64_t seed, uint64_t *keys, size_t cap)
+{
+    r->keys = keys;
+    r->cap = cap;
+    r->n = 0;
+    r->prev = seed;
+    r->h = seed;
+    r->word = 0;
+    r->wbytes = 0;
+    r->mode = KVK_NONE;
+    r->done = cap == 0;
+    r->rolelen = 0;
+}
+
+/* Fixes the run's kind at its first id or text; returns 0 when the other kind came first. */
+static int kvk_mode(struct kvk_run *r, const struct kvk_params *p, int mode)
+{
+    unsigned block = p->block_tokens ? p->block_tokens : KVK_DEFAULT_BLOCK;
+
+    if (r->mode == KVK_NONE) {
+        r->mode = mode;
+        r->size = mode == KVK_IDS ? block : p->piece_bytes ? p->piece_bytes : block * 4;
+        r->left = r->size;
+    }
+    return r->mode == mode && !r->done;
+}
+
+/* Closes the open block: its key follows from the previous one and its contents. */
+static void kvk_close(struct kvk_run *r)
+{
+    uint64_t key;
+
+    if (r->wbytes)
+        r->h = kvk_absorb(r->h, r->word);
+    key = kvk_finish(r->h ^ r->size);
+    r->keys[r->n++] = key;
+    r->prev = key;
+    r->h = key;
+    r->word = 0;
+    r->wbytes = 0;
+    r->left = r->size;
+    r->done = r->n == r->cap;
+}
+
+static void kvk_run_id(struct kvk_run *r, uint64_t id)
+{
+    r->h = kvk_absorb(r->h, id);
+    if (--r->left == 0)
+        kvk_close(r);
+}
+
+static void kvk_run_text(struct kvk_run *r, const char *s, size_t n)
+{
+    uint64_t w;
+
+    while (n && !r->done) {
+        /* whole words straight in, the common case: a word boundary and 8 bytes to go */
+        while (r->wbytes == 0 && n >= 8 && r->left >= 8) {
+            memcpy(&w, s, 8);
+            r->h = kvk_absorb(r->h, w);
+            s += 8, n -= 8;
+            if ((r->left -= 8) == 0) {
+                kvk_close(r);
+                if (r->done)
+                    return;
+            }
+        }
+        if (n == 0)
+            break;
+        r->word |= (uint64_t) (unsigned char) *s++ << (8 * r->wbytes);
+        n--;
+        if (++r->wbytes == 8) {
+            r->h = kvk_absorb(r->h, r->word);
+            r->word = 0;
+            r->wbytes = 0;
+        }
+        if (--r->left == 0)
+            kvk_close(r);
+    }
+}
+
+size_t kvk_ids(const struct kvk_params *p, const uint64_t *ids, size_t n, uint64_t *keys,
+               size_t cap)
+{
+    struct kvk_run r;
+    size_t i;
+
+    kvk_run_init(&r, p->seed, keys, cap);
+    for (i = 0; i < n && kvk_mode(&r, p, KVK_IDS); i++)
+        kvk_run_id(&r, ids[i]);
+    return r.n;
+}
+
+size_t kvk_text(const struct kvk_params *p, const char *text, size_t len, uint64_t *keys,
+                size_t cap)
+{
+    struct kvk_run r;
+
+    kvk_run_init(&r, p->seed, keys, cap);
+    if (len && kvk_mode(&r, p, KVK_TEXT))
+        kvk_run_text(&r, text, len);
+    return r.n;
+}
+
+/* ---- the body, through tokcount's walk ------------------------------------------------ */
+
+struct kvk_walk {
+    struct kvk_run r;
+    const struct kvk_params *p;
+};
+
+static void kvk_on_text(void *ctx, const char *s, size_t n)
+{
+    struct kvk_walk *k = ctx;
+
+    if (kvk_mode(&k->r, k->p, KVK_TEXT))
+        kvk_run_text(&k->r, s, n);
+}
+
+static void kvk_on_id(void *ctx, uint64_t id)
+{
+    struct kvk_walk *k = ctx;
+
+    if (kvk_mode(&k->r, k->p, KVK_IDS))
+        kvk_run_id(&k->r, id);
+}
+
+static void kvk_on_mark(void *ctx, int what, const char *s, size_t n)
+{
+    struct kvk_walk *k = ctx;
+    struct kvk_run *r = &k->r;
+
+    if (what == TOKCOUNT_ROLE) {
+        r->rolelen = (unsigned) (n <= sizeof r->role ? n : 0);
+        memcpy(r->role, s, r->rolelen);
+    } else if (what == TOKCOUNT_MESSAGE_END) {
+        /* the message's role after its content: "\x1e" role "\x1f" */
+        if (kvk_mode(r, k->p, KVK_TEXT)) {
+            kvk_run_text(r, "\x1e", 1);
+            kvk_run_text(r, r->role, r->rolelen);
+            kvk_run_text(r, "\x1f", 1);
+        }
+        r->rolelen = 0;
+    } else if (what == TOKCOUNT_ITEM_END && r->mode != KVK_NONE) {
+        r->done = 1; /* a batch: its first prompt only */
+    }
+}
+
+size_t kvk_body(const struct kvk_params *p, const char *body, size_t len, uint64_t *keys,
+                size_t cap, int *exact)
+{
+    struct kvk_walk k;
+    struct tokcount_sink sink = {kvk_on_text, kvk_on_id, kvk_on_mark, &k};
+    struct tokcount counts;
+
+    kvk_run_init(&k.r, p->seed, keys, cap);
+    k.p = p;
+    tokcount_walk(body, len, 4.0, &sink, &counts);
+    if (exact)
+        *exact = k.r.mode == KVK_IDS;
+    return k.r.n;
+}

@@ -1,0 +1,330 @@
+/* Unit tests for the prefix index: depth, TTL, capacity, the global cap, correction, forget. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include "admission/kvindex.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#define HITS 64
+
+static struct kvindex *new_index(uint32_t workers, uint32_t ranks, uint32_t cap, uint32_t ttl)
+{
+    struct kvi_config c = {workers, ranks, cap, ttl, 16, 0};
+
+    return kvi_new(&c);
+}
+
+/* The depth kvi_match reports for (worker, rank), 0 when it is not a holder. */
+static uint32_t depth_of(struct kvindex *x, const uint64_t *keys, size_t n, uint64_t now,
+                         uint32_t worker, uint32_t rank)
+{
+    struct kvi_hit hits[HITS];
+    size_t i, m = kvi_match(x, keys, n, now, hits, HITS), found = 0;
+    uint32_t d = 0;
+
+    for (i = 0; i < m; i++) {
+        assert_true(hits[i].depth >= 1 && hits[i].depth <= n);
+        if (hits[i].worker == worker && hits[i].rank == rank)
+            d = hits[i].depth, found++;
+    }
+    assert_true(found <= 1);
+    return d;
+}
+
+/* A chain of n keys: prefix p (shared by chains with the same p) then the chain's own. */
+static void chain(uint64_t *keys, size_t n, uint64_t p, size_t shared, uint64_t own)
+{
+    size_t i;
+
+    for (i = 0; i < n; i++)
+        keys[i] = i < shared ? p * 1000 + i : own * 100000 + i;
+}
+
+static void test_insert_match_depth(void **state)
+{
+    struct kvindex *x = new_index(8, 2, 1024, 0);
+    uint64_t a[10], b[10], c[10];
+    struct kvi_hit hits[HITS];
+    struct kvi_stats s;
+
+    (void) state;
+    chain(a, 10, 1, 4, 1);
+    chain(b, 10, 1, 4, 2); /* shares a's first 4 blocks */
+    chain(c, 10, 3, 0, 3); /* shares nothing */
+    kvi_insert(x, 1, 0, a, 10, 1000);
+    kvi_insert(x, 2, 1, a, 6, 1000);
+    kvi_insert(x, 3, 0, b, 10, 1000);
+    assert_int_equal(depth_of(x, a, 10, 1001, 1, 0), 10);
+    assert_int_equal(depth_of(x, a, 10, 1001, 2, 1), 6);
+    assert_int_equal(depth_of(x, a, 10, 1001, 3, 0), 4);
+    assert_int_equal(depth_of(x, a, 10, 1001, 2, 0), 0); /* another rank of worker 2 */
+    assert_int_equal(depth_of(x, b, 10, 1001, 3, 0), 10);
+    assert_int_equal(depth_of(x, b, 10, 1001, 1, 0), 4);
+    assert_int_equal(depth_of(x, b, 3, 1001, 1, 0), 3); /* a shorter request */
+    assert_int_equal(kvi_match(x, c, 10, 1001, hits, HITS), 0);
+    /* a prompt whose first block nobody holds matches nothing, whatever follows */
+    c[1] = a[1];
+    assert_int_equal(kvi_match(x, c, 10, 1001, hits, HITS), 0);
+    /* the cap on hits */
+    assert_int_equal(kvi_match(x, a, 10, 1001, hits, 2), 2);
+    assert_int_equal(kvi_held(x, 1, 0), 10);
+    assert_int_equal(kvi_held(x, 3, 0), 10);
+    /* inserting again refreshes, adds nothing */
+    kvi_insert(x, 1, 0, a, 10, 1002);
+    kvi_stats(x, &s);
+    assert_int_equal(s.blocks, 26);
+    assert_int_equal(s.inserted_blocks, 26);
+    assert_true(s.lookups >= 9);
+    assert_true(s.bytes_per_block <= 64);
+    /* out of range holders are ignored */
+    kvi_insert(x, 8, 0, a, 10, 1002);
+    kvi_insert(x, 0, 2, a, 10, 1002);
+    assert_int_equal(kvi_held(x, 8, 0), 0);
+    kvi_stats(x, &s);
+    assert_int_equal(s.blocks, 26);
+    kvi_free(x);
+}
+
+static void test_depth_with_many_holders(void **state)
+{
+    /* holders drop out at every depth: the explicit looks and the equal-count skips agree */
+    struct kvindex *x = new_index(40, 1, 4096, 0);
+    uint64_t a[40];
+    uint32_t w;
+
+    (void) state;
+    chain(a, 40, 7, 40, 0);
+    for (w = 0; w < 40; w++)
+        kvi_insert(x, w, 0, a, w + 1, 5);
+    for (w = 0; w < 40; w++)
+        assert_int_equal(depth_of(x, a, 40, 6, w, 0), w + 1);
+    /* every other worker alone from depth 20: the skip must not carry the others along */
+    for (w = 0; w < 40; w += 2)
+        kvi_insert(x, w, 0, a, 40, 7);
+    for (w = 0; w < 40; w++)
+        assert_int_equal(depth_of(x, a, 40, 8, w, 0), w % 2 ? w + 1 : 40);
+    /* a holder that lacks a middle block (a correction can leave that) is not carried past
+     * it, though it holds a block further on that the others also hold */
+    chain(a, 40, 9, 40, 0);
+    kvi_insert(x, 1, 0, a, 3, 9);
+    {
+        uint64_t gap[2] = {a[0], a[2]};
+
+        kvi_insert(x, 2, 0, gap, 2, 9);
+    }
+    assert_int_equal(depth_of(x, a, 3, 10, 1, 0), 3);
+    assert_int_equal(depth_of(x, a, 3, 10, 2, 0), 1);
+    kvi_free(x);
+}
+
+static void test_ttl(void **state)
+{
+    struct kvindex *x = new_index(4, 1, 64, 1000);
+    uint64_t a[3] = {1, 2, 3}, b[3] = {4, 5, 6};
+    struct kvi_stats s;
+
+    (void) state;
+    kvi_insert(x, 0, 0, a, 3, 10000);
+    kvi_insert(x, 1, 0, b, 3, 10500);
+    assert_int_equal(depth_of(x, a, 3, 11000, 0, 0), 3); /* exactly the TTL: alive */
+    assert_int_equal(depth_of(x, a, 3, 11001, 0, 0), 0);
+    assert_int_equal(depth_of(x, b, 3, 11001, 1, 0), 3);
+    kvi_stats(x, &s);
+    assert_int_equal(s.evicted_ttl, 3);
+    assert_int_equal(s.blocks, 3);
+    /* a new insert pushes the expiry forward */
+    kvi_insert(x, 1, 0, b, 2, 11400);
+    kvi_expire(x, 12000);
+    assert_int_equal(kvi_held(x, 1, 0), 2);
+    assert_int_equal(depth_of(x, b, 3, 12000, 1, 0), 2);
+    /* time that goes back is the last time seen */
+    assert_int_equal(depth_of(x, b, 3, 100, 1, 0), 2);
+    kvi_expire(x, 12401);
+    assert_int_equal(kvi_held(x, 1, 0), 0);
+    kvi_stats(x, &s);
+    assert_int_equal(s.evicted_ttl, 6);
+    /* the default TTL is Dynamo's 120 s */
+    kvi_free(x);
+    x = new_index(1, 1, 8, 0);
+    kvi_insert(x, 0, 0, a, 3, 1);
+    assert_int_equal(depth_of(x, a, 3, 1 + KVI_TTL_MS_DEFAULT, 0, 0), 3);
+    assert_int_equal(depth_of(x, a, 3, 2 + KVI_TTL_MS_DEFAULT, 0, 0), 0);
+    kvi_free(x);
+}
+
+static void test_capacity_lru(void **state)
+{
+    struct kvindex *x = new_index(2, 1, 64, 0);
+    uint64_t a[4] = {10, 11, 12, 13}, b[4] = {20, 21, 22, 23}, c[2] = {30, 31};
+    struct kvi_stats s;
+
+    (void) state;
+    assert_int_equal(kvi_capacity_blocks(1000, 16, 16), 1000);
+    assert_int_equal(kvi_capacity_blocks(1000, 16, 64), 250);
+    assert_int_equal(kvi_capacity_blocks(1, 16, 64), 1);
+    assert_int_equal(kvi_capacity_blocks(0, 16, 64), 0);
+    assert_int_equal(kvi_capacity_blocks(UINT64_MAX, 16, 1), UINT32_MAX);
+    kvi_set_capacity(x, 0, 0, 6);
+    kvi_insert(x, 0, 0, a, 4, 1);
+    kvi_insert(x, 0, 0, b, 4, 2);
+    /* 8 blocks into 6: a's last two went, its first two stay (a chain ages from its end) */
+    assert_int_equal(kvi_held(x, 0, 0), 6);
+    assert_int_equal(depth_of(x, a, 4, 3, 0, 0), 2);
+    assert_int_equal(depth_of(x, b, 4, 3, 0, 0), 4);
+    /* the other worker is not bounded by worker 0's capacity */
+    kvi_insert(x, 1, 0, a, 4, 3);
+    kvi_insert(x, 1, 0, b, 4, 3);
+    assert_int_equal(kvi_held(x, 1, 0), 8);
+    /* touching a again makes b the least recently used */
+    kvi_insert(x, 0, 0, a, 2, 4);
+    kvi_insert(x, 0, 0, c, 2, 5);
+    assert_int_equal(depth_of(x, a, 4, 6, 0, 0), 2);
+    assert_int_equal(depth_of(x, b, 4, 6, 0, 0), 2);
+    assert_int_equal(depth_of(x, c, 2, 6, 0, 0), 2);
+    /* a smaller capacity evicts at once */
+    kvi_set_capacity(x, 0, 0, 2);
+    assert_int_equal(kvi_held(x, 0, 0), 2);
+    assert_int_equal(depth_of(x, c, 2, 7, 0, 0), 2);
+    kvi_stats(x, &s);
+    assert_int_equal(s.evicted_capacity, 8);
+    assert_int_equal(s.evicted_global, 0);
+    kvi_free(x);
+}
+
+static void test_global_cap(void **state)
+{
+    struct kvindex *x = new_index(3, 1, 5, 0);
+    uint64_t a[3] = {1, 2, 3}, b[3] = {4, 5, 6};
+    struct kvi_stats s;
+
+    (void) state;
+    kvi_insert(x, 0, 0, a, 3, 1);
+    kvi_insert(x, 1, 0, b, 3, 2);
+    kvi_stats(x, &s);
+    assert_int_equal(s.blocks, 5);
+    assert_int_equal(s.evicted_global, 1);
+    /* the least recently used went: a's last block */
+    assert_int_equal(depth_of(x, a, 3, 3, 0, 0), 2);
+    assert_int_equal(depth_of(x, b, 3, 3, 1, 0), 3);
+    /* a key held by two holders is two blocks, and the cap still holds */
+    kvi_insert(x, 2, 0, b, 3, 4);
+    kvi_stats(x, &s);
+    assert_int_equal(s.blocks, 5);
+    assert_int_equal(depth_of(x, b, 3, 5, 2, 0), 3);
+    assert_int_equal(depth_of(x, a, 3, 5, 0, 0), 0);
+    kvi_free(x);
+}
+
+static void test_correct(void **state)
+{
+    struct kvindex *x = new_index(2, 2, 64, 0);
+    uint64_t a[6] = {1, 2, 3, 4, 5, 6};
+    struct kvi_stats s;
+
+    (void) state;
+    kvi_insert(x, 0, 1, a, 6, 1);
+    kvi_insert(x, 1, 0, a, 6, 1);
+    /* the engine had 2 blocks and a bit (40 tokens of 16-token blocks): 2 stay */
+    assert_int_equal(kvi_correct(x, 0, 1, a, 6, 40), 4);
+    assert_int_equal(depth_of(x, a, 6, 2, 0, 1), 2);
+    assert_int_equal(depth_of(x, a, 6, 2, 1, 0), 6); /* the other holder is untouched */
+    kvi_stats(x, &s);
+    assert_int_equal(s.predicted_tokens, 96);
+    assert_int_equal(s.confirmed_tokens, 40);
+    assert_int_equal(s.dropped_correct, 4);
+    /* all cached: nothing dropped; more than predicted confirms what was predicted */
+    assert_int_equal(kvi_correct(x, 1, 0, a, 6, 200), 0);
+    kvi_stats(x, &s);
+    assert_int_equal(s.predicted_tokens, 192);
+    assert_int_equal(s.confirmed_tokens, 136);
+    /* an engine that restarted empty: none cached, every predicted block goes */
+    assert_int_equal(kvi_correct(x, 1, 0, a, 6, 0), 6);
+    assert_int_equal(kvi_held(x, 1, 0), 0);
+    kvi_free(x);
+}
+
+static void test_forget_worker(void **state)
+{
+    struct kvindex *x = new_index(3, 2, 64, 0);
+    uint64_t a[4] = {1, 2, 3, 4};
+    struct kvi_stats s;
+
+    (void) state;
+    kvi_insert(x, 1, 0, a, 4, 1);
+    kvi_insert(x, 1, 1, a, 3, 1);
+    kvi_insert(x, 2, 0, a, 4, 1);
+    kvi_forget_worker(x, 1);
+    assert_int_equal(kvi_held(x, 1, 0), 0);
+    assert_int_equal(kvi_held(x, 1, 1), 0);
+    assert_int_equal(depth_of(x, a, 4, 2, 1, 0), 0);
+    assert_int_equal(depth_of(x, a, 4, 2, 2, 0), 4);
+    kvi_stats(x, &s);
+    assert_int_equal(s.dropped_forget, 7);
+    assert_int_equal(s.blocks, 4);
+    kvi_forget_worker(x, 99); /* out of range: nothing */
+    kvi_free(x);
+}
+
+static void test_churn_keeps_invariants(void **state)
+{
+    /* random inserts, lookups, corrections and forgets over a small cap: the counts add up */
+    struct kvindex *x = new_index(16, 2, 200, 500);
+    uint64_t keys[24], now = 1;
+    struct kvi_hit hits[HITS];
+    struct kvi_stats s;
+    uint32_t w, r, held;
+    int i, k;
+
+    (void) state;
+    srand(25);
+    for (w = 0; w < 16; w++)
+        kvi_set_capacity(x, w, 0, 20 + w);
+    for (i = 0; i < 20000; i++) {
+        w = (uint32_t) rand() % 16, r = (uint32_t) rand() % 2;
+        now += (uint64_t) (rand() % 7);
+        chain(keys, 24, (uint64_t) (rand() % 5), (size_t) (rand() % 24), (uint64_t) (rand() % 50));
+        k = rand() % 10;
+        if (k < 6)
+            kvi_insert(x, w, r, keys, (size_t) (rand() % 24), now);
+        else if (k < 9)
+            (void) kvi_match(x, keys, 24, now, hits, HITS);
+        else if (rand() % 20)
+            (void) kvi_correct(x, w, r, keys, 24, (uint64_t) (rand() % 400));
+        else
+            kvi_forget_worker(x, w);
+        if (k >= 6 && k < 9)
+            continue;
+        for (held = 0, w = 0; w < 16; w++) {
+            assert_true(w == 0 || kvi_held(x, w, 0) <= 20 + w);
+            held += kvi_held(x, w, 0) + kvi_held(x, w, 1);
+        }
+        kvi_stats(x, &s);
+        assert_int_equal(held, s.blocks);
+        assert_true(s.blocks <= 200);
+        assert_int_equal(s.inserted_blocks, s.blocks + s.evicted_ttl + s.evicted_capacity +
+                                                s.evicted_global + s.dropped_correct +
+                                                s.dropped_forget);
+    }
+    kvi_free(x);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_insert_match_depth),
+        cmocka_unit_test(test_depth_with_many_holders),
+        cmocka_unit_test(test_ttl),
+        cmocka_unit_test(test_capacity_lru),
+        cmocka_unit_test(test_global_cap),
+        cmocka_unit_test(test_correct),
+        cmocka_unit_test(test_forget_worker),
+        cmocka_unit_test(test_churn_keeps_invariants),
+    };
+
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
