@@ -132,6 +132,13 @@ static const struct opt_def opts[] = {
         "16", "KV block size for booking, for workers that do not report theirs"),
     OPT("chars-per-token", "ADMIT_ROUTER_CHARS_PER_TOKEN", OPT_DOUBLE, AT(chars_per_token), 0.5,
         1000, "4", "bytes of prompt text per token, as admitd's --chars-per-token"),
+    OPT("kv-overlap-score-weight", "ADMIT_ROUTER_KV_OVERLAP_SCORE_WEIGHT", OPT_DOUBLE,
+        AT(kv_overlap_weight), 0, 1000, "1",
+        "cost = W x (booked prefill + this request's uncached blocks) + decode blocks; 0: load "
+        "only, and no prefix index is kept (Dynamo's --kv-overlap-score-weight)"),
+    OPT("router-ttl-secs", "ADMIT_ROUTER_TTL_SECS", OPT_UINT, AT(router_ttl_secs), 1, 86400, "120",
+        "a block the prefix index holds is forgotten this long after it was last routed "
+        "(Dynamo's --router-ttl-secs)"),
     OPT("missed-heartbeats", "ADMIT_ROUTER_MISSED_HEARTBEATS", OPT_UINT, AT(missed_heartbeats), 1,
         1000, "3", "a worker silent this many heartbeats is not routable"),
     OPT("max-heartbeat-ms", "ADMIT_ROUTER_MAX_HEARTBEAT_MS", OPT_UINT, AT(max_heartbeat_ms), 10,
@@ -275,6 +282,7 @@ static const struct opt_field restart_fields[] = {
     OPT_FIELD(struct router_cfg, metrics_listen),
     OPT_FIELD(struct router_cfg, dns_nameserver),
     OPT_FIELD(struct router_cfg, kv_block_size),
+    OPT_FIELD(struct router_cfg, router_ttl_secs), /* the index is sized with it */
     OPT_FIELD(struct router_cfg, missed_heartbeats),
     OPT_FIELD(struct router_cfg, upstream_timeout_ms),
     OPT_FIELD(struct router_cfg, upstream_keepalive),
@@ -307,6 +315,7 @@ static const struct opt_field live_fields[] = {
     OPT_FIELD_AS("overload_status_code", struct router_cfg, overload_status),
     OPT_FIELD_AS("router_track_output_blocks", struct router_cfg, track_output_blocks),
     OPT_FIELD(struct router_cfg, chars_per_token),
+    OPT_FIELD(struct router_cfg, kv_overlap_weight),
     OPT_FIELD(struct router_cfg, max_heartbeat_ms),
     OPT_FIELD(struct router_cfg, stream_buffer_bytes),
     OPT_FIELD_AS("retry_after", struct router_cfg, retry_after_s),
