@@ -8,12 +8,14 @@
  *   workers.h      the worker table: adding, retiring, holding; load messages; liveness
  *   class_queue.h  the policy-class queue, the router's own admission
  *   report.h       the rejections' counters, the fleet's families and /load
+ *   kvroute.h      the prefix index: a request's block keys, the ranks predicted to hold them
  *   admission/bt_api.h  the thresholds of each model, /busy_threshold */
 #include "router.h"
 #include "admission/bt_api.h"
 #include "admission/tokcount.h"
 #include "class_queue.h"
 #include "http/proxy.h"
+#include "kvroute.h"
 #include "model_route.h"
 #include "report.h"
 #include "select.h"
@@ -44,6 +46,11 @@ struct rreq {
     int held;         /* the worker whose upstream it holds (counted in its inflight); -1 none */
     char model[MODEL_MAX];
     struct sel_booking bk; /* what this exchange holds on its worker */
+    /* Prefix-aware selection: the prompt's block keys, read with the rest, and what the
+     * index predicted on the rank chosen (cached tokens), for the answer's correction. */
+    uint32_t nkeys;
+    int64_t predicted;
+    uint64_t keys[KVR_MAX_KEYS];
 };
 
 struct router {
@@ -52,6 +59,7 @@ struct router {
     const struct router_cfg *cfg; /* replaced by each reload (router_reconfigure) */
     struct bt_registry *bt;
     struct sel *sel;
+    struct kvroute *kv;
     struct model_route *models;
     struct workers *ws;
     struct class_queue *cq;
@@ -90,6 +98,7 @@ static void read_request(struct router *r, struct rreq *q, const struct http_req
     if (!q->bypass) {
         tokcount_body(req->body, req->body_len, r->cfg->chars_per_token, &tc);
         q->tokens = tc.tokens > INT64_MAX ? INT64_MAX : (int64_t) tc.tokens;
+        q->nkeys = (uint32_t) kvr_keys(r->kv, q->model, req->body, req->body_len, q->keys);
     }
     if ((pin = http_req_header(req, ROUTER_PIN_HEADER)) != NULL) {
         int k = workers_pin(r->ws, pin); /* its index stays this worker's until the end */
@@ -227,7 +236,11 @@ static struct upstream *pick(void *arg, struct pxreq *x, const struct http_req *
     struct router *r = arg;
     struct rreq *q = pxreq_state(x);
     struct busy_thresholds t, *tp = NULL;
+    struct sel_hit hits[KVR_MAX_HITS];
     const uint64_t *elig;
+    uint64_t now = clock_mono_ms();
+    size_t nhits = 0;
+    int64_t cached = 0;
     int w;
     unsigned rank;
 
@@ -241,17 +254,24 @@ static struct upstream *pick(void *arg, struct pxreq *x, const struct http_req *
     }
     /* A migration: the worker it leaves holds nothing of it any more. */
     sel_release(r->sel, &q->bk);
+    q->predicted = 0;
     if (!q->bypass) { /* a GET takes no engine capacity: any live worker will do */
         bt_registry_get(r->bt, q->model, &t);
         tp = &t;
     }
     elig = mroute_eligible(r->models, q->model, q->pinned); /* NULL: any worker */
-    switch (sel_pick_in(r->sel, clock_mono_ms(), q->tokens, tp,
+    if (q->nkeys > 0 && !q->bypass)
+        nhits = kvr_match(r->kv, q->keys, q->nkeys, q->tokens, now, hits);
+    switch (sel_pick_kv(r->sel, (int64_t) now, q->tokens, tp,
                         exclude != NULL ? workers_index_of(r->ws, exclude) : -1, q->pinned, elig,
-                        &w, &rank)) {
+                        hits, nhits, &w, &rank, &cached)) {
     case SEL_OK:
-        if (!q->bypass)
-            sel_book(r->sel, &q->bk, w, rank, q->tokens);
+        if (!q->bypass) {
+            /* Only what the rank has not cached is prefill; it holds the whole prompt next. */
+            sel_book_cached(r->sel, &q->bk, w, rank, q->tokens, cached);
+            kvr_routed(r->kv, w, rank, q->keys, q->nkeys, now);
+            q->predicted = cached;
+        }
         return hold(r, q, w);
     case SEL_ALL_BUSY:
         *status = r->cfg->overload_status;
@@ -382,13 +402,15 @@ struct router *router_new(struct event_base *base, struct proxy *px, struct metr
                      cfg->kv_block_size ? cfg->kv_block_size : 16);
     sel_max_heartbeat(r->sel, cfg->max_heartbeat_ms);
     sel_track_output(r->sel, cfg->track_output_blocks);
+    sel_prefill_weight(r->sel, cfg->kv_overlap_weight);
+    r->kv = kvr_new(cfg);
     r->models = mroute_new(r->bt, r->sel);
     if ((r->cq = cq_new(base, px, cfg, r->sel, r->models, r->bt, err, sizeof err)) == NULL) {
         log_error("%s", err);
         router_free(r);
         return NULL;
     }
-    r->ws = workers_new(base, cfg, r->sel, r->models, room, r);
+    r->ws = workers_new(base, cfg, r->sel, r->models, r->kv, room, r);
     r->rep = report_new(r->ws, r->sel, r->models, r->bt);
     proxy_set_admission(px, &hooks);
     proxy_set_route(px, &route);
@@ -402,6 +424,8 @@ void router_reconfigure(struct router *r, const struct router_cfg *c)
     for (size_t i = 0; i < c->models.n; i++)
         bt_registry_add_model(r->bt, c->models.items[i]);
     sel_track_output(r->sel, c->track_output_blocks);
+    sel_prefill_weight(r->sel, c->kv_overlap_weight);
+    kvr_reconfigure(r->kv, c);
     sel_max_heartbeat(r->sel, c->max_heartbeat_ms);
     workers_reconfigure(r->ws, c);
     cq_reconfigure(r->cq, c); /* and dispatches what may go now */
@@ -460,6 +484,7 @@ void router_free(struct router *r)
     cq_free(r->cq);
     mroute_free(r->models);
     sel_free(r->sel);
+    kvr_free(r->kv);
     bt_registry_free(r->bt);
     free(r);
 }

@@ -47,7 +47,8 @@ static void refresh_load(struct sel *s, struct sworker *w, unsigned i)
 
     /* The cost starts from the larger of booked and published load: other routers' traffic
      * and generated tokens count once published, our own burst before it is. */
-    hot(s, w)[i].cost = cost_tokens(seen_prefill, r->bs) + cost_blocks(seen_decode);
+    hot(s, w)[i].cost =
+        cost_weigh(cost_tokens(seen_prefill, r->bs), s->weight) + cost_blocks(seen_decode);
     slot_rooms(s, w, i);
     summarize(s, w);
 }
@@ -109,6 +110,7 @@ struct sel *sel_new(unsigned missed_heartbeats, int64_t default_block_size)
     s->max_hb = SEL_MAX_HEARTBEAT_MS;
     s->default_bs = default_block_size > 0 ? default_block_size : 16;
     s->sizes_prompt = -1;
+    s->weight = SEL_COST_ONE;
     s->compact_at = 8;
     return s;
 }
@@ -359,6 +361,19 @@ void sel_track_output(struct sel *s, int on)
     s->track_output = on;
 }
 
+void sel_prefill_weight(struct sel *s, double w)
+{
+    int64_t q = w > 0 ? (int64_t) (w * SEL_COST_ONE + 0.5) : SEL_COST_ONE;
+
+    if (q == s->weight)
+        return;
+    s->weight = q;
+    s->sizes_prompt = -1; /* the adds weigh the prefill too */
+    for (int k = 0; k < s->n; k++)
+        for (unsigned i = 0; i < s->w[k].nranks; i++)
+            refresh_load(s, &s->w[k], i);
+}
+
 int sel_alive(const struct sel *s, int w, int64_t now_ms)
 {
     return s->w[w].alive_until >= now_ms && !s->w[w].draining;
@@ -367,14 +382,23 @@ int sel_alive(const struct sel *s, int w, int64_t now_ms)
 void sel_book(struct sel *s, struct sel_booking *b, int worker, unsigned rank,
               int64_t prompt_tokens)
 {
+    sel_book_cached(s, b, worker, rank, prompt_tokens, 0);
+}
+
+void sel_book_cached(struct sel *s, struct sel_booking *b, int worker, unsigned rank,
+                     int64_t prompt_tokens, int64_t cached)
+{
     struct srank *r = &cold(s, &s->w[worker])[rank];
 
     if (prompt_tokens < 0)
         prompt_tokens = 0;
+    if (cached < 0)
+        cached = 0;
     b->booked = 1;
     b->worker = worker;
     b->rank = rank;
-    b->prefill = prompt_tokens;
+    /* What the engine computes is what it has not cached; the blocks it holds are all. */
+    b->prefill = cached < prompt_tokens ? prompt_tokens - cached : 0;
     b->tokens = prompt_tokens;
     b->blocks = blocks_for(prompt_tokens, r->bs);
     r->booked_prefill += b->prefill;

@@ -115,6 +115,17 @@ void sel_mark_overloaded(struct sel *s, int w, int64_t until_ms);
 /** books output blocks too: one more block each time prompt + output cross a block boundary */
 void sel_track_output(struct sel *s, int on);
 
+/** prefill's weight W in the cost, W x prefill blocks + decode blocks (Dynamo's
+ *  --kv-overlap-score-weight); 0 keeps today's load-only cost, as 1 does */
+void sel_prefill_weight(struct sel *s, double w);
+
+/* What the prefix index predicts a rank holds of a request's prompt: its leading tokens
+ * cached there (the router's block keys, admission/kvindex.h, times their block tokens). */
+struct sel_hit {
+    uint32_t worker, rank;
+    int64_t cached; /* tokens, <= the prompt */
+};
+
 /** chooses a worker and rank for a request of prompt_tokens under the reject thresholds t;
  *  (NULL: none, any live worker will do); exclude (or -1) is a worker the request may not go
  *  back to, pinned (or -1) the only one judged; one pass, no allocation */
@@ -128,6 +139,17 @@ enum sel_result sel_pick(struct sel *s, int64_t now_ms, int64_t prompt_tokens,
 enum sel_result sel_pick_in(struct sel *s, int64_t now_ms, int64_t prompt_tokens,
                             const struct busy_thresholds *t, int exclude, int pinned,
                             const uint64_t *eligible, int *worker, unsigned *rank);
+/** sel_pick_in() where the ranks of hits[0 .. nhits) hold part of the prompt: such a rank
+ *  needs room for, and costs W x, only the uncached tokens (its decode blocks are the whole
+ *  prompt's); *cached (never NULL) is the chosen rank's cached tokens, 0 when it has none */
+enum sel_result sel_pick_kv(struct sel *s, int64_t now_ms, int64_t prompt_tokens,
+                            const struct busy_thresholds *t, int exclude, int pinned,
+                            const uint64_t *eligible, const struct sel_hit *hits, size_t nhits,
+                            int *worker, unsigned *rank, int64_t *cached);
+/** books a request of prompt_tokens on (worker, rank), cached of them in its prefix cache:
+ *  the rest as prefill, the whole prompt's blocks as decode; b must not be booked */
+void sel_book_cached(struct sel *s, struct sel_booking *b, int worker, unsigned rank,
+                     int64_t prompt_tokens, int64_t cached);
 /** books a request of prompt_tokens on (worker, rank); b must not be booked */
 void sel_book(struct sel *s, struct sel_booking *b, int worker, unsigned rank,
               int64_t prompt_tokens);

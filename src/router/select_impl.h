@@ -34,6 +34,14 @@ static inline int64_t blocks_for(int64_t tokens, int64_t bs)
     return tokens > 0 ? (tokens + bs - 1) / bs : 0;
 }
 
+/* Prefill cost v weighted by w (SEL_COST_ONE is 1), saturating; v, w >= 0. */
+static inline int64_t cost_weigh(int64_t v, int64_t w)
+{
+    if (w == SEL_COST_ONE)
+        return v;
+    return w != 0 && v > SEL_COST_MAX / w ? SEL_COST_MAX : v * w / SEL_COST_ONE;
+}
+
 /* A rank, as everything but the pass reads it. */
 struct srank {
     struct busy_capacity cap;
@@ -127,7 +135,8 @@ struct sel {
     int64_t max_hb; /* a heartbeat_ms above it counts as it (sel_max_heartbeat) */
     int64_t default_bs;
     int track_output;
-    int rr; /* where the next pass starts: after the last one chosen */
+    int64_t weight; /* prefill's weight in the cost, SEL_COST_ONE being 1 (sel_prefill_weight) */
+    int rr;         /* where the next pass starts: after the last one chosen */
     /* The live slots, slot[0 .. nslots): each one's room[] holds capshots, its gate[] cap. */
     struct sslot slot[SEL_MAX_TSETS];
     unsigned nslots, last; /* last: the slot asked for last, compared first */

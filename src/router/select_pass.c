@@ -26,7 +26,8 @@ static void size_adds(struct sel *s, int64_t prompt)
     for (uint32_t i = 0; i < s->nsizes; i++) {
         struct ssize *z = &s->sizes[i];
 
-        z->cost = cost_tokens(prompt, z->bs) + cost_blocks(blocks_for(prompt, z->bs));
+        z->cost = cost_weigh(cost_tokens(prompt, z->bs), s->weight) +
+                  cost_blocks(blocks_for(prompt, z->bs));
     }
     s->sizes_prompt = prompt;
 }
@@ -45,13 +46,14 @@ __attribute__((always_inline))
 #endif
 static inline enum sel_result
 pick_pass(struct sel *s, int64_t now_ms, int64_t prompt_tokens, const struct busy_thresholds *t,
-          int exclude, int pinned, const uint64_t *elig, int *worker, unsigned *rank)
+          int exclude, int pinned, const uint64_t *elig, const struct sel_hit *hits, size_t nhits,
+          int *worker, unsigned *rank, int64_t *cached)
 {
     const struct sworker *ws = s->w, *w, *stop, *excl, *best = NULL;
     const struct shot *shots;
     const struct ssize *sizes;
     const int64_t *gates, *rooms, *g;
-    int64_t best_cost = INT64_MAX, need, keep;
+    int64_t best_cost = INT64_MAX, best_cached = 0, need, keep;
     unsigned best_rank = 0, j;
     int from, to, start;
 
@@ -148,6 +150,37 @@ pick_pass(struct sel *s, int64_t now_ms, int64_t prompt_tokens, const struct bus
             } while (++i < w->nranks);
         }
     }
+    /* The ranks that hold part of the prompt, judged again on its uncached part only: the pass
+     * above judged them on the whole of it, and a cached prefix only lowers a rank's cost and
+     * its need, so the cheapest of the pass's choice and of these is the cheapest of all. */
+    for (size_t x = 0; x < nhits; x++) {
+        const struct sel_hit *hit = &hits[x];
+        int64_t part, cost;
+        uint32_t sh;
+
+        if (hit->worker < (uint32_t) from || hit->worker >= (uint32_t) to || hit->cached <= 0)
+            continue;
+        w = &ws[hit->worker];
+        if (hit->rank >= w->nranks)
+            continue;
+        /* Not a candidate, for the pass's reasons (the monitor's full included). */
+        if (w->alive_until < now_ms || w->skip_until > now_ms || w->out || w == excl ||
+            !eligible_bit(elig, hit->worker) || gates[hit->worker] < keep)
+            continue;
+        part = prompt_tokens - (hit->cached < prompt_tokens ? hit->cached : prompt_tokens);
+        sh = w->first + hit->rank;
+        /* A rank without room for its uncached part is out, whatever it holds. */
+        if ((need == SEL_NEED_ANY ? need : part) > rooms[sh])
+            continue;
+        cost = shots[sh].cost + cost_weigh(cost_tokens(part, sizes[shots[sh].size].bs), s->weight) +
+               cost_blocks(blocks_for(prompt_tokens, sizes[shots[sh].size].bs));
+        if (cost < best_cost) {
+            best_cost = cost;
+            best = w;
+            best_rank = hit->rank;
+            best_cached = prompt_tokens - part;
+        }
+    }
     if (best != NULL) {
         int b = (int) (best - ws);
 
@@ -155,6 +188,7 @@ pick_pass(struct sel *s, int64_t now_ms, int64_t prompt_tokens, const struct bus
             s->rr = b + 1;
         *worker = b;
         *rank = best_rank;
+        *cached = best_cached;
         return SEL_OK;
     }
     /* Alive but no candidate (overloaded, excluded, full, no room) is "all busy", the
@@ -169,9 +203,26 @@ enum sel_result sel_pick_in(struct sel *s, int64_t now_ms, int64_t prompt_tokens
                             const struct busy_thresholds *t, int exclude, int pinned,
                             const uint64_t *eligible, int *worker, unsigned *rank)
 {
+    int64_t cached;
+
     if (eligible == NULL)
-        return pick_pass(s, now_ms, prompt_tokens, t, exclude, pinned, NULL, worker, rank);
-    return pick_pass(s, now_ms, prompt_tokens, t, exclude, pinned, eligible, worker, rank);
+        return pick_pass(s, now_ms, prompt_tokens, t, exclude, pinned, NULL, NULL, 0, worker, rank,
+                         &cached);
+    return pick_pass(s, now_ms, prompt_tokens, t, exclude, pinned, eligible, NULL, 0, worker, rank,
+                     &cached);
+}
+
+enum sel_result sel_pick_kv(struct sel *s, int64_t now_ms, int64_t prompt_tokens,
+                            const struct busy_thresholds *t, int exclude, int pinned,
+                            const uint64_t *eligible, const struct sel_hit *hits, size_t nhits,
+                            int *worker, unsigned *rank, int64_t *cached)
+{
+    *cached = 0;
+    if (nhits == 0)
+        return sel_pick_in(s, now_ms, prompt_tokens, t, exclude, pinned, eligible, worker, rank);
+    /* The same pass, with the hits' second look (inlined here too: the pass is hot). */
+    return pick_pass(s, now_ms, prompt_tokens, t, exclude, pinned, eligible, hits, nhits, worker,
+                     rank, cached);
 }
 
 enum sel_result sel_pick(struct sel *s, int64_t now_ms, int64_t prompt_tokens,

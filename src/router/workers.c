@@ -3,6 +3,7 @@
 #include "workers.h"
 #include "http/netsock.h"
 #include "http/upstream.h"
+#include "kvroute.h"
 #include "model_route.h"
 #include "pubsub/subscribe.h"
 #include "resolver.h"
@@ -114,7 +115,8 @@ int workers_index_of(const struct workers *ws, const struct upstream *up)
 /* ---- the table ---------------------------------------------------------------------------- */
 
 struct workers *workers_new(struct event_base *base, const struct router_cfg *cfg, struct sel *sel,
-                            struct model_route *models, void (*room)(void *arg), void *arg)
+                            struct model_route *models, struct kvroute *kv, void (*room)(void *arg),
+                            void *arg)
 {
     struct workers *ws = xcalloc(1, sizeof *ws);
 
@@ -122,6 +124,7 @@ struct workers *workers_new(struct event_base *base, const struct router_cfg *cf
     ws->cfg = cfg;
     ws->sel = sel;
     ws->models = models;
+    ws->kv = kv;
     ws->room = room;
     ws->room_arg = arg;
     ws->reap = evtimer_new(base, on_reap, ws);
@@ -228,6 +231,7 @@ int workers_retire(struct workers *ws, const char *proxy_url)
         return 0; /* another source still names it */
     w->state = WORKER_RETIRED;
     sel_retire(ws->sel, w->idx);
+    kvr_forget(ws->kv, w->idx);      /* its index may be another worker's next */
     mroute_drop(ws->models, w->idx); /* it serves nothing now: a model only it had gets 404 */
     wl_unsubscribe(ws, w);
     ws->changes.retired++;

@@ -33,6 +33,7 @@ struct model_route;
 struct sel;
 struct upstream;
 struct workers;
+struct kvroute;
 
 /* Where a worker is in its life (above). */
 enum worker_state { WORKER_ACTIVE, WORKER_RETIRED, WORKER_FREE };
@@ -53,10 +54,12 @@ struct workers_changes {
     uint64_t lost, back; /* lost (a publisher's end, a refusal), and heard again */
 };
 
-/** an empty table on base, following cfg (kept), feeding sel and models (which must outlive
- *  it); room(arg) is called when a message or a retirement may have made room */
+/** an empty table on base, following cfg (kept), feeding sel, models and the prefix index kv
+ *  (which must outlive it); room(arg) is called when a message or a retirement may have made
+ *  room */
 struct workers *workers_new(struct event_base *base, const struct router_cfg *cfg, struct sel *sel,
-                            struct model_route *models, void (*room)(void *arg), void *arg);
+                            struct model_route *models, struct kvroute *kv, void (*room)(void *arg),
+                            void *arg);
 /** a reload: cfg (kept) from now on, for the workers added next */
 void workers_reconfigure(struct workers *ws, const struct router_cfg *cfg);
 /** frees every worker and the table; after the proxy (no exchange holds one any more) */

@@ -42,6 +42,7 @@ struct workers {
     const struct router_cfg *cfg; /* replaced by each reload (workers_reconfigure) */
     struct sel *sel;
     struct model_route *models;
+    struct kvroute *kv;     /* the prefix index: capacities from messages, forgetting the retired */
     struct evdns_base *dns; /* the workers' host names' resolver, made for the first */
     struct worker **w;
     size_t n;

@@ -8,6 +8,7 @@
  * when the worker is retired; what it had counted is kept in the table (load_gone), so the
  * families, which are counters, never go down as workers come and go. */
 #include "http/upstream.h"
+#include "kvroute.h"
 #include "model_route.h"
 #include "pubsub/subscribe.h"
 #include "select.h"
@@ -184,6 +185,7 @@ static void on_message(void *arg, const void *msg, size_t len)
     if (strcmp(w->worker_id, m.worker_id) != 0)
         snprintf(w->worker_id, sizeof w->worker_id, "%s", m.worker_id);
     sel_message(ws->sel, w->idx, &m, w->last_ms);
+    kvr_message(ws->kv, w->idx, &m);
     if (w->lost) {
         w->lost = 0;
         ws->changes.back++;

@@ -33,8 +33,11 @@ NO_TOKEN = ("--speedup-ratio", "0", "--token-interval-ms", "600000")
 
 def Router(workers, *args):
     """A router that counts a worker gone after 10 of its 100 ms heartbeats (not 3), so that
-    a loaded machine's late load message does not take a worker away mid-check."""
-    return _Router(workers, "--missed-heartbeats", "10", *args)
+    a loaded machine's late load message does not take a worker away mid-check. Load only
+    (--kv-overlap-score-weight 0): these checks send the same prompt again and again and judge
+    its whole booking, which prefix-aware selection would book as mostly cached
+    (test_router_prefix.py checks that)."""
+    return _Router(workers, "--missed-heartbeats", "10", "--kv-overlap-score-weight", "0", *args)
 
 
 def content(tokens):

@@ -1,0 +1,199 @@
+/* kvroute: the router's prefix index and its keys (see kvroute.h). */
+#include "kvroute.h"
+#include "admission/kvkeys.h"
+#include "util/log.h"
+#include "util/xmalloc.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+/* The index's first size in workers (made again twice as large when one beyond is added). */
+#define KVR_WORKERS_MIN 64
+
+/* The global cap in blocks: 2^18 entries, 16 MiB at 64 bytes a block (Dynamo's
+ * --router-max-tree-size is 2^20; ours is preallocated, so it is a quarter of it). */
+#define KVR_CAP_BLOCKS (1u << 18)
+
+struct kvroute {
+    struct kvindex *idx;   /* NULL while the weight is 0 */
+    uint32_t workers;      /* what idx is sized for */
+    unsigned block_tokens; /* the keys' block: --kv-block-size */
+    unsigned ttl_ms;
+    /* Each rank's newest capacity, so that an index made again (larger) starts with them:
+     * cap[worker * SEL_MAX_RANKS + rank], for the workers idx is sized for. */
+    uint32_t *cap;
+};
+
+static void kvr_start(struct kvroute *kv, uint32_t workers)
+{
+    struct kvi_config c = {
+        .workers = workers,
+        .ranks = SEL_MAX_RANKS,
+        .cap_blocks = KVR_CAP_BLOCKS,
+        .ttl_ms = kv->ttl_ms,
+        .block_tokens = kv->block_tokens,
+        .max_keys = KVR_MAX_KEYS,
+    };
+    uint32_t *cap = xcalloc((size_t) workers * SEL_MAX_RANKS, sizeof *cap);
+
+    if (kv->cap != NULL)
+        memcpy(cap, kv->cap, (size_t) kv->workers * SEL_MAX_RANKS * sizeof *cap);
+    free(kv->cap);
+    kv->cap = cap;
+    kvi_free(kv->idx);
+    kv->idx = kvi_new(&c);
+    kv->workers = workers;
+    for (uint32_t k = 0; k < workers; k++)
+        for (uint32_t r = 0; r < SEL_MAX_RANKS; r++)
+            if (cap[k * SEL_MAX_RANKS + r] != 0)
+                kvi_set_capacity(kv->idx, k, r, cap[k * SEL_MAX_RANKS + r]);
+}
+
+static void kvr_stop(struct kvroute *kv)
+{
+    kvi_free(kv->idx);
+    kv->idx = NULL;
+}
+
+/* 1 when worker has a place in the index, made larger (empty) when it is beyond it. */
+static int kvr_fits(struct kvroute *kv, int worker)
+{
+    uint32_t n = kv->workers;
+
+    if (kv->idx == NULL || worker < 0)
+        return 0;
+    if ((uint32_t) worker < n)
+        return 1;
+    while (n <= (uint32_t) worker)
+        n *= 2;
+    log_info("prefix index: %u workers now, made again for %u (what it held is forgotten)",
+             (unsigned) worker + 1, (unsigned) n);
+    kvr_start(kv, n);
+    return 1;
+}
+
+struct kvroute *kvr_new(const struct router_cfg *cfg)
+{
+    struct kvroute *kv = xcalloc(1, sizeof *kv);
+
+    kv->block_tokens = cfg->kv_block_size ? cfg->kv_block_size : 16;
+    kv->ttl_ms = cfg->router_ttl_secs ? cfg->router_ttl_secs * 1000u : KVI_TTL_MS_DEFAULT;
+    kv->workers = KVR_WORKERS_MIN;
+    kvr_reconfigure(kv, cfg);
+    return kv;
+}
+
+void kvr_free(struct kvroute *kv)
+{
+    if (kv == NULL)
+        return;
+    kvi_free(kv->idx);
+    free(kv->cap);
+    free(kv);
+}
+
+void kvr_reconfigure(struct kvroute *kv, const struct router_cfg *cfg)
+{
+    if (cfg->kv_overlap_weight > 0 && kv->idx == NULL)
+        kvr_start(kv, kv->workers);
+    else if (!(cfg->kv_overlap_weight > 0) && kv->idx != NULL)
+        kvr_stop(kv);
+}
+
+int kvr_on(const struct kvroute *kv)
+{
+    return kv->idx != NULL;
+}
+
+size_t kvr_keys(const struct kvroute *kv, const char *model, const char *body, size_t len,
+                uint64_t *keys)
+{
+    struct kvk_params p = {.block_tokens = kv->block_tokens};
+
+    if (kv->idx == NULL || len == 0)
+        return 0;
+    p.seed = kvk_seed(model, strlen(model), NULL, 0);
+    return kvk_body(&p, body, len, keys, KVR_MAX_KEYS, NULL);
+}
+
+size_t kvr_match(struct kvroute *kv, const uint64_t *keys, size_t n, int64_t prompt_tokens,
+                 uint64_t now_ms, struct sel_hit *out)
+{
+    struct kvi_hit hits[KVR_MAX_HITS];
+    size_t m;
+
+    if (kv->idx == NULL || n == 0)
+        return 0;
+    m = kvi_match(kv->idx, keys, n, now_ms, hits, KVR_MAX_HITS);
+    for (size_t i = 0; i < m; i++) {
+        int64_t t = (int64_t) hits[i].depth * kv->block_tokens;
+
+        out[i].worker = hits[i].worker;
+        out[i].rank = hits[i].rank;
+        out[i].cached = t < prompt_tokens ? t : prompt_tokens;
+    }
+    return m;
+}
+
+void kvr_routed(struct kvroute *kv, int worker, unsigned rank, const uint64_t *keys, size_t n,
+                uint64_t now_ms)
+{
+    if (n == 0 || rank >= SEL_MAX_RANKS || !kvr_fits(kv, worker))
+        return;
+    kvi_insert(kv->idx, (uint32_t) worker, rank, keys, n, now_ms);
+}
+
+void kvr_correct(struct kvroute *kv, int worker, unsigned rank, const uint64_t *keys, size_t n,
+                 int64_t predicted, int64_t cached_tokens)
+{
+    size_t depth = predicted > 0 ? (size_t) predicted / kv->block_tokens : 0;
+
+    if (kv->idx == NULL || worker < 0 || (uint32_t) worker >= kv->workers || depth == 0 ||
+        cached_tokens < 0)
+        return;
+    kvi_correct(kv->idx, (uint32_t) worker, rank, keys, depth < n ? depth : n,
+                (uint64_t) cached_tokens);
+}
+
+void kvr_message(struct kvroute *kv, int worker, const struct admit_load *m)
+{
+    uint32_t blocks;
+
+    if (m->dp_rank < 0 || m->dp_rank >= SEL_MAX_RANKS || !kvr_fits(kv, worker))
+        return;
+    blocks = kvi_capacity_blocks(m->kv_total_blocks > 0 ? (uint64_t) m->kv_total_blocks : 0,
+                                 m->kv_block_size > 0 ? (uint64_t) m->kv_block_size : 0,
+                                 kv->block_tokens);
+    if (kv->cap[(size_t) worker * SEL_MAX_RANKS + (size_t) m->dp_rank] == blocks)
+        return;
+    kv->cap[(size_t) worker * SEL_MAX_RANKS + (size_t) m->dp_rank] = blocks;
+    kvi_set_capacity(kv->idx, (uint32_t) worker, (uint32_t) m->dp_rank, blocks);
+}
+
+void kvr_forget(struct kvroute *kv, int worker)
+{
+    if (kv->idx == NULL || worker < 0 || (uint32_t) worker >= kv->workers)
+        return;
+    kvi_forget_worker(kv->idx, (uint32_t) worker);
+    memset(&kv->cap[(size_t) worker * SEL_MAX_RANKS], 0, SEL_MAX_RANKS * sizeof *kv->cap);
+}
+
+uint64_t kvr_held(const struct kvroute *kv, int worker)
+{
+    uint64_t n = 0;
+
+    if (kv->idx == NULL || worker < 0 || (uint32_t) worker >= kv->workers)
+        return 0;
+    for (uint32_t r = 0; r < SEL_MAX_RANKS; r++)
+        n += kvi_held(kv->idx, (uint32_t) worker, r);
+    return n;
+}
+
+void kvr_stats(const struct kvroute *kv, struct kvi_stats *out)
+{
+    if (kv->idx == NULL) {
+        memset(out, 0, sizeof *out);
+        return;
+    }
+    kvi_stats(kv->idx, out);
+}

@@ -1,0 +1,61 @@
+/* kvroute: admit-router's prefix index, from its own routing decisions (issue 25): the block
+ * keys of a request (admission/kvkeys.h), which worker ranks are predicted to hold them
+ * (admission/kvindex.h), filled at dispatch, bounded by what each worker publishes, corrected
+ * by the cached_tokens its answers report and forgotten with a worker.
+ *
+ * Kept only while --kv-overlap-score-weight is above 0: at 0 nothing is hashed or held, and
+ * every call here is a no-op (a reload to 0 frees the index, one back above 0 starts it empty).
+ * Its worker indexes are the selection view's; the index is sized for a number of them and
+ * made again (empty) twice as large when a worker beyond it is added. */
+#ifndef ADMIT_KVROUTE_H
+#define ADMIT_KVROUTE_H
+
+#include "admission/kvindex.h"
+#include "admit/load.h"
+#include "config.h"
+#include "select.h"
+
+#include <stddef.h>
+#include <stdint.h>
+
+/* The longest chain of a request's keys that is hashed and looked up (longer prompts are
+ * judged on their first KVR_MAX_KEYS blocks): the per-exchange array's size. */
+#define KVR_MAX_KEYS 512
+
+/* Most holders of a request's first block that a lookup reports. */
+#define KVR_MAX_HITS 256
+
+struct kvroute;
+
+/** a new prefix index for cfg (none kept while its weight is 0) */
+struct kvroute *kvr_new(const struct router_cfg *cfg);
+/** frees it (NULL is fine) */
+void kvr_free(struct kvroute *kv);
+/** a reload: the weight may start or end the index */
+void kvr_reconfigure(struct kvroute *kv, const struct router_cfg *cfg);
+/** 1 when an index is kept (the weight is above 0) */
+int kvr_on(const struct kvroute *kv);
+/** the block keys of a request body of model (at most KVR_MAX_KEYS); 0 when off */
+size_t kvr_keys(const struct kvroute *kv, const char *model, const char *body, size_t len,
+                uint64_t *keys);
+/** the ranks predicted to hold a prefix of keys[0 .. n), their cached tokens capped at
+    prompt_tokens, into out (KVR_MAX_HITS of them at most); the count */
+size_t kvr_match(struct kvroute *kv, const uint64_t *keys, size_t n, int64_t prompt_tokens,
+                 uint64_t now_ms, struct sel_hit *out);
+/** a request of keys[0 .. n) was sent to worker's rank */
+void kvr_routed(struct kvroute *kv, int worker, unsigned rank, const uint64_t *keys, size_t n,
+                uint64_t now_ms);
+/** worker's answer to a request of keys[0 .. n), predicted to find predicted tokens cached on
+    its rank, reports cached_tokens: what the index holds past them there is dropped */
+void kvr_correct(struct kvroute *kv, int worker, unsigned rank, const uint64_t *keys, size_t n,
+                 int64_t predicted, int64_t cached_tokens);
+/** a load message of worker: its rank's capacity in blocks */
+void kvr_message(struct kvroute *kv, int worker, const struct admit_load *m);
+/** worker is retired or removed: what it held is forgotten */
+void kvr_forget(struct kvroute *kv, int worker);
+/** the blocks worker's ranks hold, summed (0 when off) */
+uint64_t kvr_held(const struct kvroute *kv, int worker);
+/** the index's counters (zeros when off; the counters restart with each new index) */
+void kvr_stats(const struct kvroute *kv, struct kvi_stats *out);
+
+#endif
