@@ -1961,10 +1961,94 @@ static void test_slots_room_keeps_turn(void **state)
     sel_free(s);
 }
 
+/* Prefix hits (sel_pick_kv): a rank that holds part of the prompt needs room for, and pays
+ * for, only its uncached part; its booking books that part as prefill and the whole prompt's
+ * blocks; a rank whose room the uncached part exceeds is out, whatever it holds. */
+static void test_prefix_hits(void **state)
+{
+    struct sel *s = view(2, 1);
+    struct busy_thresholds t = unset();
+    struct sel_hit hit = {.worker = 1, .rank = 0, .cached = 48};
+    struct sel_booking b[2];
+    int64_t cached = -1;
+    int w = -1;
+    unsigned r = 9;
+
+    (void) state;
+    memset(b, 0, sizeof b);
+    t.active_prefill_tokens_threshold = 100;
+    /* Both idle: without the hit the first worker, with it the one that holds 48 tokens. */
+    assert_int_equal(sel_pick_kv(s, 0, 64, &t, -1, -1, NULL, NULL, 0, &w, &r, &cached), SEL_OK);
+    assert_int_equal(w, 0);
+    assert_int_equal(cached, 0);
+    assert_int_equal(sel_pick_kv(s, 0, 64, &t, -1, -1, NULL, &hit, 1, &w, &r, &cached), SEL_OK);
+    assert_int_equal(w, 1);
+    assert_int_equal(r, 0);
+    assert_int_equal(cached, 48);
+    /* Excluded, or not eligible: the hit is not a candidate. */
+    assert_int_equal(sel_pick_kv(s, 0, 64, &t, 1, -1, NULL, &hit, 1, &w, &r, &cached), SEL_OK);
+    assert_int_equal(w, 0);
+    assert_int_equal(cached, 0);
+    sel_free(s);
+
+    /* One worker with 90 tokens in prefill, a limit of 100: a prompt of 64 fits only where
+     * 60 of it are cached (4 more), not 48 (16 more). */
+    s = view(1, 1);
+    sel_book(s, &b[0], 0, 0, 90);
+    hit.worker = 0;
+    assert_int_equal(sel_pick_kv(s, 0, 64, &t, -1, -1, NULL, NULL, 0, &w, &r, &cached),
+                     SEL_ALL_BUSY);
+    assert_int_equal(sel_pick_kv(s, 0, 64, &t, -1, -1, NULL, &hit, 1, &w, &r, &cached),
+                     SEL_ALL_BUSY);
+    hit.cached = 60;
+    assert_int_equal(sel_pick_kv(s, 0, 64, &t, -1, -1, NULL, &hit, 1, &w, &r, &cached), SEL_OK);
+    assert_int_equal(cached, 60);
+    sel_book_cached(s, &b[1], w, r, 64, cached);
+    assert_int_equal(booked_of(s, 0, 0).prefill_tokens, 94);
+    assert_int_equal(booked_of(s, 0, 0).decode_blocks, 6 + 4);
+    sel_first_token(s, &b[1]);
+    assert_int_equal(booked_of(s, 0, 0).prefill_tokens, 90);
+    sel_release(s, &b[1]);
+    sel_release(s, &b[0]);
+    assert_int_equal(booked_of(s, 0, 0).prefill_tokens, 0);
+    assert_int_equal(booked_of(s, 0, 0).decode_blocks, 0);
+    sel_free(s);
+}
+
+/* The weight of prefill in the cost: W x prefill blocks + decode blocks; 0 is 1's cost. */
+static void test_prefill_weight(void **state)
+{
+    struct sel *s = view(2, 1);
+    struct sel_booking b[2];
+    int w = -1;
+    unsigned r;
+
+    (void) state;
+    memset(b, 0, sizeof b);
+    sel_book(s, &b[0], 0, 0, 160); /* decode 10 blocks once its prefill is over */
+    sel_first_token(s, &b[0]);
+    sel_book(s, &b[1], 1, 0, 64); /* prefill 4 blocks, decode 4 */
+    /* A request of one block: worker 0 costs 10 + 2, worker 1 8 + 2 at weight 1; at 3,
+     * 10 + 3 + 1 against 12 + 4 + 3 + 1. */
+    assert_int_equal(sel_pick(s, 0, 16, NULL, -1, -1, &w, &r), SEL_OK);
+    assert_int_equal(w, 1);
+    sel_prefill_weight(s, 3);
+    assert_int_equal(sel_pick(s, 0, 16, NULL, -1, -1, &w, &r), SEL_OK);
+    assert_int_equal(w, 0);
+    sel_prefill_weight(s, 0);
+    assert_int_equal(sel_pick(s, 0, 16, NULL, -1, -1, &w, &r), SEL_OK);
+    assert_int_equal(w, 1);
+    sel_release(s, &b[0]);
+    sel_release(s, &b[1]);
+    sel_free(s);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_book_release),
+        cmocka_unit_test(test_prefix_hits),
+        cmocka_unit_test(test_prefill_weight),
         cmocka_unit_test(test_release_points),
         cmocka_unit_test(test_lowest_cost),
         cmocka_unit_test(test_lowest_cost_rank),
