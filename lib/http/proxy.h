@@ -102,6 +102,8 @@ struct proxy_admission {
     int (*forwarding)(void *arg, struct pxreq *x, const struct http_req *r);
     /* reply body bytes went to the client; first for the first ones; tokens: SSE events */
     void (*output)(void *arg, struct pxreq *x, int first, unsigned tokens);
+    /* optional: the same reply body bytes (the body, not its framing), after output() */
+    void (*body)(void *arg, struct pxreq *x, const char *data, size_t n);
     /* the exchange ended with outcome o (already counted): release what it holds */
     void (*finish)(void *arg, struct pxreq *x, enum outcome o);
     /* seconds for the Retry-After of the proxy's own 503 answers */

@@ -240,9 +240,12 @@ static void tell_output(struct pxreq *x, const char *data, long dlen)
         clock_mono(&x->t_first);
     }
     x->bytes += (uint64_t) dlen;
-    if (x->count_tokens)
+    if (x->count_tokens) {
         px->adm.output(px->adm.arg, x, first,
                        x->sse ? sse_feed(&x->sse_count, data, (size_t) dlen) : 0);
+        if (px->adm.body != NULL)
+            px->adm.body(px->adm.arg, x, data, (size_t) dlen);
+    }
 }
 
 void px_relay(struct pxreq *x)

@@ -22,7 +22,28 @@ struct kvroute {
     /* Each rank's newest capacity, so that an index made again (larger) starts with them:
      * cap[worker * SEL_MAX_RANKS + rank], for the workers idx is sized for. */
     uint32_t *cap;
+    struct kvi_stats gone; /* the counters of the indexes dropped (so that they only grow) */
 };
+
+/* Keeps idx's counters in gone, before idx goes. */
+static void kvr_keep_counters(struct kvroute *kv)
+{
+    struct kvi_stats s;
+
+    if (kv->idx == NULL)
+        return;
+    kvi_stats(kv->idx, &s);
+    kv->gone.lookups += s.lookups;
+    kv->gone.matched_blocks += s.matched_blocks;
+    kv->gone.inserted_blocks += s.inserted_blocks;
+    kv->gone.predicted_tokens += s.predicted_tokens;
+    kv->gone.confirmed_tokens += s.confirmed_tokens;
+    kv->gone.evicted_ttl += s.evicted_ttl;
+    kv->gone.evicted_capacity += s.evicted_capacity;
+    kv->gone.evicted_global += s.evicted_global;
+    kv->gone.dropped_correct += s.dropped_correct;
+    kv->gone.dropped_forget += s.dropped_forget + s.blocks; /* what it held goes with it */
+}
 
 static void kvr_start(struct kvroute *kv, uint32_t workers)
 {
@@ -40,6 +61,7 @@ static void kvr_start(struct kvroute *kv, uint32_t workers)
         memcpy(cap, kv->cap, (size_t) kv->workers * SEL_MAX_RANKS * sizeof *cap);
     free(kv->cap);
     kv->cap = cap;
+    kvr_keep_counters(kv);
     kvi_free(kv->idx);
     kv->idx = kvi_new(&c);
     kv->workers = workers;
@@ -51,6 +73,7 @@ static void kvr_start(struct kvroute *kv, uint32_t workers)
 
 static void kvr_stop(struct kvroute *kv)
 {
+    kvr_keep_counters(kv);
     kvi_free(kv->idx);
     kv->idx = NULL;
 }
@@ -191,9 +214,19 @@ uint64_t kvr_held(const struct kvroute *kv, int worker)
 
 void kvr_stats(const struct kvroute *kv, struct kvi_stats *out)
 {
-    if (kv->idx == NULL) {
-        memset(out, 0, sizeof *out);
-        return;
-    }
-    kvi_stats(kv->idx, out);
+    const struct kvi_stats *g = &kv->gone;
+
+    memset(out, 0, sizeof *out);
+    if (kv->idx != NULL)
+        kvi_stats(kv->idx, out);
+    out->lookups += g->lookups;
+    out->matched_blocks += g->matched_blocks;
+    out->inserted_blocks += g->inserted_blocks;
+    out->predicted_tokens += g->predicted_tokens;
+    out->confirmed_tokens += g->confirmed_tokens;
+    out->evicted_ttl += g->evicted_ttl;
+    out->evicted_capacity += g->evicted_capacity;
+    out->evicted_global += g->evicted_global;
+    out->dropped_correct += g->dropped_correct;
+    out->dropped_forget += g->dropped_forget;
 }

@@ -55,7 +55,8 @@ void kvr_message(struct kvroute *kv, int worker, const struct admit_load *m);
 void kvr_forget(struct kvroute *kv, int worker);
 /** the blocks worker's ranks hold, summed (0 when off) */
 uint64_t kvr_held(const struct kvroute *kv, int worker);
-/** the index's counters (zeros when off; the counters restart with each new index) */
+/** the index's counters, those of indexes dropped included (they only grow), and its size
+    now (0 when off) */
 void kvr_stats(const struct kvroute *kv, struct kvi_stats *out);
 
 #endif

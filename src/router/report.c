@@ -2,6 +2,7 @@
  * report.h). */
 #include "report.h"
 #include "admission/bt_api.h"
+#include "kvroute.h"
 #include "model_route.h"
 #include "select.h"
 #include "util/clock.h"
@@ -26,6 +27,7 @@ struct reject_key {
 struct report {
     const struct workers *ws;
     struct sel *sel;
+    const struct kvroute *kv;
     const struct model_route *models;
     const struct bt_registry *bt;
     uint64_t rejected[REPORT_REASONS];
@@ -33,13 +35,14 @@ struct report {
     size_t nrejects;
 };
 
-struct report *report_new(const struct workers *ws, struct sel *sel,
+struct report *report_new(const struct workers *ws, struct sel *sel, const struct kvroute *kv,
                           const struct model_route *models, const struct bt_registry *bt)
 {
     struct report *rp = xcalloc(1, sizeof *rp);
 
     rp->ws = ws;
     rp->sel = sel;
+    rp->kv = kv;
     rp->models = models;
     rp->bt = bt;
     return rp;
@@ -159,6 +162,42 @@ static int worker_busy(struct report *rp, int k, const struct busy_thresholds *t
     return n > 0;
 }
 
+/* The prefix index's counters and size (kvroute.h). */
+static void render_prefix(const struct report *rp, struct buf *out)
+{
+    static const char *const evict_names[] = {"ttl", "capacity", "global", "corrected",
+                                              "forgotten"};
+    struct kvi_stats s;
+    uint64_t ev[5];
+
+    kvr_stats(rp->kv, &s);
+    ev[0] = s.evicted_ttl;
+    ev[1] = s.evicted_capacity;
+    ev[2] = s.evicted_global;
+    ev[3] = s.dropped_correct;
+    ev[4] = s.dropped_forget;
+    prom_counter(out, "admit_router_prefix_lookups_total",
+                 "Prefix index lookups (one per selection of a request with block keys)",
+                 s.lookups);
+    prom_counter(out, "admit_router_prefix_matched_blocks_total",
+                 "Per lookup, the deepest holder's leading blocks, summed", s.matched_blocks);
+    prom_counter(out, "admit_router_prefix_predicted_cached_tokens_total",
+                 "Cached tokens the index predicted on the ranks whose answers reported theirs",
+                 s.predicted_tokens);
+    prom_counter(out, "admit_router_prefix_confirmed_cached_tokens_total",
+                 "Of those, the tokens the answers' cached_tokens confirmed", s.confirmed_tokens);
+    prom_gauge(out, "admit_router_prefix_index_blocks",
+               "Blocks (key, worker rank) the prefix index holds", (double) s.blocks);
+    prom_gauge(out, "admit_router_prefix_index_bytes",
+               "Memory the prefix index took (preallocated; 0 with weight 0)", (double) s.bytes);
+    prom_labelled(out, "admit_router_prefix_evictions_total", "counter",
+                  "Blocks that left the prefix index, by why (ttl; capacity: the worker rank's "
+                  "published KV capacity; global: the index's cap; corrected: an answer's "
+                  "cached_tokens said the engine lacked them; forgotten: the worker retired, or "
+                  "the index was dropped)",
+                  "reason", evict_names, ev, sizeof ev / sizeof *ev);
+}
+
 void report_render_metrics(struct report *rp, struct buf *out)
 {
     struct busy_thresholds t;
@@ -234,6 +273,7 @@ void report_render_metrics(struct report *rp, struct buf *out)
                   "connection ended or its engine refused a connection, back: it published "
                   "again)",
                   "change", change_names, changes, sizeof changes / sizeof *changes);
+    render_prefix(rp, out);
 }
 
 static void put_int(struct buf *out, const char *key, int64_t v, int comma)
@@ -329,6 +369,7 @@ void report_render_workers(struct report *rp, struct buf *out)
         else
             buf_puts(out, "null");
         render_models(out, mroute_list(rp->models, k));
+        buf_printf(out, ",\"prefix_index_blocks\":%llu", (unsigned long long) kvr_held(rp->kv, k));
         buf_puts(out, ",\"ranks\":[");
         for (unsigned i = 0; i < sel_ranks(rp->sel, k); i++) {
             struct sel_rank_view v;

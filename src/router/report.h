@@ -13,6 +13,7 @@
 #include "util/buf.h"
 
 struct bt_registry;
+struct kvroute;
 struct model_route;
 struct report;
 struct sel;
@@ -27,7 +28,7 @@ enum report_reason {
 };
 
 /** a report of ws, sel, models and bt (which must outlive it), nothing counted yet */
-struct report *report_new(const struct workers *ws, struct sel *sel,
+struct report *report_new(const struct workers *ws, struct sel *sel, const struct kvroute *kv,
                           const struct model_route *models, const struct bt_registry *bt);
 /** frees it; NULL is a no-op */
 void report_free(struct report *rp);

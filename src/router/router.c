@@ -36,6 +36,10 @@
 /* Longest model name kept of a request (a longer one is cut: no worker serves it). */
 #define MODEL_MAX 128
 
+/* The answer's last bytes kept for its usage's cached_tokens: a stream's final usage chunk
+ * ends with it and "data: [DONE]", a JSON answer with it and a field or two. */
+#define ANSWER_TAIL 256
+
 /* Per exchange, inside the proxy's allocation (zeroed at arrival). */
 struct rreq {
     struct cq_req cq; /* what the policy-class queue keeps of it */
@@ -50,6 +54,8 @@ struct rreq {
      * index predicted on the rank chosen (cached tokens), for the answer's correction. */
     uint32_t nkeys;
     int64_t predicted;
+    uint32_t tail_len;
+    char tail[ANSWER_TAIL]; /* the answer's last bytes, while predicted > 0 */
     uint64_t keys[KVR_MAX_KEYS];
 };
 
@@ -198,13 +204,67 @@ static void on_output(void *arg, struct pxreq *x, int first, unsigned tokens)
     }
 }
 
+/* The answer's bytes: of one predicted to find some of its prompt cached, the last ones are
+ * kept, where its usage says what the engine did find. */
+static void on_body(void *arg, struct pxreq *x, const char *data, size_t n)
+{
+    struct rreq *q = pxreq_state(x);
+
+    (void) arg;
+    if (q->predicted <= 0)
+        return;
+    if (n >= ANSWER_TAIL) {
+        memcpy(q->tail, data + n - ANSWER_TAIL, ANSWER_TAIL);
+        q->tail_len = ANSWER_TAIL;
+        return;
+    }
+    if (q->tail_len + n > ANSWER_TAIL) {
+        size_t drop = q->tail_len + n - ANSWER_TAIL;
+
+        memmove(q->tail, q->tail + drop, q->tail_len - drop);
+        q->tail_len -= (uint32_t) drop;
+    }
+    memcpy(q->tail + q->tail_len, data, n);
+    q->tail_len += (uint32_t) n;
+}
+
+/* The last "cached_tokens": N of s[0 .. n), or -1 when there is none. */
+static int64_t cached_tokens_of(const char *s, size_t n)
+{
+    static const char key[] = "\"cached_tokens\"";
+    const size_t klen = sizeof key - 1;
+    int64_t v = -1;
+
+    for (size_t i = n >= klen ? n - klen + 1 : 0; i-- > 0;) {
+        size_t j = i + klen;
+
+        if (memcmp(s + i, key, klen) != 0)
+            continue;
+        while (j < n && (s[j] == ' ' || s[j] == ':'))
+            j++;
+        if (j == n || s[j] < '0' || s[j] > '9')
+            return -1;
+        for (v = 0; j < n && s[j] >= '0' && s[j] <= '9' && v < INT64_MAX / 10 - 9; j++)
+            v = v * 10 + (s[j] - '0');
+        return v;
+    }
+    return v;
+}
+
 /* Completion, error, cancel: whatever the outcome, the booking ends here. */
 static void on_finish(void *arg, struct pxreq *x, enum outcome o)
 {
     struct router *r = arg;
     struct rreq *q = pxreq_state(x);
 
-    (void) o;
+    /* A whole answer that says what the engine found cached corrects what the index
+     * predicted on that rank. */
+    if (o == OUT_OK && q->predicted > 0 && q->bk.booked) {
+        int64_t c = cached_tokens_of(q->tail, q->tail_len);
+
+        if (c >= 0)
+            kvr_correct(r->kv, q->bk.worker, q->bk.rank, q->keys, q->nkeys, q->predicted, c);
+    }
     sel_release(r->sel, &q->bk);
     cq_finish(r->cq, &q->cq);
     if (q->held >= 0)
@@ -255,6 +315,7 @@ static struct upstream *pick(void *arg, struct pxreq *x, const struct http_req *
     /* A migration: the worker it leaves holds nothing of it any more. */
     sel_release(r->sel, &q->bk);
     q->predicted = 0;
+    q->tail_len = 0;
     if (!q->bypass) { /* a GET takes no engine capacity: any live worker will do */
         bt_registry_get(r->bt, q->model, &t);
         tp = &t;
@@ -388,6 +449,7 @@ struct router *router_new(struct event_base *base, struct proxy *px, struct metr
         .expired = on_expired,
         .forwarding = on_forwarding,
         .output = on_output,
+        .body = on_body,
         .finish = on_finish,
         .retry_after = on_retry_after,
         .size = sizeof(struct rreq),
@@ -411,7 +473,7 @@ struct router *router_new(struct event_base *base, struct proxy *px, struct metr
         return NULL;
     }
     r->ws = workers_new(base, cfg, r->sel, r->models, r->kv, room, r);
-    r->rep = report_new(r->ws, r->sel, r->models, r->bt);
+    r->rep = report_new(r->ws, r->sel, r->kv, r->models, r->bt);
     proxy_set_admission(px, &hooks);
     proxy_set_route(px, &route);
     return r;
