@@ -6,6 +6,7 @@ import time
 
 from harness import Mock, Tap, request, scrape
 from test_router import MODEL, Router, worker
+from test_router_reload import config, hup, write
 
 CHAT = "/v1/chat/completions"
 BLOCK = 16
@@ -148,12 +149,39 @@ def test_correction_drops_what_the_engine_lacks():
         stop(mocks, ads, rt)
 
 
+def test_weight_changes_on_sighup():
+    """The weight is live: 0 -> 1 starts an index (turns stick), 1 -> 0 drops it."""
+    path = config("kv_overlap_score_weight: 0\n")
+    mocks, ads, rt = fleet("--config", path)
+    try:
+        sessions(rt, mocks, ["theta"], 1)
+        m = rt.metrics()
+        assert m["admit_router_prefix_lookups_total"] == 0, m
+        assert m["admit_router_prefix_index_bytes"] == 0, m
+        write(path, "kv_overlap_score_weight: 1\n")
+        hup(rt)
+        assert rt.metrics()["admit_router_prefix_index_bytes"] > 0
+        where, _ = sessions(rt, mocks, ["iota", "kappa", "lambda"], 3)
+        assert all(len(set(w)) == 1 for w in where.values()), where
+        assert rt.metrics()["admit_router_prefix_lookups_total"] == 9
+        write(path, "kv_overlap_score_weight: 0\n")
+        hup(rt)
+        m = rt.metrics()
+        assert m["admit_router_prefix_index_bytes"] == 0, m
+        assert m["admit_router_prefix_index_blocks"] == 0, m
+        assert m["admit_router_prefix_lookups_total"] == 9, m  # counters do not go back
+    finally:
+        stop(mocks, ads, rt)
+
+
 if __name__ == "__main__":
     tap = Tap()
     tap.run("a session's turns stay on the worker that holds its prefix, and hit its cache",
             test_turns_stay_on_the_worker_that_holds_them)
     tap.run("--kv-overlap-score-weight 0 restores load-only routing: turns spread",
             test_weight_zero_is_load_only)
+    tap.run("--kv-overlap-score-weight changes on SIGHUP: an index started, then dropped",
+            test_weight_changes_on_sighup)
     tap.run("an answer's cached_tokens corrects the index: blocks the engine lacked are dropped",
             test_correction_drops_what_the_engine_lacks)
     tap.done()
