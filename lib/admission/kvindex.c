@@ -187,6 +187,30 @@ static int kvi_old(const struct kvindex *x, uint32_t i, uint32_t now)
     return now - x->e[i].t > x->c.ttl_ms;
 }
 
+/* Takes entry i off its holder's list and the global one (to be pushed again). */
+static void kvi_unlink_lru(struct kvindex *x, uint32_t i)
+{
+    struct kvi_entry *e = &x->e[i];
+    struct kvi_holder *h = &x->h[e->holder];
+
+    if (e->hprev != KVI_NIL)
+        x->e[e->hprev].hnext = e->hnext;
+    else
+        h->head = e->hnext;
+    if (e->hnext != KVI_NIL)
+        x->e[e->hnext].hprev = e->hprev;
+    else
+        h->tail = e->hprev;
+    if (e->gprev != KVI_NIL)
+        x->e[e->gprev].gnext = e->gnext;
+    else
+        x->ghead = e->gnext;
+    if (e->gnext != KVI_NIL)
+        x->e[e->gnext].gprev = e->gprev;
+    else
+        x->gtail = e->gprev;
+}
+
 /* Unlinks entry i from all three lists, frees it, and its node when it was the last. */
 static void kvi_remove(struct kvindex *x, uint32_t i, int why)
 {
@@ -208,23 +232,8 @@ static void kvi_remove(struct kvindex *x, uint32_t i, int why)
         nd->next = x->nfree;
         x->nfree = e->node;
     }
-    if (e->hprev != KVI_NIL)
-        x->e[e->hprev].hnext = e->hnext;
-    else
-        h->head = e->hnext;
-    if (e->hnext != KVI_NIL)
-        x->e[e->hnext].hprev = e->hprev;
-    else
-        h->tail = e->hprev;
+    kvi_unlink_lru(x, i);
     h->count--;
-    if (e->gprev != KVI_NIL)
-        x->e[e->gprev].gnext = e->gnext;
-    else
-        x->ghead = e->gnext;
-    if (e->gnext != KVI_NIL)
-        x->e[e->gnext].gprev = e->gprev;
-    else
-        x->gtail = e->gprev;
     e->gnext = x->efree;
     x->efree = i;
     x->s.blocks--;
@@ -266,30 +275,6 @@ static void kvi_push(struct kvindex *x, uint32_t i)
     else
         x->gtail = i;
     x->ghead = i;
-}
-
-/* Takes entry i off its holder's list and the global one (to be pushed again). */
-static void kvi_unlink_lru(struct kvindex *x, uint32_t i)
-{
-    struct kvi_entry *e = &x->e[i];
-    struct kvi_holder *h = &x->h[e->holder];
-
-    if (e->hprev != KVI_NIL)
-        x->e[e->hprev].hnext = e->hnext;
-    else
-        h->head = e->hnext;
-    if (e->hnext != KVI_NIL)
-        x->e[e->hnext].hprev = e->hprev;
-    else
-        h->tail = e->hprev;
-    if (e->gprev != KVI_NIL)
-        x->e[e->gprev].gnext = e->gnext;
-    else
-        x->ghead = e->gnext;
-    if (e->gnext != KVI_NIL)
-        x->e[e->gnext].gprev = e->gprev;
-    else
-        x->gtail = e->gprev;
 }
 
 /* The time of now_ms for entries; a clock that stood still for 2^31 ms expires them all. */
