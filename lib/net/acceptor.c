@@ -45,6 +45,18 @@ static void follow(struct acceptor *a)
     a->watching = want;
 }
 
+/* The watch is back after a pause. A starved listener must try accept4 once even if nothing
+ * is waiting: Linux takes a descriptor before it looks at the backlog, so out of descriptors
+ * an empty backlog fails with EMFILE too, and the level-triggered watch of an empty backlog
+ * never fires, so without this try the listener would never learn it has recovered. */
+static void resume(struct acceptor *a)
+{
+    a->pausing = 0;
+    follow(a);
+    if (a->starved && a->watching)
+        event_active(&a->watch, EV_READ, 0);
+}
+
 /* accept4 failed for want of a descriptor or of memory: the connection is still in the
  * backlog and the socket still readable, so the watch rests ACC_PAUSE_MS. */
 static void starve(struct acceptor *a, int err)
@@ -141,8 +153,7 @@ static void on_pause_end(evutil_socket_t fd, short what, void *arg)
 
     (void) fd;
     (void) what;
-    a->pausing = 0;
-    follow(a);
+    resume(a);
 }
 
 struct acceptor *acc_new(struct event_base *base, int lfd, const char *name, acc_fn fn, void *arg,
@@ -180,7 +191,8 @@ void acc_closed(struct acceptor *a)
     if (a->pausing) {
         /* A descriptor was just freed: the connection waiting can have it. */
         event_del(&a->pause);
-        a->pausing = 0;
+        resume(a);
+        return;
     }
     follow(a);
 }

@@ -187,6 +187,46 @@ static void test_a_close_ends_the_pause(void **state)
     assert_int_equal(f->naccepted, before + 1);
 }
 
+/* Linux takes a descriptor before it looks at the backlog: out of descriptors, the accept
+ * after the last waiting connection fails with EMFILE, not EAGAIN. Once a descriptor is
+ * back (a close, or the pause running out) the listener tries once more, finds the backlog
+ * empty and knows it has recovered, though the empty backlog never wakes its watch. */
+static void test_recovery_with_the_backlog_already_empty(void **state)
+{
+    struct fixture *f = *state;
+    struct rlimit low = f->nofile;
+
+    connect_clients(f, 1);
+    low.rlim_cur = limit_leaving(1);
+    assert_int_equal(setrlimit(RLIMIT_NOFILE, &low), 0);
+    run_ms(f, 50);
+    assert_int_equal(f->naccepted, 1);
+    assert_true(acc_starved(f->a));
+    close(f->accepted[0]);
+    f->accepted[0] = -1;
+    acc_closed(f->a);
+    run_ms(f, 50);
+    assert_false(acc_starved(f->a));
+}
+
+static void test_recovery_at_the_end_of_a_pause(void **state)
+{
+    struct fixture *f = *state;
+    struct rlimit low = f->nofile;
+    const struct listen_stats *st = acc_stats(f->a);
+
+    connect_clients(f, 1);
+    low.rlim_cur = limit_leaving(1);
+    assert_int_equal(setrlimit(RLIMIT_NOFILE, &low), 0);
+    run_ms(f, 50);
+    assert_int_equal(f->naccepted, 1);
+    assert_true(acc_starved(f->a));
+    assert_int_equal(setrlimit(RLIMIT_NOFILE, &f->nofile), 0);
+    run_ms(f, 3 * ACC_PAUSE_MS);
+    assert_false(acc_starved(f->a));
+    assert_int_equal(st->accept_pauses, 1);
+}
+
 /* At its cap the acceptor stops watching (no spin on the waiting connections) and takes
  * one more each time one closes. */
 static void test_cap_leaves_the_rest_in_the_backlog(void **state)
@@ -234,6 +274,9 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_pauses_when_out_of_descriptors, setup, teardown),
         cmocka_unit_test_setup_teardown(test_recovery_at_a_full_wakeup, setup, teardown),
         cmocka_unit_test_setup_teardown(test_a_close_ends_the_pause, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_recovery_with_the_backlog_already_empty, setup,
+                                        teardown),
+        cmocka_unit_test_setup_teardown(test_recovery_at_the_end_of_a_pause, setup, teardown),
         cmocka_unit_test_setup_teardown(test_cap_leaves_the_rest_in_the_backlog, setup, teardown),
         cmocka_unit_test_setup_teardown(test_auto_cap_follows_the_open_file_limit, setup, teardown),
     };
