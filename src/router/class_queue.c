@@ -9,6 +9,15 @@
  * ones. When it goes, selection still judges the router-wide reject thresholds and may
  * answer 529: the two sets never merge.
  *
+ * The projection is of the uncached tokens, as selection's is: the gate is given the ranks the
+ * prefix index predicts to hold part of the prompt, looked up again at each try (the index
+ * changes while a request waits), and such a rank needs room for the uncached part only. A
+ * request's size for its class, the prompt_tokens rules and the deficit round robin's cost, is
+ * its uncached tokens too, as Dynamo's uncached ISL: the prompt less the most that a worker it
+ * may go to is predicted to hold, at arrival (a classifier plugin still sees the whole prompt,
+ * as Dynamo's input_tokens). With no index kept (weight 0) there are no keys and no hits: the
+ * whole prompt, as before.
+ *
  * Across classes the heads go in weighted deficit round robin (admission/classq.h). Dispatch is
  * re-tried whenever room may have appeared: a booking released (first token, end, cancel),
  * a load message, a threshold change, and a short tick while anything waits, which covers a
@@ -21,6 +30,7 @@
 #include "class_queue.h"
 #include "admission/bt_api.h"
 #include "classify.h"
+#include "kvroute.h"
 #include "model_route.h"
 #include "select.h"
 #include "util/clock.h"
@@ -52,6 +62,7 @@ struct class_queue {
     const struct router_cfg *cfg; /* its classes; replaced by each reload (cq_reconfigure) */
     struct sel *sel;
     struct model_route *models;
+    struct kvroute *kv;
     const struct bt_registry *bt;
     struct classq *q;              /* NULL: no classes, nothing waits */
     struct cq_class *qc;           /* cfg->classes.n of them */
@@ -75,16 +86,58 @@ static const struct rclass *class_def(const struct class_queue *cq, int cls)
     return &cq->cfg->classes.c[cls];
 }
 
-/* May a request of class cls with this prompt go now? Only "every candidate is busy under the
- * class's thresholds" holds it: with no worker alive it goes on, and selection answers 503. */
+/* The ranks the prefix index predicts to hold part of e's prompt at now, into hits (none
+ * without keys, or with no index kept); their count. */
+static size_t match(struct class_queue *cq, const struct cq_req *e, int64_t now,
+                    struct sel_hit *hits)
+{
+    if (e->nkeys == 0)
+        return 0;
+    return kvr_match(cq->kv, e->keys, e->nkeys, e->tokens, (uint64_t) now, hits);
+}
+
+/* e's uncached tokens: its prompt less the most that a routable worker it may go to (its pin,
+ * or one that takes its model) is predicted to hold of it, of hits[0 .. n). */
+static int64_t uncached(struct class_queue *cq, const struct cq_req *e, int64_t now,
+                        const struct sel_hit *hits, size_t n)
+{
+    const uint64_t *elig = mroute_eligible(cq->models, e->model, e->pinned);
+    int64_t best = 0;
+
+    for (size_t i = 0; i < n; i++) {
+        uint32_t k = hits[i].worker;
+
+        if (hits[i].cached <= best || k >= (uint32_t) sel_workers(cq->sel))
+            continue;
+        if (e->pinned >= 0 ? k != (uint32_t) e->pinned
+                           : elig != NULL && ((elig[k >> 6] >> (k & 63)) & 1) == 0)
+            continue;
+        if (sel_routable(cq->sel, (int) k, now))
+            best = hits[i].cached;
+    }
+    return e->tokens - best;
+}
+
+/* May a request of class cls with this prompt go now, the ranks of hits[0 .. nhits) holding
+ * part of it? Only "every candidate is busy under the class's thresholds" holds it: with no
+ * worker alive it goes on, and selection answers 503. */
+static int gate(struct class_queue *cq, int cls, const struct cq_req *e, int64_t now,
+                const struct sel_hit *hits, size_t nhits)
+{
+    return sel_gate_kv(
+               cq->sel, now, e->tokens, &class_def(cq, cls)->t, e->pinned >= 0 ? e->pinned : -1,
+               mroute_eligible(cq->models, e->model, e->pinned), hits, nhits) != SEL_ALL_BUSY;
+}
+
+/* The gate, with the index's prediction as it is now. */
 static int class_has_room(struct class_queue *cq, int cls, const struct cq_req *e)
 {
-    const struct busy_thresholds *t = &class_def(cq, cls)->t;
+    struct sel_hit hits[KVR_MAX_HITS];
+    int64_t now = clock_mono_ms();
 
-    if (!busy_thresholds_any(t))
+    if (!busy_thresholds_any(&class_def(cq, cls)->t))
         return 1;
-    return sel_gate_in(cq->sel, clock_mono_ms(), e->tokens, t, e->pinned >= 0 ? e->pinned : -1,
-                       mroute_eligible(cq->models, e->model, e->pinned)) != SEL_ALL_BUSY;
+    return gate(cq, cls, e, now, hits, match(cq, e, now, hits));
 }
 
 static void on_tick(evutil_socket_t fd, short what, void *arg)
@@ -144,7 +197,7 @@ static int set_up(struct class_queue *cq, const struct router_classes *c)
 }
 
 struct class_queue *cq_new(struct event_base *base, struct proxy *px, const struct router_cfg *cfg,
-                           struct sel *sel, struct model_route *models,
+                           struct sel *sel, struct model_route *models, struct kvroute *kv,
                            const struct bt_registry *bt, char *err, size_t errlen)
 {
     struct class_queue *cq = xcalloc(1, sizeof *cq);
@@ -154,6 +207,7 @@ struct class_queue *cq_new(struct event_base *base, struct proxy *px, const stru
     cq->cfg = cfg;
     cq->sel = sel;
     cq->models = models;
+    cq->kv = kv;
     cq->bt = bt;
     /* The tick is there without classes too: a reload may bring some. */
     cq->tick = evtimer_new(base, on_tick, cq);
@@ -269,11 +323,13 @@ static const char *rule_header(void *arg, const char *name)
     return http_req_header(arg, name);
 }
 
-/* The request's class: the config's rules, then the classifier, if any, may change it. */
-static int classify(struct class_queue *cq, const struct cq_req *e, const struct http_req *req)
+/* The request's class: the config's rules (its prompt_tokens rules judge size, its uncached
+ * tokens), then the classifier, if any, may change it. */
+static int classify(struct class_queue *cq, const struct cq_req *e, const struct http_req *req,
+                    int64_t size)
 {
     int builtin =
-        router_classes_classify(&cq->cfg->classes, rule_header, (void *) req, e->model, e->tokens);
+        router_classes_classify(&cq->cfg->classes, rule_header, (void *) req, e->model, size);
     struct classify_request facts = {e->model, e->tokens, req_header, req};
     struct busy_thresholds reject;
     struct admit_classify c;
@@ -288,9 +344,13 @@ static int classify(struct class_queue *cq, const struct cq_req *e, const struct
 }
 
 enum px_verdict cq_arrive(struct class_queue *cq, struct cq_req *e, const struct http_req *req,
-                          const char *model, int64_t tokens, int pinned)
+                          const char *model, int64_t tokens, int pinned, const uint64_t *keys,
+                          size_t nkeys)
 {
+    struct sel_hit hits[KVR_MAX_HITS];
     const struct rclass *d;
+    int64_t now, size;
+    size_t nhits;
     int cls;
 
     if (cq->q == NULL)
@@ -298,18 +358,25 @@ enum px_verdict cq_arrive(struct class_queue *cq, struct cq_req *e, const struct
     e->model = model;
     e->tokens = tokens;
     e->pinned = pinned;
-    cls = classify(cq, e, req);
+    e->keys = keys;
+    e->nkeys = nkeys;
+    /* One lookup serves the class, the gate and the cost at arrival. */
+    now = clock_mono_ms();
+    nhits = match(cq, e, now, hits);
+    size = uncached(cq, e, now, hits, nhits);
+    cls = classify(cq, e, req, size);
     if (cls < 0)
         cls = cq->cfg->classes.default_cls;
     e->cls = cls;
     e->cgen = cq->cgen;
     d = class_def(cq, cls);
-    if (classq_depth(cq->q, cls) == 0 && class_has_room(cq, cls, e)) {
+    if (classq_depth(cq->q, cls) == 0 &&
+        (!busy_thresholds_any(&d->t) || gate(cq, cls, e, now, hits, nhits))) {
         cq->qc[cls].dispatched++;
         prom_hist_observe(&cq->qc[cls].wait, 0.0);
         return PX_FORWARD;
     }
-    if (classq_push(cq->q, cls, &e->qe, tokens, sel_routable_n(cq->sel, clock_mono_ms())) != 0) {
+    if (classq_push(cq->q, cls, &e->qe, size, sel_routable_n(cq->sel, now)) != 0) {
         cq->qc[cls].rej_full++;
         proxy_answer_error(e->x, cq->cfg->overload_status, "overloaded_error", cq->qc[cls].full_msg,
                            router_cfg_retry_after(cq->cfg), "class-queue-full", OUT_REJECTED);

@@ -5,8 +5,11 @@
  * The queues and their weighted deficit round robin are admission/classq.h's; the classes and
  * their rules are the configuration's (classes.h), the classifier interface classify.h's. The
  * gate is the selection pass itself (select.h's sel_gate_in(), among the workers that take the
- * request's model, model_route.h), run under the class's thresholds. Without classes nothing
- * waits: every request goes on to selection at once. */
+ * request's model, model_route.h), run under the class's thresholds, with the ranks the prefix
+ * index (kvroute.h) predicts to hold part of the prompt judged on its uncached part only, as
+ * selection judges them. The prompt_tokens rules and the deficit round robin's cost count the
+ * uncached tokens too (Dynamo's uncached ISL). Without classes nothing waits: every request
+ * goes on to selection at once. */
 #ifndef ADMIT_ROUTER_CLASS_QUEUE_H
 #define ADMIT_ROUTER_CLASS_QUEUE_H
 
@@ -21,6 +24,7 @@
 struct bt_registry;
 struct class_queue;
 struct event_base;
+struct kvroute;
 struct model_route;
 struct sel;
 
@@ -32,16 +36,19 @@ struct cq_req {
     const char *model; /* the request's facts, as cq_arrive() was told them */
     int64_t tokens;
     int pinned;
+    const uint64_t *keys; /* its prompt's block keys (the caller's, valid for the exchange) */
+    size_t nkeys;
     int cls;       /* its policy class; -1 none (no classes, or never classified) */
     unsigned cgen; /* the classes' generation cls is an index of */
     struct timespec t_enq;
 };
 
 /** the queue of cfg's classes (kept; none: nothing waits), judging room in sel among the
- *  workers models says take a request's model, a classifier's reject thresholds from bt, for
- *  px's exchanges; cfg's classifier plugin is loaded. NULL with err when the plugin cannot be */
+ *  workers models says take a request's model, with what the prefix index kv predicts they
+ *  hold, a classifier's reject thresholds from bt, for px's exchanges; cfg's classifier plugin
+ *  is loaded. NULL with err when the plugin cannot be */
 struct class_queue *cq_new(struct event_base *base, struct proxy *px, const struct router_cfg *cfg,
-                           struct sel *sel, struct model_route *models,
+                           struct sel *sel, struct model_route *models, struct kvroute *kv,
                            const struct bt_registry *bt, char *err, size_t errlen);
 /** a reload: cfg's classes replace those until now (whose config must still be valid). A
  *  request waiting in a class that stays (by its name) keeps its place and its deadline; one in
@@ -60,10 +67,12 @@ static inline void cq_begin(struct cq_req *e, struct pxreq *x)
     e->cls = -1;
 }
 /** a request that is not bypassed, with its model ("" none; valid for the exchange), prompt
- *  tokens and pinned worker (-1 none): forward it, hold it in its class's queue, or answer
- *  that the queue is full */
+ *  tokens, pinned worker (-1 none) and its prompt's block keys[0 .. nkeys) (kvr_keys(); valid
+ *  for the exchange): forward it, hold it in its class's queue, or answer that the queue is
+ *  full */
 enum px_verdict cq_arrive(struct class_queue *cq, struct cq_req *e, const struct http_req *req,
-                          const char *model, int64_t tokens, int pinned);
+                          const char *model, int64_t tokens, int pinned, const uint64_t *keys,
+                          size_t nkeys);
 /** a held request waited past its class's queue_timeout_ms: answer it */
 void cq_expired(struct class_queue *cq, struct cq_req *e);
 /** the exchange ends: it leaves the queue if it is still there */

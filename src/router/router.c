@@ -168,7 +168,7 @@ static enum px_verdict on_arrive(void *arg, struct pxreq *x, const struct http_r
     }
     if (q->pinned == -2)
         return PX_FORWARD; /* selection answers it: no worker has that name */
-    return cq_arrive(r->cq, &q->cq, req, q->model, q->tokens, q->pinned);
+    return cq_arrive(r->cq, &q->cq, req, q->model, q->tokens, q->pinned, q->keys, q->nkeys);
 }
 
 static void on_expired(void *arg, struct pxreq *x)
@@ -467,7 +467,7 @@ struct router *router_new(struct event_base *base, struct proxy *px, struct metr
     sel_prefill_weight(r->sel, cfg->kv_overlap_weight);
     r->kv = kvr_new(cfg);
     r->models = mroute_new(r->bt, r->sel);
-    if ((r->cq = cq_new(base, px, cfg, r->sel, r->models, r->bt, err, sizeof err)) == NULL) {
+    if ((r->cq = cq_new(base, px, cfg, r->sel, r->models, r->kv, r->bt, err, sizeof err)) == NULL) {
         log_error("%s", err);
         router_free(r);
         return NULL;

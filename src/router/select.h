@@ -192,5 +192,10 @@ enum sel_result sel_gate(struct sel *s, int64_t now_ms, int64_t prompt_tokens,
 /** sel_gate() among the eligible workers, as sel_pick_in() (NULL: every worker) */
 enum sel_result sel_gate_in(struct sel *s, int64_t now_ms, int64_t prompt_tokens,
                             const struct busy_thresholds *t, int pinned, const uint64_t *eligible);
+/** sel_gate_in() where the ranks of hits[0 .. nhits) hold part of the prompt, as sel_pick_kv()
+ *  judges them: such a rank needs room for only the uncached tokens (nhits 0: sel_gate_in()) */
+enum sel_result sel_gate_kv(struct sel *s, int64_t now_ms, int64_t prompt_tokens,
+                            const struct busy_thresholds *t, int pinned, const uint64_t *eligible,
+                            const struct sel_hit *hits, size_t nhits);
 
 #endif

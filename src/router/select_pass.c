@@ -232,17 +232,26 @@ enum sel_result sel_pick(struct sel *s, int64_t now_ms, int64_t prompt_tokens,
     return sel_pick_in(s, now_ms, prompt_tokens, t, exclude, pinned, NULL, worker, rank);
 }
 
-enum sel_result sel_gate_in(struct sel *s, int64_t now_ms, int64_t prompt_tokens,
-                            const struct busy_thresholds *t, int pinned, const uint64_t *eligible)
+enum sel_result sel_gate_kv(struct sel *s, int64_t now_ms, int64_t prompt_tokens,
+                            const struct busy_thresholds *t, int pinned, const uint64_t *eligible,
+                            const struct sel_hit *hits, size_t nhits)
 {
     int rr = s->rr, w;
     unsigned r;
-    enum sel_result res = sel_pick_in(s, now_ms, prompt_tokens, t, -1, pinned, eligible, &w, &r);
+    int64_t cached;
+    enum sel_result res = sel_pick_kv(s, now_ms, prompt_tokens, t, -1, pinned, eligible, hits,
+                                      nhits, &w, &r, &cached);
 
     /* The same pass as a pick, so that the answer cannot drift from selection's; but asking
      * is not choosing, so the next pick starts where it would have. */
     s->rr = rr;
     return res;
+}
+
+enum sel_result sel_gate_in(struct sel *s, int64_t now_ms, int64_t prompt_tokens,
+                            const struct busy_thresholds *t, int pinned, const uint64_t *eligible)
+{
+    return sel_gate_kv(s, now_ms, prompt_tokens, t, pinned, eligible, NULL, 0);
 }
 
 enum sel_result sel_gate(struct sel *s, int64_t now_ms, int64_t prompt_tokens,

@@ -2015,6 +2015,48 @@ static void test_prefix_hits(void **state)
     sel_free(s);
 }
 
+/* The class queue's gate with prefix hits (sel_gate_kv): a prompt over the class's threshold
+ * whole but under it uncached is let through where a rank holds the cached part, judged by the
+ * same rule as sel_pick_kv(); without hits it is sel_gate_in(); asking moves no turn. */
+static void test_gate_hits(void **state)
+{
+    struct sel *s = view(1, 1);
+    struct busy_thresholds cls = unset();
+    struct sel_hit hit = {.worker = 0, .rank = 0, .cached = 48};
+    struct sel_booking b;
+    int w = -1;
+    unsigned r;
+
+    (void) state;
+    memset(&b, 0, sizeof b);
+    cls.active_prefill_tokens_threshold = 100;
+    sel_book(s, &b, 0, 0, 90); /* 90 in prefill: a prompt of 64 is over, its last 4 are not */
+    assert_int_equal(sel_gate_in(s, 0, 64, &cls, -1, NULL), SEL_ALL_BUSY);
+    assert_int_equal(sel_gate_kv(s, 0, 64, &cls, -1, NULL, NULL, 0), SEL_ALL_BUSY);
+    assert_int_equal(sel_gate_kv(s, 0, 64, &cls, -1, NULL, &hit, 1), SEL_ALL_BUSY); /* 16 more */
+    hit.cached = 60;
+    assert_int_equal(sel_gate_kv(s, 0, 64, &cls, -1, NULL, &hit, 1), SEL_OK); /* 4 more */
+    assert_int_equal(sel_gate_kv(s, 0, 64, &cls, 0, NULL, &hit, 1), SEL_OK);  /* pinned there */
+    /* A hit of a worker the request may not go to counts for nothing. */
+    {
+        uint64_t none = 0;
+
+        assert_int_equal(sel_gate_kv(s, 0, 64, &cls, -1, &none, &hit, 1), SEL_NO_WORKER);
+    }
+    /* The pick it stands for books nothing and keeps the turn. */
+    assert_int_equal(booked_of(s, 0, 0).prefill_tokens, 90);
+    sel_release(s, &b);
+    sel_free(s);
+
+    /* Two idle workers, the hit on the first: asking does not make the second next. */
+    s = view(2, 1);
+    hit.cached = 48;
+    assert_int_equal(sel_gate_kv(s, 0, 64, &cls, -1, NULL, &hit, 1), SEL_OK);
+    assert_int_equal(sel_pick(s, 0, 64, &cls, -1, -1, &w, &r), SEL_OK);
+    assert_int_equal(w, 0);
+    sel_free(s);
+}
+
 /* The weight of prefill in the cost: W x prefill blocks + decode blocks; 0 is 1's cost. */
 static void test_prefill_weight(void **state)
 {
@@ -2048,6 +2090,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_book_release),
         cmocka_unit_test(test_prefix_hits),
+        cmocka_unit_test(test_gate_hits),
         cmocka_unit_test(test_prefill_weight),
         cmocka_unit_test(test_release_points),
         cmocka_unit_test(test_lowest_cost),
