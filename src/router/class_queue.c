@@ -124,20 +124,26 @@ static int64_t uncached(struct class_queue *cq, const struct cq_req *e, int64_t 
 static int gate(struct class_queue *cq, int cls, const struct cq_req *e, int64_t now,
                 const struct sel_hit *hits, size_t nhits)
 {
-    return sel_gate_kv(
-               cq->sel, now, e->tokens, &class_def(cq, cls)->t, e->pinned >= 0 ? e->pinned : -1,
-               mroute_eligible(cq->models, e->model, e->pinned), hits, nhits) != SEL_ALL_BUSY;
+    const struct busy_thresholds *t = &class_def(cq, cls)->t;
+
+    if (!busy_thresholds_any(t))
+        return 1;
+    return sel_gate_kv(cq->sel, now, e->tokens, t, e->pinned >= 0 ? e->pinned : -1,
+                       mroute_eligible(cq->models, e->model, e->pinned), hits,
+                       nhits) != SEL_ALL_BUSY;
 }
 
-/* The gate, with the index's prediction as it is now. */
+/* The gate, with the index's prediction as it is now (looked up only for a class that may
+ * wait for room). */
 static int class_has_room(struct class_queue *cq, int cls, const struct cq_req *e)
 {
     struct sel_hit hits[KVR_MAX_HITS];
     int64_t now = clock_mono_ms();
+    size_t n = 0;
 
-    if (!busy_thresholds_any(&class_def(cq, cls)->t))
-        return 1;
-    return gate(cq, cls, e, now, hits, match(cq, e, now, hits));
+    if (busy_thresholds_any(&class_def(cq, cls)->t))
+        n = match(cq, e, now, hits);
+    return gate(cq, cls, e, now, hits, n);
 }
 
 static void on_tick(evutil_socket_t fd, short what, void *arg)
@@ -370,8 +376,7 @@ enum px_verdict cq_arrive(struct class_queue *cq, struct cq_req *e, const struct
     e->cls = cls;
     e->cgen = cq->cgen;
     d = class_def(cq, cls);
-    if (classq_depth(cq->q, cls) == 0 &&
-        (!busy_thresholds_any(&d->t) || gate(cq, cls, e, now, hits, nhits))) {
+    if (classq_depth(cq->q, cls) == 0 && gate(cq, cls, e, now, hits, nhits)) {
         cq->qc[cls].dispatched++;
         prom_hist_observe(&cq->qc[cls].wait, 0.0);
         return PX_FORWARD;

@@ -1,11 +1,15 @@
 """admit-router's prefix-aware selection (issue 25): a conversation's turns go back to the
-worker that holds its prefix while it has room; --kv-overlap-score-weight 0 is load only."""
+worker that holds its prefix while it has room; --kv-overlap-score-weight 0 is load only; the
+policy-class queue judges a request by its uncached tokens (its gate, its prompt_tokens rules
+and its cost)."""
 
 import json
+import os
 import time
 
-from harness import Mock, Tap, request, scrape
+from harness import Mock, RawClient, Tap, close_own, marker, own_response, request, scrape
 from test_router import MODEL, Router, worker
+from test_router_classes import config as classes_file, dispatched, pending, wait_queued
 from test_router_reload import config, hup, write
 
 CHAT = "/v1/chat/completions"
@@ -174,6 +178,169 @@ def test_weight_changes_on_sighup():
         stop(mocks, ads, rt)
 
 
+# ---- the policy-class queue judges the uncached tokens ----------------------------------------
+
+GATED = """
+policy_classes:
+  - name: interactive
+    prefill_busy_threshold: 200
+    quantum: 1000
+    queue_policy: %s
+"""
+
+
+def class_fleet(classes, first_ms):
+    """One mock with a prefix cache whose every token comes after first_ms (a prompt stays
+    booked as prefill that long), its admitd, a prefix-aware router with the classes file."""
+    path = classes_file(classes)
+    mocks, ads, rt = fleet("--config", path, "--missed-heartbeats", "10", n=1,
+                           mock_args=("--token-interval-ms", str(first_ms)))
+    return path, mocks, ads, rt
+
+
+def post(rt, messages):
+    """A request held open on a client of its own (marker and secret: check_own), streamed:
+    its head comes at once, its first token after the mock's token interval."""
+    c = RawClient(rt.addr, marker=marker(), auth=True)
+    c.post(CHAT, {"model": MODEL, "stream": True, "max_tokens": 2, "messages": messages})
+    return c
+
+
+def holder(rt, name):
+    """A short request of its own text (about 100 tokens) that an idle rank takes at once and
+    keeps in prefill until its first token."""
+    c = post(rt, [{"role": "user", "content": ("Holder %s. " % name) + "z" * 360}])
+    assert head(c)[0] == 200
+    return c
+
+
+def first_turn(rt, name):
+    """A session's opening, answered: the index holds it now. The second turn's messages."""
+    msgs = [{"role": "user", "content": opening(name)}]
+    status, _, data, _ = own_response(post(rt, msgs))
+    assert status == 200, (status, data)
+    answer, _ = answer_of(data, True)
+    return msgs + [{"role": "assistant", "content": answer},
+                   {"role": "user", "content": "Turn 0 of %s: go on." % name}]
+
+
+def like(msgs, name):
+    """msgs with another opening of the same length: the same prompt, nothing of it cached."""
+    first = opening(name)
+    assert len(first) == len(msgs[0]["content"])
+    return [{"role": "user", "content": first}] + msgs[1:]
+
+
+def went_at_once(rt):
+    return rt.metrics()['admit_router_queue_wait_seconds_bucket{policy_class="interactive",'
+                        'le="0.001"}']
+
+
+def head(c):
+    """c's status and headers, kept for finish()."""
+    c.head = c.read_head()
+    return c.head
+
+
+def finish(clients):
+    """Reads each client's answer to its end (the head too unless head() read it), then
+    checks that each has its own."""
+    for c in clients:
+        if getattr(c, "head", None) is None:
+            status, _, data, complete = own_response(c)
+        else:
+            status = c.head[0]
+            data, complete = c.read_body(c.head[1])
+        assert status == 200 and complete, (status, data)
+    close_own(clients)
+
+
+def test_class_gate_judges_the_uncached_part():
+    """A class whose prefill threshold (200) a fresh long prompt (about 420 tokens) exceeds
+    beside a request in prefill (100): it waits. The same prompt as a session's second turn,
+    all but its last user message cached where the first turn went, needs room for about 30
+    and goes at once."""
+    path, mocks, ads, rt = class_fleet(GATED % "fcfs", 1500)
+    try:
+        turn2 = first_turn(rt, "mu")
+        # A fresh opening: the whole prompt is prefill, 100 + 420 > 200, so it waits.
+        hold = holder(rt, "a")
+        gone = dispatched(rt, "interactive")
+        fresh = post(rt, like(turn2, "nu"))
+        wait_queued(rt, "interactive", 1, gone, "a fresh long prompt waits for room")
+        status, hdrs = head(fresh)
+        assert status == 200 and float(hdrs["x-admitd-queue-wait-ms"]) > 0, (status, hdrs)
+        finish([hold, fresh])
+        time.sleep(0.3)  # the worker's published load is back to idle
+        # The second turn: only its uncached part is prefill, 100 + about 30 <= 200.
+        hold = holder(rt, "b")
+        at_once = went_at_once(rt)
+        second = post(rt, turn2)
+        status, hdrs = head(second)
+        assert status == 200 and "x-admitd-queue-wait-ms" not in hdrs, (status, hdrs)
+        assert went_at_once(rt) == at_once + 1
+        assert pending(rt, "interactive") == 0
+        # Booked as the gate judged it: the holder and the uncached part.
+        booked = sum(v for k, v in rt.metrics().items()
+                     if k.startswith("admit_router_booked_prefill_tokens{"))
+        assert 100 < booked <= 200, booked
+        finish([hold, second])
+    finally:
+        stop(mocks, ads, rt)
+        os.unlink(path)
+
+
+def test_class_cost_is_the_uncached_part():
+    """Shortest first (wspt) orders by the request's cost, its uncached tokens: a session's
+    second turn (about 340 tokens, about 30 uncached) queued behind a fresh prompt of about
+    280 is the head at once, and goes (100 + 30 <= 200) while the fresh one waits for the
+    request in prefill to end it (100 + 280 > 200). Costed by the whole prompt, the second
+    turn would wait behind the fresh one."""
+    path, mocks, ads, rt = class_fleet(GATED % "wspt", 2000)
+    try:
+        turn2 = first_turn(rt, "xi")
+        hold = holder(rt, "c")
+        gone = dispatched(rt, "interactive")
+        fresh = post(rt, [{"role": "user", "content": opening("pi")[:1100]}])
+        wait_queued(rt, "interactive", 1, gone, "the fresh prompt waits")
+        second = post(rt, turn2)
+        s2, h2 = head(second)
+        assert s2 == 200 and pending(rt, "interactive") == 1, (s2, h2)
+        s1, h1 = head(fresh)
+        assert s1 == 200, s1
+        waited = (float(h2["x-admitd-queue-wait-ms"]), float(h1["x-admitd-queue-wait-ms"]))
+        assert waited[0] + 500 < waited[1], waited
+        finish([hold, fresh, second])
+    finally:
+        stop(mocks, ads, rt)
+        os.unlink(path)
+
+
+BUCKETS = """
+policy_classes:
+  - {name: cached, quantum: 1000}
+  - {name: cold, quantum: 1000}
+policy_class_rules:
+  - {by: prompt_tokens, buckets: [{min_tokens: 0, class: cached}, {min_tokens: 200, class: cold}]}
+"""
+
+
+def test_class_buckets_count_the_uncached_part():
+    """prompt_tokens rules bucket by the uncached tokens (Dynamo's uncached ISL): a fresh
+    opening of about 400 tokens is cold, its second turn (about 30 uncached) cached."""
+    path, mocks, ads, rt = class_fleet(BUCKETS, 1)
+    try:
+        turn2 = first_turn(rt, "rho")
+        assert (dispatched(rt, "cold"), dispatched(rt, "cached")) == (1, 0)
+        finish([post(rt, turn2)])
+        assert (dispatched(rt, "cold"), dispatched(rt, "cached")) == (1, 1)
+        finish([post(rt, like(turn2, "tau"))])
+        assert (dispatched(rt, "cold"), dispatched(rt, "cached")) == (2, 1)
+    finally:
+        stop(mocks, ads, rt)
+        os.unlink(path)
+
+
 if __name__ == "__main__":
     tap = Tap()
     tap.run("a session's turns stay on the worker that holds its prefix, and hit its cache",
@@ -184,4 +351,9 @@ if __name__ == "__main__":
             test_weight_changes_on_sighup)
     tap.run("an answer's cached_tokens corrects the index: blocks the engine lacked are dropped",
             test_correction_drops_what_the_engine_lacks)
+    tap.run("the class gate judges a mostly cached prompt by its uncached part: it goes at once",
+            test_class_gate_judges_the_uncached_part)
+    tap.run("the class queue's cost is the uncached part: shortest first takes the second turn",
+            test_class_cost_is_the_uncached_part)
+    tap.run("prompt_tokens rules bucket by the uncached tokens", test_class_buckets_count_the_uncached_part)
     tap.done()
