@@ -200,15 +200,15 @@ def class_fleet(classes, first_ms):
 
 def post(rt, messages):
     """A request held open on a client of its own (marker and secret: check_own), streamed:
-    its head comes at once, its first token after the mock's token interval."""
+    its head comes at once, its one token (the end) after the mock's token interval."""
     c = RawClient(rt.addr, marker=marker(), auth=True)
-    c.post(CHAT, {"model": MODEL, "stream": True, "max_tokens": 2, "messages": messages})
+    c.post(CHAT, {"model": MODEL, "stream": True, "max_tokens": 1, "messages": messages})
     return c
 
 
 def holder(rt, name):
     """A short request of its own text (about 100 tokens) that an idle rank takes at once and
-    keeps in prefill until its first token."""
+    keeps in prefill until its token."""
     c = post(rt, [{"role": "user", "content": ("Holder %s. " % name) + "z" * 360}])
     assert head(c)[0] == 200
     return c
@@ -256,14 +256,14 @@ def finish(clients):
 
 
 def test_class_gate_judges_the_uncached_part():
-    """A class whose prefill threshold (200) a fresh long prompt (about 420 tokens) exceeds
+    """A class whose prefill threshold (200) a fresh long prompt (about 340 tokens) exceeds
     beside a request in prefill (100): it waits. The same prompt as a session's second turn,
-    all but its last user message cached where the first turn went, needs room for about 30
-    and goes at once."""
+    all but its last few dozen tokens cached where the first turn went, needs room for those
+    only and goes at once."""
     path, mocks, ads, rt = class_fleet(GATED % "fcfs", 1500)
     try:
         turn2 = first_turn(rt, "mu")
-        # A fresh opening: the whole prompt is prefill, 100 + 420 > 200, so it waits.
+        # A fresh opening: the whole prompt is prefill, 100 + 340 > 200, so it waits.
         hold = holder(rt, "a")
         gone = dispatched(rt, "interactive")
         fresh = post(rt, like(turn2, "nu"))
@@ -272,7 +272,7 @@ def test_class_gate_judges_the_uncached_part():
         assert status == 200 and float(hdrs["x-admitd-queue-wait-ms"]) > 0, (status, hdrs)
         finish([hold, fresh])
         time.sleep(0.3)  # the worker's published load is back to idle
-        # The second turn: only its uncached part is prefill, 100 + about 30 <= 200.
+        # The second turn: only its uncached part is prefill, 100 + a few dozen <= 200.
         hold = holder(rt, "b")
         at_once = went_at_once(rt)
         second = post(rt, turn2)
@@ -292,10 +292,10 @@ def test_class_gate_judges_the_uncached_part():
 
 def test_class_cost_is_the_uncached_part():
     """Shortest first (wspt) orders by the request's cost, its uncached tokens: a session's
-    second turn (about 340 tokens, about 30 uncached) queued behind a fresh prompt of about
-    280 is the head at once, and goes (100 + 30 <= 200) while the fresh one waits for the
-    request in prefill to end it (100 + 280 > 200). Costed by the whole prompt, the second
-    turn would wait behind the fresh one."""
+    second turn (about 340 tokens, a few dozen uncached) queued behind a fresh prompt of about
+    280 is the head at once, and goes (100 + a few dozen <= 200) while the fresh one waits for the
+    request in prefill (100 + 280 > 200). Costed by the whole prompt, the second turn
+    would wait behind the fresh one."""
     path, mocks, ads, rt = class_fleet(GATED % "wspt", 2000)
     try:
         turn2 = first_turn(rt, "xi")
@@ -327,15 +327,19 @@ policy_class_rules:
 
 def test_class_buckets_count_the_uncached_part():
     """prompt_tokens rules bucket by the uncached tokens (Dynamo's uncached ISL): a fresh
-    opening of about 400 tokens is cold, its second turn (about 30 uncached) cached."""
+    opening of about 370 tokens is cold, its second turn (a few dozen uncached) cached, the
+    same prompt with a fresh opening cold."""
     path, mocks, ads, rt = class_fleet(BUCKETS, 1)
     try:
+        def classes():
+            return dispatched(rt, "cold"), dispatched(rt, "cached")
+
         turn2 = first_turn(rt, "rho")
-        assert (dispatched(rt, "cold"), dispatched(rt, "cached")) == (1, 0)
+        assert classes() == (1, 0), classes()
         finish([post(rt, turn2)])
-        assert (dispatched(rt, "cold"), dispatched(rt, "cached")) == (1, 1)
+        assert classes() == (1, 1), classes()
         finish([post(rt, like(turn2, "tau"))])
-        assert (dispatched(rt, "cold"), dispatched(rt, "cached")) == (2, 1)
+        assert classes() == (2, 1), classes()
     finally:
         stop(mocks, ads, rt)
         os.unlink(path)
