@@ -359,5 +359,6 @@ if __name__ == "__main__":
             test_class_gate_judges_the_uncached_part)
     tap.run("the class queue's cost is the uncached part: shortest first takes the second turn",
             test_class_cost_is_the_uncached_part)
-    tap.run("prompt_tokens rules bucket by the uncached tokens", test_class_buckets_count_the_uncached_part)
+    tap.run("prompt_tokens rules bucket by the uncached tokens",
+            test_class_buckets_count_the_uncached_part)
     tap.done()
