@@ -4,7 +4,8 @@
  * deficit round robin quantum, in prompt tokens), its order (first come first served, or
  * shortest prompt first), a bound on its length and a wait limit. Rules map a request to a
  * class by a header, its model or its prompt's size, as NVIDIA Dynamo's policy classes do
- * (research/router-queue.md §3). They are three keys of the config file, the only ones that
+ * (research/router-queue.md §3); the router gives them the size Dynamo's do, the uncached
+ * tokens (class_queue.h). They are three keys of the config file, the only ones that
  * are structures rather than single values, so they have no flag or variable:
  *
  *   policy_classes:                 # a sequence of classes; none = no queue
