@@ -329,7 +329,7 @@ SLOTS = 3  # requests a worker has room for, by the decode threshold below
 
 
 def hot_body(s):
-    return {"model": MODEL, "stream": True, "max_tokens": 40,
+    return {"model": MODEL, "stream": True, "max_tokens": 80,
             "stream_options": {"include_usage": True},
             "messages": [{"role": "system", "content": SHARED},
                          {"role": "user", "content": "Session %d asks its own question." % s}]}
@@ -341,9 +341,10 @@ def test_hot_opening_spreads_once_its_worker_is_full():
     it holds the opening from then on; each worker computes the opening once, and the router
     refuses (529) only once every worker is full."""
     n = 3
-    # 400 KV blocks a rank, the threshold 0.375 of them: 150 blocks, three requests of about
-    # 40 each fit and four do not. admitd's own cap is the same three (and two queue places,
-    # never used).
+    # 400 KV blocks a rank, the threshold 0.375 of them: 150 blocks, three requests of 41
+    # each fit and four do not (their 80 tokens of output, 5 blocks each, keep what the
+    # engine publishes below it too). admitd's own cap is the same three (and two queue
+    # places, never used).
     mocks, ads, rt = fleet(
         "--kv-overlap-score-weight", "4", "--active-decode-blocks-threshold", "0.375", n=n,
         mock_args=("--num-gpu-blocks", "400", "--token-interval-ms", "150"),
@@ -371,7 +372,10 @@ def test_hot_opening_spreads_once_its_worker_is_full():
         # holds the opening from its first on.
         assert sorted(order) == sorted(list(range(n)) * SLOTS), order
         assert all(order[k] == order[k - k % SLOTS] for k in range(len(order))), order
-        # Every worker full: the next is the router's own 529, and reaches no engine.
+        # Every worker full (each answer takes 12 s: all of them still run): the next is the
+        # router's own 529, and reaches no engine.
+        running = [rk["booked"]["requests"] for w in rt.workers() for rk in w["ranks"]]
+        assert running == [SLOTS] * n, running
         before = served(mocks)
         c = RawClient(rt.addr, marker=marker())
         c.post(CHAT, hot_body(99))
