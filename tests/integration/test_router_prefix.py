@@ -83,6 +83,12 @@ def turn(rt, mocks, messages, stream=False, pin=None):
     return took[0], text, cached_of(usage)
 
 
+def grow(msgs, answer, k, name):
+    """The conversation after its turn k: the answer, then the next user message."""
+    return msgs + [{"role": "assistant", "content": answer},
+                   {"role": "user", "content": "Turn %d of %s: go on." % (k, name)}]
+
+
 def sessions(rt, mocks, names, turns, stream=False):
     """Conversations of turns, taken in turn, each resending the whole of itself: for each,
     who served each of its turns, and what the engine found cached."""
@@ -94,8 +100,7 @@ def sessions(rt, mocks, names, turns, stream=False):
             i, answer, cached = turn(rt, mocks, msgs[n], stream)
             where[n].append(i)
             hits[n].append(cached)
-            msgs[n] = msgs[n] + [{"role": "assistant", "content": answer},
-                                 {"role": "user", "content": "Turn %d of %s: go on." % (k, n)}]
+            msgs[n] = grow(msgs[n], answer, k, n)
             # Think time: the workers publish their load every 100 ms; a request just
             # answered would still count there, as large as the overlap the next turn has.
             time.sleep(0.25)
@@ -192,12 +197,6 @@ def test_weight_changes_on_sighup():
 PREDICTED = "admit_router_prefix_predicted_cached_tokens_total"
 CONFIRMED = "admit_router_prefix_confirmed_cached_tokens_total"
 CORRECTED = 'admit_router_prefix_evictions_total{reason="corrected"}'
-
-
-def grow(msgs, answer, k, name):
-    """The conversation after its turn k: the answer, then the next user message."""
-    return msgs + [{"role": "assistant", "content": answer},
-                   {"role": "user", "content": "Turn %d of %s: go on." % (k, name)}]
 
 
 def indexed(rt):
