@@ -449,16 +449,22 @@ size_t kvi_match(struct kvindex *x, const uint64_t *keys, size_t n, uint64_t now
 }
 
 size_t kvi_correct(struct kvindex *x, uint32_t worker, uint32_t rank, const uint64_t *keys,
-                   size_t n, uint64_t cached_tokens)
+                   size_t n, size_t depth, uint64_t cached_tokens)
 {
     uint32_t hi = kvi_holder(x, worker, rank), ni, i;
-    uint64_t predicted = (uint64_t) n * x->c.block_tokens;
+    uint64_t predicted = (uint64_t) (depth < n ? depth : n) * x->c.block_tokens;
     size_t b, dropped = 0;
 
     if (hi == KVI_NIL)
         return 0;
     x->s.predicted_tokens += predicted;
     x->s.confirmed_tokens += cached_tokens < predicted ? cached_tokens : predicted;
+    if (cached_tokens >= predicted)
+        return 0;
+    /* The chain breaks where the engine's hits end: the blocks after it go too, this request's
+     * own included, or the rank would hold a tail without its head, and a lookup, which takes
+     * a block held by as many as are still in its walk to be held by them, would credit
+     * another holder of the head with that tail. */
     for (b = cached_tokens / x->c.block_tokens; b < n; b++)
         if ((ni = kvi_find(x, keys[b])) != KVI_NIL && (i = kvi_entry_of(x, ni, hi)) != KVI_NIL) {
             kvi_remove(x, i, KVI_CORRECT);

@@ -81,11 +81,12 @@ void kvi_insert(struct kvindex *idx, uint32_t worker, uint32_t rank, const uint6
     blocks held of keys[0 .. n) to out; the count written */
 size_t kvi_match(struct kvindex *idx, const uint64_t *keys, size_t n, uint64_t now_ms,
                  struct kvi_hit *out, size_t cap);
-/** the engine answered a request predicted to find keys[0 .. n) on worker's rank (n: the
-    depth kvi_match gave it), reporting cached_tokens: drops that rank's entries of keys
-    past the cached ones; the count dropped. Counts predicted and confirmed tokens */
+/** the engine answered a request of keys[0 .. n), inserted for worker's rank and predicted to
+    find its first depth there (the depth kvi_match gave it), reporting cached_tokens: when
+    fewer than predicted, drops that rank's entries of keys past the cached ones, to n; the
+    count dropped. Counts predicted and confirmed tokens */
 size_t kvi_correct(struct kvindex *idx, uint32_t worker, uint32_t rank, const uint64_t *keys,
-                   size_t n, uint64_t cached_tokens);
+                   size_t n, size_t depth, uint64_t cached_tokens);
 /** drops every entry of every rank of worker (an engine restarted, a worker removed) */
 void kvi_forget_worker(struct kvindex *idx, uint32_t worker);
 /** drops the entries older than the TTL (inserts and lookups do it too) */

@@ -174,8 +174,7 @@ void kvr_correct(struct kvroute *kv, int worker, unsigned rank, const uint64_t *
     if (kv->idx == NULL || worker < 0 || (uint32_t) worker >= kv->workers || depth == 0 ||
         cached_tokens < 0)
         return;
-    kvi_correct(kv->idx, (uint32_t) worker, rank, keys, depth < n ? depth : n,
-                (uint64_t) cached_tokens);
+    kvi_correct(kv->idx, (uint32_t) worker, rank, keys, n, depth, (uint64_t) cached_tokens);
 }
 
 void kvr_message(struct kvroute *kv, int worker, const struct admit_load *m)

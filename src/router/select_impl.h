@@ -189,5 +189,9 @@ void slot_judge(struct sel *s, struct sworker *w);
 unsigned slot_use(struct sel *s, const struct busy_thresholds *t);
 /** a slot for a pass that judges nothing (its rooms are all above SEL_NEED_ANY) */
 unsigned slot_any(struct sel *s);
+/** 1 when rank i of worker w has room under slot j's decode limit for the blocks of a prompt of
+ *  prompt tokens (the decode half of its room, which judges the prompt whole) */
+int slot_decode_fits(const struct sel *s, const struct sworker *w, unsigned i, unsigned j,
+                     int64_t prompt);
 
 #endif

@@ -169,8 +169,11 @@ pick_pass(struct sel *s, int64_t now_ms, int64_t prompt_tokens, const struct bus
             continue;
         part = prompt_tokens - (hit->cached < prompt_tokens ? hit->cached : prompt_tokens);
         sh = w->first + hit->rank;
-        /* A rank without room for its uncached part is out, whatever it holds. */
+        /* A rank without room for its uncached part is out, whatever it holds; and without
+         * room for the blocks of the whole prompt, which it holds while the request runs. */
         if ((need == SEL_NEED_ANY ? need : part) > rooms[sh])
+            continue;
+        if (need != SEL_NEED_ANY && !slot_decode_fits(s, w, hit->rank, j, prompt_tokens))
             continue;
         cost = shots[sh].cost + cost_weigh(cost_tokens(part, sizes[shots[sh].size].bs), s->weight) +
                cost_blocks(blocks_for(prompt_tokens, sizes[shots[sh].size].bs));

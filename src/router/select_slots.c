@@ -61,6 +61,19 @@ static int64_t rank_room(const struct srank *r, uint32_t live, const struct busy
     return r->booked_requests == 0 ? INT64_MAX : fit < -1 ? -1 : fit;
 }
 
+int slot_decode_fits(const struct sel *s, const struct sworker *w, unsigned i, unsigned j,
+                     int64_t prompt)
+{
+    const struct srank *r = &cold(s, w)[i];
+    int64_t blocks = room(r->lim[j].decode_blocks, r->booked_decode);
+
+    /* rank_room's decode term, alone: a rank that holds part of a prompt is judged on the
+     * uncached part as prefill, but holds the whole prompt's blocks while it runs */
+    if (r->booked_requests == 0)
+        return 1;
+    return blocks >= 0 && (blocks > INT64_MAX / r->bs || prompt <= blocks * r->bs);
+}
+
 /* Worker w's gate under slot j (see SEL_GATE_FULL). */
 static int64_t gate_of(const struct sel *s, const struct sworker *w, unsigned j)
 {

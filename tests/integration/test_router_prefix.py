@@ -1,13 +1,15 @@
 """admit-router's prefix-aware selection (issue 25): a conversation's turns go back to the
-worker that holds its prefix while it has room; --kv-overlap-score-weight 0 is load only; the
-policy-class queue judges a request by its uncached tokens (its gate, its prompt_tokens rules
-and its cost)."""
+worker that holds its prefix while it has room; --kv-overlap-score-weight 0 is load only;
+the answers' cached_tokens correct the index (an engine restarted empty); a hot shared
+opening spreads once the worker that holds it is full; the policy-class queue judges a
+request by its uncached tokens (its gate, its prompt_tokens rules and its cost)."""
 
 import json
 import os
 import time
 
-from harness import Mock, RawClient, Tap, close_own, marker, own_response, request, scrape
+from harness import (Mock, RawClient, Tap, check_own, close_own, marker, own_request,
+                     own_response, scrape, wait_for)
 from test_router import MODEL, Router, worker
 from test_router_classes import config as classes_file, dispatched, pending, wait_queued
 from test_router_reload import config, hup, write
@@ -21,11 +23,16 @@ def opening(name):
     return ("Session %s. " % name) + " ".join("%s-word-%d" % (name, i) for i in range(120))
 
 
-def fleet(*router_args, n=2, mock_args=()):
-    """n mocks with a prefix cache (answers report cached_tokens), an admitd each, a router."""
-    mocks = [Mock("--speedup-ratio", "0", "--block-size", str(BLOCK), "--num-gpu-blocks", "4096",
-                  "--enable-prompt-tokens-details", *mock_args) for _ in range(n)]
-    ads = [worker(m, "--block-size", str(BLOCK)) for m in mocks]
+MOCK_ARGS = ("--block-size", str(BLOCK), "--num-gpu-blocks", "4096",
+             "--enable-prompt-tokens-details")
+
+
+def fleet(*router_args, n=2, mock_args=("--speedup-ratio", "0"), worker_args=()):
+    """n mocks with a prefix cache (answers report cached_tokens), an admitd each (worker ids
+    w0, w1, ...), a router."""
+    mocks = [Mock(*MOCK_ARGS, *mock_args) for _ in range(n)]
+    ads = [worker(m, "--block-size", str(BLOCK), "--worker-id", "w%d" % i, *worker_args)
+           for i, m in enumerate(mocks)]
     rt = Router([w for _, w in ads], "--kv-block-size", str(BLOCK), *router_args)
     rt.wait_routable(n)
     return mocks, ads, rt
@@ -57,19 +64,32 @@ def answer_of(data, stream):
     return text, usage
 
 
-def turn(rt, mocks, messages, stream=False):
-    """Sends one turn; returns (index of the mock that served it, answer text, cached)."""
+def cached_of(usage):
+    """An answer's cached tokens (a missing or null prompt_tokens_details is 0, as vLLM's)."""
+    return (usage.get("prompt_tokens_details") or {}).get("cached_tokens", 0)
+
+
+def turn(rt, mocks, messages, stream=False, pin=None):
+    """Sends one turn (pinned to a worker id with pin), with a marker of its own; returns
+    (index of the mock that served it, answer text, cached)."""
     before = served(mocks)
     body = {"model": MODEL, "stream": stream, "max_tokens": 12, "messages": messages}
     if stream:
         body["stream_options"] = {"include_usage": True}
-    status, _, data = request(rt.addr, "POST", CHAT, body)
+    status, _, data = own_request(rt.addr, CHAT, body, marker(),
+                                  extra="X-Admit-Worker: %s\r\n" % pin if pin else "")
     assert status == 200, (status, data)
     after = served(mocks)
     took = [i for i in range(len(mocks)) if after[i] > before[i]]
     assert len(took) == 1, (before, after)
     text, usage = answer_of(data, stream)
-    return took[0], text, (usage.get("prompt_tokens_details") or {}).get("cached_tokens", 0)
+    return took[0], text, cached_of(usage)
+
+
+def grow(msgs, answer, k, name):
+    """The conversation after its turn k: the answer, then the next user message."""
+    return msgs + [{"role": "assistant", "content": answer},
+                   {"role": "user", "content": "Turn %d of %s: go on." % (k, name)}]
 
 
 def sessions(rt, mocks, names, turns, stream=False):
@@ -83,8 +103,7 @@ def sessions(rt, mocks, names, turns, stream=False):
             i, answer, cached = turn(rt, mocks, msgs[n], stream)
             where[n].append(i)
             hits[n].append(cached)
-            msgs[n] = msgs[n] + [{"role": "assistant", "content": answer},
-                                 {"role": "user", "content": "Turn %d of %s: go on." % (k, n)}]
+            msgs[n] = grow(msgs[n], answer, k, n)
             # Think time: the workers publish their load every 100 ms; a request just
             # answered would still count there, as large as the overlap the next turn has.
             time.sleep(0.25)
@@ -343,6 +362,210 @@ def test_class_buckets_count_the_uncached_part():
     finally:
         stop(mocks, ads, rt)
         os.unlink(path)
+PREDICTED = "admit_router_prefix_predicted_cached_tokens_total"
+CONFIRMED = "admit_router_prefix_confirmed_cached_tokens_total"
+CORRECTED = 'admit_router_prefix_evictions_total{reason="corrected"}'
+
+
+def indexed(rt):
+    """/load: the index's blocks per worker id."""
+    return {w["worker_id"]: w["prefix_index_blocks"] for w in rt.workers()}
+
+
+def moved(m0, m1, name):
+    return m1.get(name, 0) - m0.get(name, 0)
+
+
+def ours(*ms):
+    """The prefix index's samples of metrics snapshots, for a failure's message."""
+    return [{k: v for k, v in m.items() if k.startswith("admit_router_prefix_")} for m in ms]
+
+
+def restart_empty(mocks, ads, i, mock_args=("--speedup-ratio", "0")):
+    """Stops worker i's engine and starts a new one, empty, on the same port (its admitd
+    stays); returns once admitd has scraped the new one twice."""
+    port = mocks[i].addr[1]
+    mocks[i].stop()
+    mocks[i] = Mock(*MOCK_ARGS, *mock_args, "--listen", "127.0.0.1:%d" % port)
+    assert mocks[i].addr[1] == port, mocks[i].addr
+    ad = ads[i][0]
+
+    def scrapes():
+        return ad.metrics().get('admitd_engine_scrapes_total{result="ok"}', 0)
+
+    first = scrapes()
+    wait_for(lambda: scrapes() >= first + 2, 15, "two scrapes of the new engine")
+
+
+def test_restarted_engine_corrected_after_one_answer():
+    """The engine of the worker that holds a conversation restarts empty (its admitd stays):
+    the next turn still goes there, the answer says nothing was cached, and that one answer
+    drops what the index predicted; the turns after it are judged on what is true."""
+    mocks, ads, rt = fleet()
+    try:
+        msgs = [{"role": "user", "content": opening("omega")}]
+        where = []
+        for k in range(3):
+            i, answer, _ = turn(rt, mocks, msgs)
+            where.append(i)
+            msgs = grow(msgs, answer, k, "omega")
+            time.sleep(0.25)
+        assert len(set(where)) == 1, where
+        a = where[0]
+        wa, wb = "w%d" % a, "w%d" % (1 - a)
+        before = indexed(rt)
+        assert before[wa] > 0 and before[wb] == 0, before
+        restart_empty(mocks, ads, a)
+        rt.wait_routable(2)
+        # The index still predicts the whole of the last turn's prompt on a: the turn goes
+        # there, and the new engine has none of it.
+        m0 = rt.metrics()
+        i, answer, cached = turn(rt, mocks, msgs)
+        m1 = rt.metrics()
+        assert i == a, (i, a)
+        assert cached == 0, cached
+        assert moved(m0, m1, PREDICTED) == before[wa] * BLOCK, (before, ours(m0, m1))
+        assert moved(m0, m1, CONFIRMED) == 0, ours(m0, m1)
+        # One answer drops every block the index held on a (all of them predicted), and the
+        # ones this turn added after them: a keeps no tail without its head.
+        assert moved(m0, m1, CORRECTED) > before[wa], (before, ours(m0, m1))
+        after = indexed(rt)
+        assert after == {wa: 0, wb: 0}, (before, after)
+        assert m1["admit_router_prefix_index_blocks"] == 0, ours(m1)
+        msgs = grow(msgs, answer, 3, "omega")
+        time.sleep(0.25)
+        # The next turn: no holder predicted, so nothing to correct.
+        i4, answer, _ = turn(rt, mocks, msgs)
+        m2 = rt.metrics()
+        assert moved(m1, m2, PREDICTED) == 0 and moved(m1, m2, CORRECTED) == 0, ours(m1, m2)
+        msgs = grow(msgs, answer, 4, "omega")
+        time.sleep(0.25)
+        # And the one after: what the index predicts there, the engine confirms in full.
+        i5, _, cached5 = turn(rt, mocks, msgs)
+        m3 = rt.metrics()
+        assert i5 == i4, (i4, i5)
+        assert moved(m2, m3, PREDICTED) > 0, ours(m2, m3)
+        assert moved(m2, m3, CONFIRMED) == moved(m2, m3, PREDICTED), ours(m2, m3)
+        assert cached5 >= moved(m2, m3, PREDICTED), (cached5, ours(m2, m3))
+        assert moved(m2, m3, CORRECTED) == 0, ours(m2, m3)
+    finally:
+        stop(mocks, ads, rt)
+
+
+def test_corrected_worker_keeps_no_tail():
+    """After a correction the worker keeps no blocks past what its engine confirmed: the
+    index's walk takes a block held by as many holders as are still in it to be held by all
+    of them, so a tail left behind would credit another holder of the same prefix with it."""
+    mocks, ads, rt = fleet()
+    try:
+        msgs = [{"role": "user", "content": opening("sigma")}]
+        for k in range(3):
+            prompt = msgs
+            _, answer, _ = turn(rt, mocks, msgs, pin="w0")
+            msgs = grow(msgs, answer, k, "sigma")
+        # w1 computes the last turn's prompt too: both hold the same prefix.
+        turn(rt, mocks, prompt, pin="w1")
+        held = indexed(rt)
+        assert held["w0"] == held["w1"] > 0, held
+        restart_empty(mocks, ads, 0)
+        rt.wait_routable(2)
+        m0 = rt.metrics()
+        i, answer, cached = turn(rt, mocks, msgs, pin="w0")
+        m1 = rt.metrics()
+        assert (i, cached) == (0, 0), (i, cached)
+        assert moved(m0, m1, CORRECTED) > held["w0"], (held, ours(m0, m1))
+        assert indexed(rt) == {"w0": 0, "w1": held["w1"]}, (held, indexed(rt))
+        msgs = grow(msgs, answer, 3, "sigma")
+        # w1 is the one holder: it is predicted what it holds, no more, and its engine
+        # confirms it all.
+        i, _, cached = turn(rt, mocks, msgs)
+        m2 = rt.metrics()
+        assert i == 1, i
+        assert moved(m1, m2, PREDICTED) == held["w1"] * BLOCK, (held, ours(m1, m2))
+        assert moved(m1, m2, CONFIRMED) == moved(m1, m2, PREDICTED), ours(m1, m2)
+        assert cached >= held["w1"] * BLOCK, (cached, held)
+    finally:
+        stop(mocks, ads, rt)
+
+
+# A system prompt every session opens with: about 40 blocks of 16 tokens (the router's
+# estimate, 4 bytes a token).
+SHARED = "You are the assistant of the hot opening. " + " ".join(
+    "Rule %03d: answer in full." % i for i in range(95))
+SLOTS = 3  # requests a worker has room for, by the decode threshold below
+
+
+def hot_body(s):
+    return {"model": MODEL, "stream": True, "max_tokens": 80,
+            "stream_options": {"include_usage": True},
+            "messages": [{"role": "system", "content": SHARED},
+                         {"role": "user", "content": "Session %d asks its own question." % s}]}
+
+
+def test_hot_opening_spreads_once_its_worker_is_full():
+    """Sessions that share one long opening, held open: the opening pulls them to the worker
+    that holds it (a weight of 4) until its room is gone, then the next worker takes them, and
+    it holds the opening from then on; each worker computes the opening once, and the router
+    refuses (529) only once every worker is full."""
+    n = 3
+    # 400 KV blocks a rank, the threshold 0.375 of them: 150 blocks, three requests of 41
+    # each fit and four do not (their 80 tokens of output, 5 blocks each, keep what the
+    # engine publishes below it too). admitd's own cap is the same three (and two queue
+    # places, never used).
+    mocks, ads, rt = fleet(
+        "--kv-overlap-score-weight", "4", "--active-decode-blocks-threshold", "0.375", n=n,
+        mock_args=("--num-gpu-blocks", "400", "--token-interval-ms", "150"),
+        worker_args=("--engine-request-limit", str(SLOTS), "--request-queue-limit", "2"))
+    held = []
+    try:
+        order = []
+        for s in range(n * SLOTS):
+            before = served(mocks)
+            c = RawClient(rt.addr, marker=marker(s))
+            c.post(CHAT, hot_body(s))
+            status, hdrs = c.read_head()
+            assert status == 200, (s, status)
+            # Its first token: its prefill is over, and once the router has heard so from the
+            # worker too, the next request is judged on this one's decode blocks alone.
+            held.append((c, hdrs, c.read_chunk()))
+            wait_for(lambda: not any(rk["published"]["active_prefill_tokens"]
+                                     for w in rt.workers() for rk in w["ranks"]),
+                     what="no prefill published")
+            after = served(mocks)
+            took = [i for i in range(n) if after[i] > before[i]]
+            assert len(took) == 1, (before, after)
+            order.append(took[0])
+        # Each worker took SLOTS in a row: the first holder until full, then the next, which
+        # holds the opening from its first on.
+        assert sorted(order) == sorted(list(range(n)) * SLOTS), order
+        assert all(order[k] == order[k - k % SLOTS] for k in range(len(order))), order
+        # Every worker full (each answer takes 12 s: all of them still run): the next is the
+        # router's own 529, and reaches no engine.
+        running = [rk["booked"]["requests"] for w in rt.workers() for rk in w["ranks"]]
+        assert running == [SLOTS] * n, running
+        before = served(mocks)
+        c = RawClient(rt.addr, marker=marker())
+        c.post(CHAT, hot_body(99))
+        status, hdrs, body, complete = c.response()
+        close_own([c])
+        assert status == 529 and complete, (status, body)
+        assert served(mocks) == before, (before, served(mocks))
+        # Each answer is its own and complete; of each worker's SLOTS, the first computed the
+        # opening and the others found it cached.
+        hits = []
+        for c, hdrs, first in held:
+            body, complete = c.read_body(hdrs)
+            assert complete, body[-200:]
+            check_own(c)
+            hits.append(cached_of(answer_of(first + body, True)[1]))
+        colds = [order[k] for k in range(len(order)) if hits[k] == 0]
+        assert sorted(colds) == list(range(n)), (order, hits)
+        assert all(h >= 32 * BLOCK for h in hits if h), hits
+        assert all(ad.metrics()["dynamo_rejection_request_total"] == 0 for ad, _ in ads)
+        assert rt.metrics()[PREDICTED] > 0
+    finally:
+        close_own([c for c, _, _ in held])
+        stop(mocks, ads, rt)
 
 
 if __name__ == "__main__":
@@ -361,4 +584,10 @@ if __name__ == "__main__":
             test_class_cost_is_the_uncached_part)
     tap.run("prompt_tokens rules bucket by the uncached tokens",
             test_class_buckets_count_the_uncached_part)
+    tap.run("a worker whose engine restarted empty is corrected after one answer",
+            test_restarted_engine_corrected_after_one_answer)
+    tap.run("a corrected worker keeps no blocks past its confirmed prefix",
+            test_corrected_worker_keeps_no_tail)
+    tap.run("a hot shared opening spreads once its worker is full, and 529 only when all are",
+            test_hot_opening_spreads_once_its_worker_is_full)
     tap.done()

@@ -230,7 +230,7 @@ static void test_correct(void **state)
     kvi_insert(x, 0, 1, a, 6, 1);
     kvi_insert(x, 1, 0, a, 6, 1);
     /* the engine had 2 blocks and a bit (40 tokens of 16-token blocks): 2 stay */
-    assert_int_equal(kvi_correct(x, 0, 1, a, 6, 40), 4);
+    assert_int_equal(kvi_correct(x, 0, 1, a, 6, 6, 40), 4);
     assert_int_equal(depth_of(x, a, 6, 2, 0, 1), 2);
     assert_int_equal(depth_of(x, a, 6, 2, 1, 0), 6); /* the other holder is untouched */
     kvi_stats(x, &s);
@@ -238,13 +238,40 @@ static void test_correct(void **state)
     assert_int_equal(s.confirmed_tokens, 40);
     assert_int_equal(s.dropped_correct, 4);
     /* all cached: nothing dropped; more than predicted confirms what was predicted */
-    assert_int_equal(kvi_correct(x, 1, 0, a, 6, 200), 0);
+    assert_int_equal(kvi_correct(x, 1, 0, a, 6, 6, 200), 0);
     kvi_stats(x, &s);
     assert_int_equal(s.predicted_tokens, 192);
     assert_int_equal(s.confirmed_tokens, 136);
     /* an engine that restarted empty: none cached, every predicted block goes */
-    assert_int_equal(kvi_correct(x, 1, 0, a, 6, 0), 6);
+    assert_int_equal(kvi_correct(x, 1, 0, a, 6, 6, 0), 6);
     assert_int_equal(kvi_held(x, 1, 0), 0);
+    kvi_free(x);
+}
+
+static void test_correct_drops_tail(void **state)
+{
+    /* a request of 6 blocks predicted to find 4 on (0, 0), which had 1: its blocks past the
+     * first go, the 2 this request added too, so that (0, 0) keeps a prefix of the chain and
+     * (1, 0), which holds the 4, is not credited with the 2 (the walk takes a block held by as
+     * many as are still in it to be held by them all) */
+    struct kvindex *x = new_index(2, 1, 64, 0);
+    uint64_t a[6] = {1, 2, 3, 4, 5, 6};
+    struct kvi_stats s;
+
+    (void) state;
+    kvi_insert(x, 0, 0, a, 6, 1);
+    kvi_insert(x, 1, 0, a, 4, 1);
+    assert_int_equal(kvi_correct(x, 0, 0, a, 6, 4, 16), 5);
+    assert_int_equal(kvi_held(x, 0, 0), 1);
+    assert_int_equal(depth_of(x, a, 6, 2, 0, 0), 1);
+    assert_int_equal(depth_of(x, a, 6, 2, 1, 0), 4);
+    kvi_stats(x, &s);
+    assert_int_equal(s.predicted_tokens, 64);
+    assert_int_equal(s.confirmed_tokens, 16);
+    /* all it was predicted confirmed: the blocks past them, computed now, stay */
+    kvi_insert(x, 0, 0, a, 6, 2);
+    assert_int_equal(kvi_correct(x, 0, 0, a, 6, 4, 64), 0);
+    assert_int_equal(kvi_held(x, 0, 0), 6);
     kvi_free(x);
 }
 
@@ -294,7 +321,8 @@ static void test_churn_keeps_invariants(void **state)
         else if (k < 9)
             (void) kvi_match(x, keys, 24, now, hits, HITS);
         else if (rand() % 20)
-            (void) kvi_correct(x, w, r, keys, 24, (uint64_t) (rand() % 400));
+            (void) kvi_correct(x, w, r, keys, 24, (size_t) (rand() % 25),
+                               (uint64_t) (rand() % 400));
         else
             kvi_forget_worker(x, w);
         if (k >= 6 && k < 9)
@@ -322,6 +350,7 @@ int main(void)
         cmocka_unit_test(test_capacity_lru),
         cmocka_unit_test(test_global_cap),
         cmocka_unit_test(test_correct),
+        cmocka_unit_test(test_correct_drops_tail),
         cmocka_unit_test(test_forget_worker),
         cmocka_unit_test(test_churn_keeps_invariants),
     };

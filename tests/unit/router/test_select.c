@@ -2057,6 +2057,37 @@ static void test_gate_hits(void **state)
     sel_free(s);
 }
 
+/* A rank that holds most of a prompt is judged on its uncached part as prefill, but on the
+ * whole prompt's blocks against the decode limit: it holds them all while the request runs. */
+static void test_prefix_hits_decode_room(void **state)
+{
+    struct sel *s = view(1, 1);
+    struct busy_thresholds t = unset();
+    struct sel_hit hit = {.worker = 0, .rank = 0, .cached = 304};
+    struct sel_booking b[2];
+    int64_t cached = -1;
+    int w = -1;
+    unsigned r = 9;
+
+    (void) state;
+    memset(b, 0, sizeof b);
+    t.active_decode_blocks_threshold = 0.5; /* 50 of the 100 blocks */
+    sel_book(s, &b[0], 0, 0, 640);          /* 40 blocks */
+    sel_first_token(s, &b[0]);
+    /* 20 blocks, 19 of them cached: 60 blocks would be held, over the 50 */
+    assert_int_equal(sel_pick_kv(s, 0, 320, &t, -1, -1, NULL, &hit, 1, &w, &r, &cached),
+                     SEL_ALL_BUSY);
+    /* 10 blocks, 9 cached: 50, within */
+    hit.cached = 144;
+    assert_int_equal(sel_pick_kv(s, 0, 160, &t, -1, -1, NULL, &hit, 1, &w, &r, &cached), SEL_OK);
+    assert_int_equal(cached, 144);
+    sel_book_cached(s, &b[1], w, r, 160, cached);
+    assert_int_equal(booked_of(s, 0, 0).decode_blocks, 50);
+    sel_release(s, &b[1]);
+    sel_release(s, &b[0]);
+    sel_free(s);
+}
+
 /* The weight of prefill in the cost: W x prefill blocks + decode blocks; 0 is 1's cost. */
 static void test_prefill_weight(void **state)
 {
@@ -2091,6 +2122,7 @@ int main(void)
         cmocka_unit_test(test_book_release),
         cmocka_unit_test(test_prefix_hits),
         cmocka_unit_test(test_gate_hits),
+        cmocka_unit_test(test_prefix_hits_decode_room),
         cmocka_unit_test(test_prefill_weight),
         cmocka_unit_test(test_release_points),
         cmocka_unit_test(test_lowest_cost),
