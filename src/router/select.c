@@ -41,12 +41,22 @@ static void summarize(struct sel *s, struct sworker *w)
 static void refresh_load(struct sel *s, struct sworker *w, unsigned i)
 {
     const struct srank *r = &cold(s, w)[i];
-    int64_t pub_decode = r->pub_kv_used > r->pub_decode ? r->pub_kv_used : r->pub_decode;
-    int64_t seen_prefill = r->pub_prefill > r->booked_prefill ? r->pub_prefill : r->booked_prefill;
-    int64_t seen_decode = pub_decode > r->booked_decode ? pub_decode : r->booked_decode;
+    int64_t pub_prefill = r->pub_prefill - r->booked_cached_prefill;
+    int64_t pub_decode = r->pub_decode - r->booked_cached_blocks;
+    int64_t own_decode = r->booked_decode - r->booked_cached_blocks;
+    int64_t seen_prefill = pub_prefill > r->booked_prefill ? pub_prefill : r->booked_prefill;
+    int64_t seen_decode = pub_decode > own_decode ? pub_decode : own_decode;
 
     /* The cost starts from the larger of booked and published load: other routers' traffic
-     * and generated tokens count once published, our own burst before it is. */
+     * counts once admitd publishes it (at once: it publishes each admission), our own burst
+     * before it does. What the index predicts cached is neither prefill (the engine does not
+     * compute it) nor new blocks (the rank holds them already: a block counts once per rank,
+     * as Dynamo's --router-assume-kv-reuse counts blocks that running requests share), so it
+     * is taken off both, ours and, since admitd publishes whole prompts, what admitd
+     * publishes. The engine's own KV usage (pub_kv_used) is not in the cost, as it is not in
+     * Dynamo's: scraped, it lags and still counts a request that has just finished, which is
+     * when a conversation's next turn comes; the monitor judges it. The thresholds judge
+     * whole prompts' blocks (select_slots.c): a running request holds them all. */
     hot(s, w)[i].cost =
         cost_weigh(cost_tokens(seen_prefill, r->bs), s->weight) + cost_blocks(seen_decode);
     slot_rooms(s, w, i);
@@ -401,19 +411,28 @@ void sel_book_cached(struct sel *s, struct sel_booking *b, int worker, unsigned 
     b->prefill = cached < prompt_tokens ? prompt_tokens - cached : 0;
     b->tokens = prompt_tokens;
     b->blocks = blocks_for(prompt_tokens, r->bs);
+    b->cached_prefill = prompt_tokens - b->prefill;
+    b->cached_blocks = b->cached_prefill / r->bs;
     r->booked_prefill += b->prefill;
     r->booked_decode += b->blocks;
+    r->booked_cached_prefill += b->cached_prefill;
+    r->booked_cached_blocks += b->cached_blocks;
     r->booked_requests++;
     refresh_load(s, &s->w[worker], rank);
 }
 
 void sel_first_token(struct sel *s, struct sel_booking *b)
 {
-    if (!b->booked || b->prefill == 0)
+    struct srank *r;
+
+    if (!b->booked || (b->prefill == 0 && b->cached_prefill == 0))
         return;
-    cold(s, &s->w[b->worker])[b->rank].booked_prefill -= b->prefill;
+    r = &cold(s, &s->w[b->worker])[b->rank];
+    r->booked_prefill -= b->prefill;
+    r->booked_cached_prefill -= b->cached_prefill;
     refresh_load(s, &s->w[b->worker], b->rank);
     b->prefill = 0;
+    b->cached_prefill = 0;
 }
 
 void sel_output(struct sel *s, struct sel_booking *b, unsigned n)
@@ -442,6 +461,8 @@ void sel_release(struct sel *s, struct sel_booking *b)
     r = &cold(s, &s->w[b->worker])[b->rank];
     r->booked_prefill -= b->prefill;
     r->booked_decode -= b->blocks;
+    r->booked_cached_prefill -= b->cached_prefill;
+    r->booked_cached_blocks -= b->cached_blocks;
     r->booked_requests--;
     refresh_load(s, &s->w[b->worker], b->rank);
     memset(b, 0, sizeof *b);

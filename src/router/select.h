@@ -49,11 +49,13 @@
 /* One request's booking, embedded by the caller; zero-initialised means nothing booked. */
 struct sel_booking {
     int booked;
-    int worker;      /* index, valid while booked */
-    unsigned rank;   /* rank of that worker */
-    int64_t prefill; /* prefill tokens still booked: the prompt, 0 after the first token */
-    int64_t blocks;  /* decode blocks booked */
-    int64_t tokens;  /* prompt + output tokens so far (for output block tracking) */
+    int worker;             /* index, valid while booked */
+    unsigned rank;          /* rank of that worker */
+    int64_t prefill;        /* prefill tokens still booked: the prompt, 0 after the first token */
+    int64_t blocks;         /* decode blocks booked */
+    int64_t tokens;         /* prompt + output tokens so far (for output block tracking) */
+    int64_t cached_prefill; /* prompt tokens predicted cached, 0 after the first token */
+    int64_t cached_blocks;  /* blocks predicted cached (whole blocks of the cached prefix) */
 };
 
 /* What selection found for a request. */

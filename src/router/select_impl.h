@@ -47,6 +47,11 @@ struct srank {
     struct busy_capacity cap;
     int64_t bs; /* block size bookings use */
     int64_t booked_prefill, booked_decode, booked_requests;
+    /* Of this router's bookings, the prompt tokens predicted cached that are still in prefill,
+     * and the blocks predicted cached: admitd publishes whole prompts as prefill and as decode
+     * blocks (it cannot know what the engine caches), so the cost takes these off what it
+     * publishes; and the cost counts a rank's blocks once (see refresh_load()). */
+    int64_t booked_cached_prefill, booked_cached_blocks;
     int64_t pub_prefill, pub_decode, pub_kv_used, pub_requests; /* the newest message's */
     struct busy_latch latch; /* what the monitor judges: each signal as last known */
     int64_t alive_until;     /* its newest message + missed heartbeats; INT64_MIN until the first */

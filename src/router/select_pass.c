@@ -175,8 +175,11 @@ pick_pass(struct sel *s, int64_t now_ms, int64_t prompt_tokens, const struct bus
             continue;
         if (need != SEL_NEED_ANY && !slot_decode_fits(s, w, hit->rank, j, prompt_tokens))
             continue;
+        /* It adds the uncached part as prefill and, as blocks, what it does not find there
+         * (a rank's blocks count once: see refresh_load()). */
         cost = shots[sh].cost + cost_weigh(cost_tokens(part, sizes[shots[sh].size].bs), s->weight) +
-               cost_blocks(blocks_for(prompt_tokens, sizes[shots[sh].size].bs));
+               cost_blocks(blocks_for(prompt_tokens, sizes[shots[sh].size].bs) -
+                           (prompt_tokens - part) / sizes[shots[sh].size].bs);
         if (cost < best_cost) {
             best_cost = cost;
             best = w;

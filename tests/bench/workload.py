@@ -142,7 +142,8 @@ def start_router(tag, policy, fleet, feat):
             "--metrics-listen", "127.0.0.1:0"]
     argv += ["--worker=http://%s=%s" % (ad.addr, ad.publish) for _, ad in fleet]
     if feat.kv_weight:
-        argv += ["--kv-overlap-score-weight", "1" if policy == "router-prefix" else "0"]
+        argv += ["--kv-overlap-score-weight",
+                 R.ARGS.prefix_weight if policy == "router-prefix" else "0"]
     p = R.Proc("router-" + tag, argv)
     m = p.wait_line(r"ready listen=(\S+) metrics=(\S+)")
     maddr = F.hostport(m.group(2))
@@ -531,13 +532,16 @@ def main():
     ap.add_argument("--trace-max-input", type=int, default=8192, help="input_length cap (0: none)")
     ap.add_argument("--trace-conc", type=int, default=32, help="client threads of the replayer")
     ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument("--prefix-weight", default="1",
+                    help="router-prefix's --kv-overlap-score-weight (default 1, the router's default)")
     a = ap.parse_args()
     if a.quick:
         a.seconds, a.shared_seconds, a.users, a.turns = 3, 2, 8, 3
         a.trace_requests = min(a.trace_requests, 12) if a.trace_requests else 12
     b = os.path.abspath(a.build)
     out = os.path.abspath(a.out or os.path.join(b, "bench"))
-    R.ARGS = types.SimpleNamespace(build=b, out=out, workdir=os.path.join(out, "work-workload"))
+    R.ARGS = types.SimpleNamespace(build=b, out=out, workdir=os.path.join(out, "work-workload"),
+                                   prefix_weight=a.prefix_weight)
     shutil.rmtree(R.ARGS.workdir, ignore_errors=True)
     os.makedirs(R.ARGS.workdir)
 
