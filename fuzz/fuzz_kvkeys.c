@@ -29,7 +29,7 @@ static void check_salt(const uint8_t *data, size_t size)
 
     if (salt == NULL ? n != 0
                      : n == 0 || !((salt >= body && salt + n <= body + size) ||
-                                    (salt == buf && n <= sizeof buf)))
+                                   (salt == buf && n <= sizeof buf)))
         abort();
     root = json_loadb(body, size, 0, NULL);
     if (!json_is_object(root)) {
