@@ -193,7 +193,6 @@ int mock_kvc_push(struct mock_kvc *c, struct mock_kvseq *s, const uint32_t *ids,
     int hit = i != NONE && may_hit && !s->missed;
 
     s->last = h;
-    s->nblocks++;
     if (!hit)
         s->missed = 1;
     if (i != NONE) {

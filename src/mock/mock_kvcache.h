@@ -28,9 +28,8 @@ struct mock_kvc;
 struct mock_kvseq {
     uint32_t *held; /* block indices this sequence holds a reference on */
     size_t nheld, cap;
-    uint64_t last;  /* chained hash of the last full block pushed (the seed before one) */
-    size_t nblocks; /* full blocks pushed, cached or not */
-    int missed;     /* a block was pushed that was no hit: no later one can be */
+    uint64_t last; /* chained hash of the last full block pushed (the seed before one) */
+    int missed;    /* a block was pushed that was no hit: no later one can be */
 };
 
 /** creates a pool of at most capacity blocks (allocated as they are first used) */
