@@ -6,6 +6,7 @@
 #include "admission/kvkeys.h"
 
 #include "admission/tokcount.h"
+#include "util/jscan.h"
 
 #include <string.h>
 
@@ -241,4 +242,137 @@ size_t kvk_body(const struct kvk_params *p, const char *body, size_t len, uint64
     if (exact)
         *exact = k.r.mode == KVK_IDS;
     return k.r.n;
+}
+
+/* ---- the body's cache_salt ------------------------------------------------------------ */
+
+/* Walks the top level of the body only: the keys of the outer object, each value skipped whole.
+ * The walk is lenient (containers are counted, not checked, and UTF-8 is not looked at): a body
+ * that is no JSON is refused by the engine, whatever salt it was read with. Only what must match
+ * the engine exactly is strict: a key or a salt with escapes is decoded by jscan. */
+
+static const char *kvs_ws(const char *p, const char *end)
+{
+    while (p < end && (*p == ' ' || *p == '\n' || *p == '\r' || *p == '\t'))
+        p++;
+    return p;
+}
+
+/* The closing quote of the string whose contents start at p: the first quote after an even run
+ * of backslashes; NULL when there is none. */
+static const char *kvs_str_end(const char *p, const char *end)
+{
+    const char *q, *b;
+
+    while ((q = memchr(p, '"', (size_t) (end - p))) != NULL) {
+        for (b = q; b > p && b[-1] == '\\'; b--)
+            ;
+        if ((q - b) % 2 == 0)
+            return q;
+        p = q + 1;
+    }
+    return NULL;
+}
+
+/* One past the value that starts at p (p < end, no whitespace), or NULL when it has no end. */
+static const char *kvs_skip(const char *p, const char *end)
+{
+    const char *start = p;
+    size_t depth = 0;
+
+    if (*p == '"')
+        return (p = kvs_str_end(p + 1, end)) != NULL ? p + 1 : NULL;
+    if (*p != '{' && *p != '[') {
+        /* a number or a literal: up to the next delimiter */
+        while (p < end && *p != ',' && *p != '}' && *p != ']' && *p != ' ' && *p != '\n' &&
+               *p != '\r' && *p != '\t')
+            p++;
+        return p > start ? p : NULL;
+    }
+    for (; p < end; p++) {
+        if (*p == '"') {
+            if ((p = kvs_str_end(p + 1, end)) == NULL)
+                return NULL;
+        } else if (*p == '{' || *p == '[') {
+            depth++;
+        } else if ((*p == '}' || *p == ']') && --depth == 0) {
+            return p + 1;
+        }
+    }
+    return NULL;
+}
+
+/* Decodes the string from its opening quote q0 to its closing one q1 into buf (cap): its decoded
+ * length, over cap when it does not fit, or SIZE_MAX when it is no valid JSON string. */
+static size_t kvs_decode(const char *q0, const char *q1, char *buf, size_t cap)
+{
+    struct jscan js;
+    struct jscan_str str;
+
+    if (jscan_init(&js, q0, (size_t) (q1 - q0) + 1) != 0 || jscan_string(&js, &str) != 0)
+        return SIZE_MAX;
+    return jscan_str_copy(&str, buf, cap);
+}
+
+/* 1 when the key whose contents are [k, q) is "cache_salt", written plainly or with escapes
+ * (each character at most a 6-byte \u escape). */
+static int kvs_is_salt(const char *k, const char *q)
+{
+    static const char name[] = "cache_salt";
+    size_t len = (size_t) (q - k), n = sizeof name - 1;
+    char d[sizeof name];
+
+    if (len == n)
+        return memcmp(k, name, n) == 0;
+    if (len < n || len > 6 * n || memchr(k, '\\', len) == NULL)
+        return 0;
+    return kvs_decode(k - 1, q, d, n) == n && memcmp(d, name, n) == 0;
+}
+
+const char *kvk_salt(const char *body, size_t len, char *buf, size_t cap, size_t *n)
+{
+    const char *end = body + len, *p = kvs_ws(body, end), *k, *q, *salt = NULL, *salt_end = NULL;
+    size_t d;
+
+    *n = 0;
+    if (p == end || *p != '{')
+        return NULL;
+    p = kvs_ws(p + 1, end);
+    if (p < end && *p == '}')
+        return NULL;
+    for (;;) {
+        int is_salt;
+
+        if (p == end || *p != '"' || (q = kvs_str_end(p + 1, end)) == NULL)
+            return NULL;
+        k = p + 1;
+        p = kvs_ws(q + 1, end);
+        if (p == end || *p != ':')
+            return NULL;
+        p = kvs_ws(p + 1, end);
+        if (p == end)
+            return NULL;
+        /* the last one wins, as in the engine's parser: a later null clears an earlier string */
+        if ((is_salt = kvs_is_salt(k, q)) != 0)
+            salt = *p == '"' ? p : NULL;
+        if ((p = kvs_skip(p, end)) == NULL)
+            return NULL;
+        if (is_salt)
+            salt_end = p - 1;
+        p = kvs_ws(p, end);
+        if (p < end && *p == '}')
+            break;
+        if (p == end || *p != ',')
+            return NULL;
+        p = kvs_ws(p + 1, end);
+    }
+    if (salt == NULL || salt_end == salt + 1)
+        return NULL;
+    if (memchr(salt + 1, '\\', (size_t) (salt_end - salt - 1)) != NULL &&
+        (d = kvs_decode(salt, salt_end, buf, cap)) <= cap) {
+        *n = d;
+        return buf;
+    }
+    *n = (size_t) (salt_end - salt - 1);
+    return salt + 1;
 }

@@ -16,7 +16,10 @@
  *    block_tokens x 4 by default, the 4 bytes per token estimate.
  * Only full blocks have keys (the engine caches full blocks only). Of a batch (an array of
  * prompts), the first prompt's keys; of a body with both text and ids, whichever came first.
- * The seed is kvk_seed(model, salt): two models, or two salts, never share keys.
+ * The seed is kvk_seed(model, salt): two models, or two salts, never share keys. The salt is
+ * the body's top-level "cache_salt" (kvk_salt): vLLM puts it into the hash of a prompt's first
+ * block, so that tenants with different salts never share cached blocks in the engine, and the
+ * router's keys must not predict that they do.
  *
  * The body is walked by tokcount's scan (admission/tokcount.h) with a sink: one pass, no
  * allocation, any bytes survived; a malformed or cut body gives the keys of what came before
@@ -38,6 +41,16 @@ struct kvk_params {
 
 /** the seed of a model's keys: a hash of its name and a salt (either may be empty) */
 uint64_t kvk_seed(const char *model, size_t model_len, const char *salt, size_t salt_len);
+
+/* Room for a decoded salt that kvk_salt's callers keep on the stack. */
+#define KVK_SALT_MAX 256
+
+/** body's top-level "cache_salt" string (the last of several), for kvk_seed: its bytes, *n their
+    count; NULL (*n 0) when there is none: absent, null, not a string, empty, or the body's top
+    level is not an object that can be walked. The bytes are in body when the string has no
+    escapes, else decoded into buf (cap bytes); one that does not fit decoded, or that has a bad
+    escape, is given as written. One pass over the top level, strings skipped by memchr */
+const char *kvk_salt(const char *body, size_t len, char *buf, size_t cap, size_t *n);
 
 /** writes the keys of body's full blocks (at most cap) to keys; their count. *exact (may be
     NULL) is set to 1 when they came from token ids, 0 from text */

@@ -89,6 +89,7 @@ static int gen_parse(const struct mock_engine *e, const json_t *body, enum mock_
     const json_t *stream = json_object_get(body, "stream");
     const json_t *opts = json_object_get(body, "stream_options");
     const json_t *mt = json_object_get(body, "max_tokens");
+    const json_t *salt = json_object_get(body, "cache_salt");
     const char *mt_name = "max_tokens";
     json_int_t n = MOCK_DEFAULT_MAX_TOKENS;
 
@@ -121,6 +122,14 @@ static int gen_parse(const struct mock_engine *e, const json_t *body, enum mock_
         return -1;
     }
     g->max_tokens = n > MOCK_MAX_TOKENS_CAP ? MOCK_MAX_TOKENS_CAP : (unsigned) n;
+    /* vLLM's: a non-empty string, or absent (null) */
+    if (salt != NULL && !json_is_null(salt)) {
+        if (!json_is_string(salt) || json_string_length(salt) == 0) {
+            snprintf(err, errlen, "Parameter 'cache_salt' must be a non-empty string if provided.");
+            return -1;
+        }
+        g->kv_seed = mock_kvc_salt(json_string_value(salt), json_string_length(salt));
+    }
     return 0;
 }
 
@@ -241,7 +250,7 @@ enum rank_stat {
 
 static double rank_stat(const struct mock_engine *e, const struct mock_rank *r, enum rank_stat s)
 {
-    double kv = (double) r->blocks_used / e->o.num_gpu_blocks;
+    double kv = (double) mock_rank_kv_blocks(r) / e->o.num_gpu_blocks;
 
     switch (s) {
     case RS_RUNNING:

@@ -73,6 +73,17 @@ uint64_t mock_kvc_hash(uint64_t parent, const uint32_t *ids, size_t n)
     return mix64(h ^ n);
 }
 
+uint64_t mock_kvc_salt(const char *salt, size_t len)
+{
+    uint64_t h = ROOT_HASH;
+
+    for (size_t i = 0; i < len; i++)
+        h = (h ^ (unsigned char) salt[i]) * 0x100000001b3ull;
+    /* a salt is never the unsalted parent: 0 stands for that one */
+    h = mix64(h ^ len);
+    return h ? h : 1;
+}
+
 static uint32_t find(const struct mock_kvc *c, uint64_t h)
 {
     uint32_t i = c->bucket[h & (c->nbucket - 1)];
@@ -177,12 +188,11 @@ static void hold(struct mock_kvseq *s, uint32_t i)
 
 int mock_kvc_push(struct mock_kvc *c, struct mock_kvseq *s, const uint32_t *ids, int may_hit)
 {
-    uint64_t h = mock_kvc_hash(s->nblocks ? s->last : 0, ids, c->block_size);
+    uint64_t h = mock_kvc_hash(s->last, ids, c->block_size);
     uint32_t i = find(c, h);
     int hit = i != NONE && may_hit && !s->missed;
 
     s->last = h;
-    s->nblocks++;
     if (!hit)
         s->missed = 1;
     if (i != NONE) {
@@ -199,11 +209,13 @@ int mock_kvc_push(struct mock_kvc *c, struct mock_kvseq *s, const uint32_t *ids,
     return hit;
 }
 
-size_t mock_kvc_begin(struct mock_kvc *c, struct mock_kvseq *s, const uint32_t *ids, size_t n)
+size_t mock_kvc_begin(struct mock_kvc *c, struct mock_kvseq *s, uint64_t seed, const uint32_t *ids,
+                      size_t n)
 {
     size_t bs = c->block_size, cached = 0;
 
     memset(s, 0, sizeof *s);
+    s->last = seed;
     for (size_t k = 0; (k + 1) * bs <= n; k++)
         if (mock_kvc_push(c, s, ids + k * bs, (k + 1) * bs < n))
             cached += bs;

@@ -11,7 +11,11 @@
  * (the mock does not preempt), and a later request simply misses on it.
  *
  * A sequence releases its blocks in reverse order, as vLLM frees them, so that of a released
- * prefix the tail is evicted first and the shared head stays longest. */
+ * prefix the tail is evicted first and the shared head stays longest.
+ *
+ * A request's cache_salt (vLLM's per-tenant isolation) seeds the chain: it stands for the
+ * parent of the first block, so sequences with different salts never share a block, and
+ * those without one share as before. */
 #ifndef ADMIT_MOCK_KVCACHE_H
 #define ADMIT_MOCK_KVCACHE_H
 
@@ -24,9 +28,8 @@ struct mock_kvc;
 struct mock_kvseq {
     uint32_t *held; /* block indices this sequence holds a reference on */
     size_t nheld, cap;
-    uint64_t last;  /* chained hash of the last full block pushed */
-    size_t nblocks; /* full blocks pushed, cached or not */
-    int missed;     /* a block was pushed that was no hit: no later one can be */
+    uint64_t last; /* chained hash of the last full block pushed (the seed before one) */
+    int missed;    /* a block was pushed that was no hit: no later one can be */
 };
 
 /** creates a pool of at most capacity blocks (allocated as they are first used) */
@@ -35,12 +38,17 @@ struct mock_kvc *mock_kvc_new(unsigned capacity, unsigned block_size);
 void mock_kvc_free(struct mock_kvc *c);
 /** the chained hash of a block of n ids after the block whose hash is parent (0: the first) */
 uint64_t mock_kvc_hash(uint64_t parent, const uint32_t *ids, size_t n);
+/** the seed of a sequence whose request has cache_salt salt (len bytes): never 0, the seed of
+ * a request without one */
+uint64_t mock_kvc_salt(const char *salt, size_t len);
 /** pushes the next full block (block_size ids) of s; may_hit lets it be a hit: returns 1 if it
  * was one (found, and every block before it was a hit too), else 0 */
 int mock_kvc_push(struct mock_kvc *c, struct mock_kvseq *s, const uint32_t *ids, int may_hit);
-/** starts s over the full blocks of a prompt of n ids; returns the cached tokens: whole hit
- * blocks, never the prompt's last token (it must be computed to sample the next one) */
-size_t mock_kvc_begin(struct mock_kvc *c, struct mock_kvseq *s, const uint32_t *ids, size_t n);
+/** starts s, seeded by seed (mock_kvc_salt's, or 0 for no salt), over the full blocks of a
+ * prompt of n ids; returns the cached tokens: whole hit blocks, never the prompt's last token
+ * (it must be computed to sample the next one) */
+size_t mock_kvc_begin(struct mock_kvc *c, struct mock_kvseq *s, uint64_t seed, const uint32_t *ids,
+                      size_t n);
 /** drops s's references (last block first) and empties s */
 void mock_kvc_release(struct mock_kvc *c, struct mock_kvseq *s);
 /** blocks holding a cached hash (held or evictable) */

@@ -67,9 +67,11 @@ struct mreq {
     uint32_t *ids;          /* the prompt's token ids */
     size_t nids;
     struct mock_kvseq kv; /* the prefix cache blocks held while running */
+    uint64_t kv_seed;     /* its cache_salt's seed of the block chain (0: none) */
     unsigned max_tokens;
     unsigned generated;
-    unsigned blocks; /* KV blocks this request holds on its rank while running */
+    unsigned blocks; /* KV blocks its context takes on its rank while running (in the cache
+                        or its own, see mreq_own_blocks) */
     long long created;
     char id[sizeof "chatcmpl-" + MOCK_REQUEST_ID_MAX]; /* the completion id of every reply */
     char *model;                                       /* echoed in replies */
@@ -96,6 +98,18 @@ void mock_reply_json(struct evhttp_request *req, int code, json_t *j)
 static void rank_pump(struct mock_engine *e, struct mock_rank *r);
 static void mreq_on_flushed(struct evhttp_connection *evcon, void *arg);
 
+/* The blocks of a running request's context that are its own, not shared through the cache:
+ * those it holds no cache reference for (kv.nheld never exceeds its full blocks). */
+static unsigned mreq_own_blocks(const struct mreq *m)
+{
+    return m->kv.nheld < m->blocks ? m->blocks - (unsigned) m->kv.nheld : 0;
+}
+
+uint64_t mock_rank_kv_blocks(const struct mock_rank *r)
+{
+    return r->own_blocks + (r->cache != NULL ? mock_kvc_in_use(r->cache) : 0);
+}
+
 /* The single release path. The caller has already settled what happens to the evhttp
  * request: evhttp keeps it (attached to a live connection, or answered), or req_owned says
  * it was detached and is ours. */
@@ -110,7 +124,7 @@ static void mreq_free(struct mreq *m)
     } else {
         TAILQ_REMOVE(&r->running, m, link);
         r->nrunning--;
-        r->blocks_used -= m->blocks;
+        r->own_blocks -= mreq_own_blocks(m);
         m->e->running_total--;
         if (r->cache != NULL)
             mock_kvc_release(r->cache, &m->kv);
@@ -156,7 +170,8 @@ static double mreq_step_ms(const struct mreq *m)
 
     if (o->token_interval_ms > 0)
         return o->token_interval_ms;
-    return mock_decode_ms((double) m->rank->blocks_used / o->num_gpu_blocks, o->speedup_ratio);
+    return mock_decode_ms((double) mock_rank_kv_blocks(m->rank) / o->num_gpu_blocks,
+                          o->speedup_ratio);
 }
 
 /* `data: {"id":...,"object":...,"created":...,"model":...,` of every SSE event */
@@ -206,15 +221,16 @@ static void mreq_emit_token(struct mreq *m)
     unsigned tok = m->generated++;
     unsigned ctx =
         m->prompt_tokens > UINT_MAX - m->generated ? UINT_MAX : m->prompt_tokens + m->generated;
-    unsigned blocks = mock_blocks_for(ctx, m->e->o.block_size);
+    unsigned own = mreq_own_blocks(m);
     struct evbuffer *b = m->e->scratch;
     char piece[MOCK_TOK_PIECE];
 
     r->generation_tokens_total++;
-    r->blocks_used += blocks - m->blocks;
-    m->blocks = blocks;
+    m->blocks = mock_blocks_for(ctx, m->e->o.block_size);
     if (r->cache != NULL && (m->nids + m->generated) % m->e->o.block_size == 0)
         mreq_cache_block(m);
+    /* a new partial block is the request's own; one it fills moves into the cache */
+    r->own_blocks = r->own_blocks - own + mreq_own_blocks(m);
     if (!m->stream)
         return;
     mock_tok_gen_text(tok, piece);
@@ -440,16 +456,16 @@ static void mreq_start(struct mreq *m)
     if (++e->running_total > e->running_peak)
         e->running_peak = e->running_total;
     m->blocks = mock_blocks_for(m->prompt_tokens, e->o.block_size);
-    r->blocks_used += m->blocks;
     m->state = MR_PREFILL;
     /* vLLM looks the prompt up when it schedules it, and its blocks are shared from then on. */
     if (r->cache != NULL) {
-        size_t cached = mock_kvc_begin(r->cache, &m->kv, m->ids, m->nids);
+        size_t cached = mock_kvc_begin(r->cache, &m->kv, m->kv_seed, m->ids, m->nids);
 
         m->cached_tokens = cached > m->prompt_tokens ? m->prompt_tokens : (unsigned) cached;
         r->prefix_queries += m->nids;
         r->prefix_hits += cached;
     }
+    r->own_blocks += mreq_own_blocks(m);
     if (m->stream) {
         struct evkeyvalq *h = evhttp_request_get_output_headers(m->req);
 
@@ -507,6 +523,7 @@ void mock_sched_submit(struct mock_engine *e, struct evhttp_request *req, const 
     m->ids = g->ids;
     m->nids = g->nids;
     m->max_tokens = g->max_tokens;
+    m->kv_seed = g->kv_seed;
     m->created = (long long) time(NULL);
     /* vLLM's form: "chatcmpl-" or "cmpl-" before the client's X-Request-Id, so that every
      * event of a reply names whose request it answers; else before the engine's own id. */

@@ -4,9 +4,9 @@
  *
  * Invariant: every accepted generation request is an mreq on exactly one list of exactly one
  * rank, waiting or running, until mreq_free() unlinks it; the rank counters always equal the
- * list lengths, and blocks_used equals the sum of the blocks held by its running requests.
- * A running request holds references on its rank's prefix cache blocks (mock_kvcache) until
- * it is freed; a waiting one holds none. */
+ * list lengths, and own_blocks equals the sum, over its running requests, of the blocks each
+ * holds outside the prefix cache. A running request holds references on its rank's prefix
+ * cache blocks (mock_kvcache) until it is freed; a waiting one holds none. */
 #ifndef ADMIT_MOCK_SCHED_H
 #define ADMIT_MOCK_SCHED_H
 
@@ -31,9 +31,11 @@ struct mock_rank {
     struct mreq_list waiting; /* FIFO of requests that have no sequence slot yet */
     struct mreq_list running; /* at most max_num_seqs */
     unsigned nwaiting, nrunning;
-    /* KV blocks of the running requests' contexts, a shared block once per holder (what the
-     * metrics and the decode model read; see docs/mock-engine.md) */
-    uint64_t blocks_used;
+    /* KV blocks the running requests hold outside the prefix cache, each its own: every
+     * block without a cache; with one, each context's partial last block and any full block
+     * the cache had no room for. With the cache's held blocks, the KV in use (see
+     * mock_rank_kv_blocks) */
+    uint64_t own_blocks;
     struct mock_kvc *cache;  /* the prefix cache; NULL with --no-enable-prefix-caching */
     uint64_t prefix_queries; /* prompt tokens looked up in the cache */
     uint64_t prefix_hits;    /* of which cached */
@@ -72,12 +74,16 @@ struct mock_gen {
     uint32_t *ids; /* the prompt's token ids (prompt_tokens of them), taken over by submit */
     size_t nids;
     unsigned max_tokens; /* 1..MOCK_MAX_TOKENS_CAP */
+    uint64_t kv_seed;    /* mock_kvc_salt() of its cache_salt, 0 without one */
     const char *model;   /* echoed back; the engine copies it */
     /* the client's valid X-Request-Id (the base of the completion id, as vLLM's), or NULL
      * for the engine's own; the engine copies it */
     const char *request_id;
 };
 
+/** KV blocks the rank's running requests hold, a block shared by several once: vLLM's
+ * usage (cached blocks that no running request holds are free, so they do not count) */
+uint64_t mock_rank_kv_blocks(const struct mock_rank *r);
 /** answers req with status code and the JSON value j (which it releases); no body for HEAD */
 void mock_reply_json(struct evhttp_request *req, int code, json_t *j);
 /** takes over req and g->ids: queues it on the next rank and answers it when its tokens are

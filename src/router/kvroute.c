@@ -132,10 +132,15 @@ size_t kvr_keys(const struct kvroute *kv, const char *model, const char *body, s
                 uint64_t *keys)
 {
     struct kvk_params p = {.block_tokens = kv->block_tokens};
+    char room[KVK_SALT_MAX];
+    const char *salt;
+    size_t salt_len;
 
     if (kv->idx == NULL || len == 0)
         return 0;
-    p.seed = kvk_seed(model, strlen(model), NULL, 0);
+    /* vLLM's cache_salt keeps a tenant's blocks apart in the engine: in the index too */
+    salt = kvk_salt(body, len, room, sizeof room, &salt_len);
+    p.seed = kvk_seed(model, strlen(model), salt, salt_len);
     return kvk_body(&p, body, len, keys, KVR_MAX_KEYS, NULL);
 }
 

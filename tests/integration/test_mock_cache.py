@@ -3,7 +3,7 @@
 import json
 import time
 
-from harness import Mock, Tap, request
+from harness import Mock, RawClient, Tap, close_own, marker, request, wait_for
 
 KEY = '{engine="%d",model_name="mock-model"}'
 SYSTEM = "You are a terse assistant that answers in one line. " * 8
@@ -41,9 +41,10 @@ def cached(usage):
     return (usage.get("prompt_tokens_details") or {}).get("cached_tokens", 0)
 
 
-def completion(mock, prompt, max_tokens=3):
-    status, _, data = request(mock.addr, "POST", "/v1/completions",
-                              {"model": "mock-model", "prompt": prompt, "max_tokens": max_tokens})
+def completion(mock, prompt, max_tokens=3, **extra):
+    body = {"model": "mock-model", "prompt": prompt, "max_tokens": max_tokens}
+    body.update(extra)
+    status, _, data = request(mock.addr, "POST", "/v1/completions", body)
     assert status == 200, (status, data)
     return json.loads(data)["usage"]
 
@@ -167,6 +168,78 @@ def test_cached_prompt_prefills_faster():
     mock.stop()
 
 
+def test_kv_usage_counts_a_shared_block_once():
+    # Blocks of 16, 1000 of them, a token every 2 s: the contexts stay still long enough to
+    # read. Two ranks, requests go round robin: A and B (rank 0) share an opening of 10
+    # blocks, X and Y (rank 1) share nothing. Each prompt is 180 ids: the 10 blocks of its
+    # opening (shared or not), one full block of its own and a partial one of 4 ids.
+    block, opening = 16, 160
+    shared = list(range(1, opening + 1))
+    prompts = [shared + list(range(5000, 5020)),                      # A, rank 0
+               list(range(10001, 10181)),                             # X, rank 1
+               shared + list(range(6000, 6020)),                      # B, rank 0
+               list(range(20001, 20181))]                             # Y, rank 1
+    own = -(-180 // block)  # 12 blocks of context per request
+    for caching in ("--enable-prefix-caching", "--no-enable-prefix-caching"):
+        mock = Mock("--token-interval-ms", "2000", "--num-gpu-blocks", "1000", "--block-size",
+                    str(block), "--data-parallel-size", "2", caching)
+        clients = []
+        for i, p in enumerate(prompts):
+            c = RawClient(mock.addr, marker=marker())
+            c.post("/v1/completions", {"model": "mock-model", "prompt": p, "max_tokens": 10,
+                                       "stream": True})
+            clients.append(c)
+            # in order, so that B finds A's blocks
+            wait_for(lambda: mock.metrics()["admit_mock_requests_running_peak"] == i + 1, 15,
+                     "request %d running" % i)
+        m = mock.metrics()
+        used = [round(m["vllm:kv_cache_usage_perc" + KEY % r] * 1000) for r in (0, 1)]
+        if caching == "--enable-prefix-caching":
+            # vLLM's usage: blocks held by running requests, each block once. Rank 0: the
+            # 10 shared blocks once, and A's and B's own 2 each.
+            assert used == [opening // block + 2 * (own - opening // block), 2 * own], (used, m)
+        else:
+            # No cache, nothing shared: each request's own blocks.
+            assert used == [2 * own, 2 * own], (used, m)
+        close_own(clients)
+        # Blocks that no running request holds are free (evictable), not in use.
+        wait_for(lambda: all(mock.metrics()["vllm:kv_cache_usage_perc" + KEY % r] == 0
+                             for r in (0, 1)), 15, "KV usage back to 0")
+        cached_blocks = mock.metrics()["admit_mock_prefix_cache_blocks" + KEY % 0]
+        assert cached_blocks == (12 if caching == "--enable-prefix-caching" else 0), cached_blocks
+        mock.stop()
+
+
+def test_cache_salt_isolates():
+    # vLLM's cache_salt goes into the first block's hash: the same prompt under another salt
+    # finds nothing, under the same salt all but its last block; no salt (or null) shares
+    # with no salt only.
+    mock = Mock("--speedup-ratio", "0", "--block-size", "4", "--enable-prompt-tokens-details")
+    p = list(range(1, 30))  # 7 full blocks
+    assert cached(completion(mock, p, cache_salt="tenant-a")) == 0
+    assert cached(completion(mock, p, cache_salt="tenant-a")) == 28
+    assert cached(completion(mock, p, cache_salt="tenant-b")) == 0
+    assert cached(completion(mock, p)) == 0
+    assert cached(completion(mock, p, cache_salt=None)) == 28
+    assert cached(completion(mock, p, cache_salt="tenant-b")) == 28
+    # A chat too: the salt is a top-level field of either API.
+    msgs = [{"role": "user", "content": SYSTEM}]
+    body = {"model": "mock-model", "messages": msgs, "max_tokens": 2, "cache_salt": "s1"}
+    hits = []
+    for salt in ("s1", "s1", "s2"):
+        body["cache_salt"] = salt
+        status, _, data = request(mock.addr, "POST", "/v1/chat/completions", body)
+        assert status == 200, (status, data)
+        hits.append(cached(json.loads(data)["usage"]))
+    assert hits[0] == 0 and hits[1] > 0 and hits[2] == 0, hits
+    # vLLM's rule: a non-empty string if given.
+    for bad in ("", 7, ["a"]):
+        status, _, data = request(mock.addr, "POST", "/v1/completions",
+                                  {"model": "mock-model", "prompt": "hi", "cache_salt": bad})
+        assert status == 400 and b"cache_salt" in data, (bad, status, data)
+    mock.stop()
+
+
 if __name__ == "__main__":
     tap = Tap()
     tap.run("turn 2 reports turn 1's full blocks as cached", test_second_turn_hits_first_turns_blocks)
@@ -176,4 +249,7 @@ if __name__ == "__main__":
             test_small_cache_evicts_least_recently_used)
     tap.run("each data-parallel rank has a cache of its own", test_one_cache_per_rank)
     tap.run("a cached prompt prefills faster than a cold one", test_cached_prompt_prefills_faster)
+    tap.run("KV usage counts a block shared by running requests once",
+            test_kv_usage_counts_a_shared_block_once)
+    tap.run("cache_salt isolates prefix cache blocks", test_cache_salt_isolates)
     tap.done()

@@ -9,7 +9,7 @@ import os
 import time
 
 from harness import (Mock, RawClient, Tap, check_own, close_own, marker, own_request,
-                     own_response, scrape, wait_for)
+                     own_response, request, scrape, wait_for)
 from test_router import MODEL, Router, worker
 from test_router_classes import config as classes_file, dispatched, pending, wait_queued
 from test_router_reload import config, hup, write
@@ -568,6 +568,36 @@ def test_hot_opening_spreads_once_its_worker_is_full():
         stop(mocks, ads, rt)
 
 
+def test_cache_salt_keeps_tenants_apart():
+    """vLLM's cache_salt: the engine never shares blocks across salts, so the router's keys
+    are seeded with it. Identical text under another salt (or none) is predicted nothing and
+    the engine finds nothing; the same salt again is predicted and confirmed."""
+    mocks, ads, rt = fleet(n=1)
+    msgs = [{"role": "user", "content": opening("shared")}]
+
+    def send(salt):
+        body = {"model": MODEL, "max_tokens": 12, "messages": msgs}
+        if salt is not None:
+            body["cache_salt"] = salt
+        status, _, data = request(rt.addr, "POST", CHAT, body)
+        assert status == 200, (status, data)
+        usage = json.loads(data)["usage"]
+        m = rt.metrics()
+        return ((usage.get("prompt_tokens_details") or {}).get("cached_tokens", 0),
+                m["admit_router_prefix_matched_blocks_total"],
+                m["admit_router_prefix_predicted_cached_tokens_total"])
+
+    try:
+        assert send("tenant-a") == (0, 0, 0)
+        assert send("tenant-b") == (0, 0, 0)
+        assert send(None) == (0, 0, 0)
+        cached, matched, predicted = send("tenant-a")
+        assert cached > 0 and matched > 0 and predicted > 0, (cached, matched, predicted)
+        assert rt.metrics()["admit_router_prefix_confirmed_cached_tokens_total"] > 0
+    finally:
+        stop(mocks, ads, rt)
+
+
 if __name__ == "__main__":
     tap = Tap()
     tap.run("a session's turns stay on the worker that holds its prefix, and hit its cache",
@@ -590,4 +620,6 @@ if __name__ == "__main__":
             test_corrected_worker_keeps_no_tail)
     tap.run("a hot shared opening spreads once its worker is full, and 529 only when all are",
             test_hot_opening_spreads_once_its_worker_is_full)
+    tap.run("cache_salt keeps tenants apart: no prefix predicted or cached across salts",
+            test_cache_salt_keeps_tenants_apart)
     tap.done()

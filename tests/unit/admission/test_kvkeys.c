@@ -275,6 +275,105 @@ static void test_body_faults(void **state)
     assert_int_equal(exact, 1); /* ids came first: the text is not mixed in */
 }
 
+/* The salt kvk_salt finds (NULL for none), checked as a NUL-terminated string. */
+static void expect_salt(const char *body, size_t cap, const char *want)
+{
+    char buf[KVK_SALT_MAX];
+    size_t n = 99;
+    const char *got = kvk_salt(body, strlen(body), buf, cap, &n);
+
+    if (want == NULL) {
+        assert_null(got);
+        assert_int_equal(n, 0);
+        return;
+    }
+    assert_non_null(got);
+    assert_int_equal(n, strlen(want));
+    assert_memory_equal(got, want, n);
+    /* in the body unless it was decoded */
+    assert_true((got >= body && got + n <= body + strlen(body)) || got == buf);
+}
+
+static void test_salt_found(void **state)
+{
+    (void) state;
+    expect_salt("{\"model\":\"m\",\"cache_salt\":\"tenant-a\",\"prompt\":\"x\"}", KVK_SALT_MAX,
+                "tenant-a");
+    expect_salt(" {\n\"prompt\" : \"x\" ,\t\"cache_salt\" :\"tenant-a\" } ", KVK_SALT_MAX,
+                "tenant-a");
+    /* only the top level counts; brackets and quotes inside strings are skipped */
+    expect_salt(
+        "{\"messages\":[{\"role\":\"user\",\"content\":\"{\\\"cache_salt\\\":\\\"no\\\"}]\"}"
+        "],\"cache_salt\":\"s\"}",
+        KVK_SALT_MAX, "s");
+    expect_salt("{\"metadata\":{\"cache_salt\":\"inner\"},\"prompt\":\"x\"}", KVK_SALT_MAX, NULL);
+    expect_salt("{\"a\":[1,{\"b\":\"}\\\\\"},[]],\"n\":-1.5e3,\"t\":true,\"cache_salt\":\"q\"}",
+                KVK_SALT_MAX, "q");
+    /* none: empty, null, not a string, not an object, cut, malformed */
+    expect_salt("{\"cache_salt\":\"\"}", KVK_SALT_MAX, NULL);
+    expect_salt("{\"cache_salt\":null}", KVK_SALT_MAX, NULL);
+    expect_salt("{\"cache_salt\":7}", KVK_SALT_MAX, NULL);
+    expect_salt("{\"cache_salt\":[\"a\"]}", KVK_SALT_MAX, NULL);
+    expect_salt("[\"cache_salt\",\"x\"]", KVK_SALT_MAX, NULL);
+    expect_salt("{\"cache_salt\":\"abc\"", KVK_SALT_MAX, NULL);
+    expect_salt("{\"cache_salt\":\"abc", KVK_SALT_MAX, NULL);
+    expect_salt("{\"cache_salt\" \"abc\"}", KVK_SALT_MAX, NULL);
+    expect_salt("{}", KVK_SALT_MAX, NULL);
+    expect_salt("", KVK_SALT_MAX, NULL);
+    expect_salt("{\"cache_salts\":\"x\",\"acache_salt\":\"y\"}", KVK_SALT_MAX, NULL);
+    /* the last of several wins, as in the engine's parser */
+    expect_salt("{\"cache_salt\":\"a\",\"cache_salt\":\"b\"}", KVK_SALT_MAX, "b");
+    expect_salt("{\"cache_salt\":\"a\",\"cache_salt\":null}", KVK_SALT_MAX, NULL);
+    /* escapes: in the key, and in the salt (decoded) */
+    expect_salt("{\"cache\\u005fsalt\":\"k\"}", KVK_SALT_MAX, "k");
+    expect_salt("{\"cache_salt\":\"t\\u00e9\\\"x\\\\\"}", KVK_SALT_MAX, "t\xc3\xa9\"x\\");
+    /* ... one that does not fit decoded, or a bad escape: as written */
+    expect_salt("{\"cache_salt\":\"\\u0041BCDEF\"}", 4, "\\u0041BCDEF");
+    expect_salt("{\"cache_salt\":\"\\u0041BCDEF\"}", 6, "ABCDEF");
+    expect_salt("{\"cache_salt\":\"x\\u0000\"}", KVK_SALT_MAX, "x\\u0000");
+}
+
+/* The keys kvr_keys makes: the seed from the model and the body's salt. */
+static size_t salted_keys(const char *body, uint64_t *keys)
+{
+    struct kvk_params p = params(4, 0);
+    char buf[KVK_SALT_MAX];
+    size_t n;
+    const char *salt = kvk_salt(body, strlen(body), buf, sizeof buf, &n);
+
+    p.seed = kvk_seed("m", 1, salt, n);
+    return body_keys(&p, body, keys, NULL);
+}
+
+static void test_salt_separates_keys(void **state)
+{
+    struct kvk_params p = params(4, 0);
+    uint64_t plain[CAP], a[CAP], b[CAP], c[CAP];
+    size_t n, i;
+
+    (void) state;
+#define TEXT "\"Forty-eight bytes of a system prompt, all the same.\""
+    n = body_keys(&p, "{\"prompt\":" TEXT "}", plain, NULL);
+    assert_int_equal(n, 3);
+    /* no salt (or null): the keys are unchanged */
+    assert_int_equal(salted_keys("{\"prompt\":" TEXT "}", a), n);
+    assert_memory_equal(a, plain, n * sizeof *a);
+    assert_int_equal(salted_keys("{\"prompt\":" TEXT ",\"cache_salt\":null}", a), n);
+    assert_memory_equal(a, plain, n * sizeof *a);
+    /* two salts: no key in common, with each other or with no salt */
+    assert_int_equal(salted_keys("{\"prompt\":" TEXT ",\"cache_salt\":\"tenant-a\"}", a), n);
+    assert_int_equal(salted_keys("{\"prompt\":" TEXT ",\"cache_salt\":\"tenant-b\"}", b), n);
+    for (i = 0; i < n; i++)
+        assert_true(a[i] != b[i] && a[i] != plain[i] && b[i] != plain[i]);
+    /* the same salt: the same keys, wherever it stands in the body */
+    assert_int_equal(salted_keys("{\"cache_salt\":\"tenant-a\",\"prompt\":" TEXT "}", c), n);
+    assert_memory_equal(a, c, n * sizeof *a);
+    /* ... and however it is written */
+    assert_int_equal(salted_keys("{\"prompt\":" TEXT ",\"cache_salt\":\"tenant\\u002da\"}", c), n);
+    assert_memory_equal(a, c, n * sizeof *a);
+#undef TEXT
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -286,6 +385,8 @@ int main(void)
         cmocka_unit_test(test_body_surrogates_and_utf8),
         cmocka_unit_test(test_chat_turns_extend),
         cmocka_unit_test(test_body_faults),
+        cmocka_unit_test(test_salt_found),
+        cmocka_unit_test(test_salt_separates_keys),
     };
 
     return cmocka_run_group_tests(tests, NULL, NULL);

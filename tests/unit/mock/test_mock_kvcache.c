@@ -26,7 +26,7 @@ static size_t run(struct mock_kvc *c, uint32_t base, size_t n)
     size_t cached;
 
     seq_ids(ids, n, base);
-    cached = mock_kvc_begin(c, &s, ids, n);
+    cached = mock_kvc_begin(c, &s, 0, ids, n);
     mock_kvc_release(c, &s);
     return cached;
 }
@@ -63,7 +63,7 @@ static void test_hits(void **state)
 
         seq_ids(ids, 12, 10);
         ids[0] = 999;
-        assert_int_equal(mock_kvc_begin(c, &s, ids, 12), 0);
+        assert_int_equal(mock_kvc_begin(c, &s, 0, ids, 12), 0);
         mock_kvc_release(c, &s);
     }
     assert_int_equal(mock_kvc_in_use(c), 0);
@@ -79,8 +79,8 @@ static void test_refcount_and_lru(void **state)
 
     (void) state;
     seq_ids(ids, 9, 100);
-    mock_kvc_begin(c, &s1, ids, 9);
-    assert_int_equal(mock_kvc_begin(c, &s2, ids, 9), 8);
+    mock_kvc_begin(c, &s1, 0, ids, 9);
+    assert_int_equal(mock_kvc_begin(c, &s2, 0, ids, 9), 8);
     assert_int_equal(mock_kvc_in_use(c), 2);
     mock_kvc_release(c, &s1);
     assert_int_equal(mock_kvc_in_use(c), 2); /* s2 still holds both */
@@ -96,7 +96,7 @@ static void test_refcount_and_lru(void **state)
     /* B was used after C: the next newcomer evicts C's tail first, then C's head. */
     assert_int_equal(run(c, 200, 9), 8);
     seq_ids(ids, 5, 400);
-    mock_kvc_begin(c, &s3, ids, 5); /* one block: C's second block goes */
+    mock_kvc_begin(c, &s3, 0, ids, 5); /* one block: C's second block goes */
     assert_int_equal(run(c, 300, 9), 4);
     mock_kvc_release(c, &s3);
     mock_kvc_free(c);
@@ -112,9 +112,9 @@ static void test_pinned_and_full(void **state)
 
     (void) state;
     seq_ids(ids, 9, 500);
-    mock_kvc_begin(c, &s1, ids, 9); /* holds both blocks */
+    mock_kvc_begin(c, &s1, 0, ids, 9); /* holds both blocks */
     seq_ids(ids, 12, 600);
-    assert_int_equal(mock_kvc_begin(c, &s2, ids, 12), 0);
+    assert_int_equal(mock_kvc_begin(c, &s2, 0, ids, 12), 0);
     assert_int_equal(mock_kvc_evictions(c), 0);
     assert_int_equal(mock_kvc_cached(c), 2);
     /* A generated block pushed while all is held: not cached either. */
@@ -135,7 +135,7 @@ static void test_generated_blocks(void **state)
 
     (void) state;
     seq_ids(ids, 16, 700);
-    mock_kvc_begin(c, &s, ids, 6);    /* one full prompt block */
+    mock_kvc_begin(c, &s, 0, ids, 6); /* one full prompt block */
     mock_kvc_push(c, &s, ids + 4, 0); /* ids 4..7: prompt tail + 2 generated */
     mock_kvc_push(c, &s, ids + 8, 0); /* 8..11, all generated */
     mock_kvc_release(c, &s);
@@ -152,13 +152,40 @@ static void test_growth(void **state)
 
     (void) state;
     seq_ids(ids, 600, 1);
-    assert_int_equal(mock_kvc_begin(c, &s, ids, 600), 0);
+    assert_int_equal(mock_kvc_begin(c, &s, 0, ids, 600), 0);
     mock_kvc_release(c, &s);
     assert_int_equal(mock_kvc_cached(c), 600);
-    assert_int_equal(mock_kvc_begin(c, &s, ids, 600), 599);
+    assert_int_equal(mock_kvc_begin(c, &s, 0, ids, 600), 599);
     mock_kvc_release(c, &s);
     mock_kvc_free(c);
     mock_kvc_free(NULL);
+}
+
+/* A cache_salt seeds the chain: the same prompt under another salt shares no block, under the
+ * same salt shares as without one; and an unsalted prompt keeps its blocks. */
+static void test_salt_isolates(void **state)
+{
+    struct mock_kvc *c = mock_kvc_new(100, BS);
+    uint64_t a = mock_kvc_salt("tenant-a", 8), b = mock_kvc_salt("tenant-b", 8);
+    uint32_t ids[9];
+    struct mock_kvseq s1, s2;
+
+    (void) state;
+    assert_true(a != 0 && b != 0 && a != b);
+    assert_true(a == mock_kvc_salt("tenant-a", 8));
+    assert_true(mock_kvc_salt("", 0) != 0);
+    seq_ids(ids, 9, 10);
+    assert_int_equal(mock_kvc_begin(c, &s1, a, ids, 9), 0);
+    mock_kvc_release(c, &s1);
+    assert_int_equal(mock_kvc_begin(c, &s1, b, ids, 9), 0); /* the other tenant misses */
+    assert_int_equal(mock_kvc_begin(c, &s2, 0, ids, 9), 0); /* so does no salt */
+    mock_kvc_release(c, &s2);
+    mock_kvc_release(c, &s1);
+    assert_int_equal(mock_kvc_cached(c), 6); /* three chains of two blocks */
+    assert_int_equal(mock_kvc_begin(c, &s1, a, ids, 9), 8);
+    mock_kvc_release(c, &s1);
+    assert_int_equal(run(c, 10, 9), 8);
+    mock_kvc_free(c);
 }
 
 int main(void)
@@ -167,6 +194,7 @@ int main(void)
         cmocka_unit_test(test_hash_chain),       cmocka_unit_test(test_hits),
         cmocka_unit_test(test_refcount_and_lru), cmocka_unit_test(test_pinned_and_full),
         cmocka_unit_test(test_generated_blocks), cmocka_unit_test(test_growth),
+        cmocka_unit_test(test_salt_isolates),
     };
 
     return cmocka_run_group_tests(tests, NULL, NULL);
