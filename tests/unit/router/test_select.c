@@ -614,6 +614,7 @@ static void test_silent_rank_dropped(void **state)
     /* Rank 0 alone speaks on, 99 % full. */
     m = load(0, 0);
     m.kv_used_blocks = 99;
+    m.active_decode_blocks = 99; /* what admitd books, which the cost counts */
     sel_message(s, 0, &m, 2000);
     assert_false(sel_published_full(s, 0, &full)); /* ranks 1-3 are within their window */
     assert_int_equal(sel_pick(s, 2000, 10, &full, -1, -1, &w, &r), SEL_OK);
@@ -1393,7 +1394,18 @@ static void test_cost_counts_published(void **state)
     unsigned r;
 
     (void) state;
-    m.kv_used_blocks = 30; /* another router's traffic */
+    /* The engine's scraped KV usage is not in the cost (it lags: it still counts a request
+     * that has just finished); the monitor judges it. */
+    m.kv_used_blocks = 500;
+    sel_message(s, 1, &m, 0);
+    assert_int_equal(sel_pick(s, 0, 16, &t, -1, -1, &w, &r), SEL_OK);
+    assert_int_equal(w, 0);
+    assert_int_equal(sel_pick(s, 0, 16, &t, -1, -1, &w, &r), SEL_OK);
+    assert_int_equal(w, 1);
+    m = load(1, 0);
+    sel_message(s, 1, &m, 0);
+    m = load(0, 0);
+    m.active_decode_blocks = 30; /* another router's traffic, as admitd publishes it */
     sel_message(s, 0, &m, 0);
     for (int i = 0; i < 4; i++) {
         assert_int_equal(sel_pick(s, 0, 16, &t, -1, -1, &w, &r), SEL_OK);
@@ -1413,6 +1425,50 @@ static void test_cost_counts_published(void **state)
     sel_release(s, &b);
     assert_int_equal(sel_pick(s, 0, 16, &t, -1, -1, &w, &r), SEL_OK);
     assert_int_equal(w, 1);
+    sel_free(s);
+}
+
+/* What the index predicts a rank caches counts once: not as prefill (the engine does not
+ * compute it) and not again as blocks (the rank holds them already), neither in what this
+ * router booked nor in what admitd publishes of the same request (it books whole prompts). */
+static void test_cost_counts_cached_once(void **state)
+{
+    struct sel *s = view(2, 1);
+    struct busy_thresholds t = unset();
+    struct sel_booking a = {0}, b = {0};
+    struct admit_load m;
+    int w;
+    unsigned r;
+
+    (void) state;
+    /* w0: 640 tokens, 576 of them cached: 4 blocks of prefill, 4 new blocks (8). w1: 160
+     * tokens, none cached: 10 + 10 (20). Whole, w0 would cost 40 + 40. */
+    sel_book_cached(s, &a, 0, 0, 640, 576);
+    sel_book_cached(s, &b, 1, 0, 160, 0);
+    for (int i = 0; i < 3; i++) {
+        assert_int_equal(sel_pick(s, 0, 16, &t, -1, -1, &w, &r), SEL_OK);
+        assert_int_equal(w, 0);
+    }
+    /* admitd publishes w0's request whole: the cached part is still taken off. */
+    m = load(0, 0);
+    m.active_prefill_tokens = 640;
+    m.active_decode_blocks = 40;
+    sel_message(s, 0, &m, 0);
+    assert_int_equal(sel_pick(s, 0, 16, &t, -1, -1, &w, &r), SEL_OK);
+    assert_int_equal(w, 0);
+    /* Another router's 320 prefill tokens on w0, published beside ours: they count. */
+    m.active_prefill_tokens = 640 + 320;
+    sel_message(s, 0, &m, 0);
+    assert_int_equal(sel_pick(s, 0, 16, &t, -1, -1, &w, &r), SEL_OK);
+    assert_int_equal(w, 1);
+    /* The thresholds judge the whole prompt's blocks: the booking holds all 40. */
+    assert_int_equal(booked_of(s, 0, 0).decode_blocks, 40);
+    assert_int_equal(booked_of(s, 0, 0).prefill_tokens, 64);
+    sel_first_token(s, &a);
+    sel_release(s, &a);
+    sel_release(s, &b);
+    assert_int_equal(booked_of(s, 0, 0).decode_blocks, 0);
+    assert_int_equal(booked_of(s, 1, 0).prefill_tokens, 0);
     sel_free(s);
 }
 
@@ -1961,6 +2017,31 @@ static void test_slots_room_keeps_turn(void **state)
     sel_free(s);
 }
 
+/* A rank that holds part of the prompt adds, as blocks, only those it does not hold: with
+ * 40 blocks of others' load against none, it still wins a 40-block prompt it holds 32 of
+ * (40 + 8 prefill + 8 new, against 40 + 40), as it would not if the whole prompt's blocks
+ * counted as new there (40 + 8 + 40). */
+static void test_prefix_hit_adds_its_new_blocks(void **state)
+{
+    struct sel *s = view(2, 1);
+    struct busy_thresholds t = unset();
+    struct admit_load m = load(0, 0);
+    struct sel_hit hit = {.worker = 0, .rank = 0, .cached = 512};
+    int64_t cached;
+    int w;
+    unsigned r;
+
+    (void) state;
+    m.active_decode_blocks = 40;
+    sel_message(s, 0, &m, 0);
+    assert_int_equal(sel_pick_kv(s, 0, 640, &t, -1, -1, NULL, NULL, 0, &w, &r, &cached), SEL_OK);
+    assert_int_equal(w, 1);
+    assert_int_equal(sel_pick_kv(s, 0, 640, &t, -1, -1, NULL, &hit, 1, &w, &r, &cached), SEL_OK);
+    assert_int_equal(w, 0);
+    assert_int_equal(cached, 512);
+    sel_free(s);
+}
+
 /* Prefix hits (sel_pick_kv): a rank that holds part of the prompt needs room for, and pays
  * for, only its uncached part; its booking books that part as prefill and the whole prompt's
  * blocks; a rank whose room the uncached part exceeds is out, whatever it holds. */
@@ -2121,6 +2202,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_book_release),
         cmocka_unit_test(test_prefix_hits),
+        cmocka_unit_test(test_prefix_hit_adds_its_new_blocks),
         cmocka_unit_test(test_gate_hits),
         cmocka_unit_test(test_prefix_hits_decode_room),
         cmocka_unit_test(test_prefill_weight),
@@ -2150,6 +2232,7 @@ int main(void)
         cmocka_unit_test(test_block_size_restarts),
         cmocka_unit_test(test_cost_in_blocks),
         cmocka_unit_test(test_cost_counts_published),
+        cmocka_unit_test(test_cost_counts_cached_once),
         cmocka_unit_test(test_no_thresholds_null),
         cmocka_unit_test(test_unset_admits),
         cmocka_unit_test(test_rank_limit),
