@@ -308,10 +308,18 @@ void kvi_set_capacity(struct kvindex *x, uint32_t worker, uint32_t rank, uint32_
         kvi_remove(x, x->h[hi].tail, KVI_CAPACITY);
 }
 
-/* The entry of key node ni held by holder hi, or KVI_NIL. */
+/* The entry of key node ni held by holder hi, or KVI_NIL. Most keys have one holder (all but
+ * a prompt's shared openings): then the node's first entry says, and the (key, holder) bucket,
+ * a miss of its own, is not read. */
 static uint32_t kvi_entry_of(struct kvindex *x, uint32_t ni, uint32_t hi)
 {
-    uint32_t i = *kvi_pslot(x, ni, hi);
+    uint32_t i = x->n[ni].head;
+
+    if (x->e[i].holder == hi)
+        return i;
+    if (x->n[ni].count == 1)
+        return KVI_NIL;
+    i = *kvi_pslot(x, ni, hi);
 
     while (i != KVI_NIL && (x->e[i].node != ni || x->e[i].holder != hi))
         i = x->e[i].pnext;
@@ -367,16 +375,30 @@ static void kvi_put(struct kvindex *x, uint32_t hi, uint64_t key, uint32_t now)
 void kvi_insert(struct kvindex *x, uint32_t worker, uint32_t rank, const uint64_t *keys, size_t n,
                 uint64_t now_ms)
 {
-    uint32_t hi = kvi_holder(x, worker, rank), now;
+    uint32_t hi = kvi_holder(x, worker, rank), now, b;
+    size_t k;
 
     if (hi == KVI_NIL)
         return;
     kvi_expire(x, now_ms);
     now = (uint32_t) x->last_ms;
-    /* last block first: block 0 ends up the most recently used, the chain ages from its end */
+    for (k = 1; k <= n && k <= 2 * KVI_AHEAD; k++)
+        KVI_PREFETCH(kvi_slot(x, keys[n - k]));
+    /* last block first: block 0 ends up the most recently used, the chain ages from its end.
+     * Loads start early, in stages, as in kvi_probe: the bucket of a key 2 x KVI_AHEAD on,
+     * the node named by the bucket of one KVI_AHEAD on, and for one KVI_AHEAD / 2 on, what
+     * kvi_entry_of reads of that node: its first entry, or its (key, holder) bucket. A refresh
+     * (the common case: a conversation's blocks come back) would wait for each in turn. */
     while (n-- > 0) {
-        if (n >= KVI_AHEAD)
-            KVI_PREFETCH(kvi_slot(x, keys[n - KVI_AHEAD]));
+        if (n >= 2 * KVI_AHEAD)
+            KVI_PREFETCH(kvi_slot(x, keys[n - 2 * KVI_AHEAD]));
+        if (n >= KVI_AHEAD && (b = *kvi_slot(x, keys[n - KVI_AHEAD])) != KVI_NIL)
+            KVI_PREFETCH(&x->n[b]);
+        if (n >= KVI_AHEAD / 2 && (b = *kvi_slot(x, keys[n - KVI_AHEAD / 2])) != KVI_NIL) {
+            KVI_PREFETCH(&x->e[x->n[b].head]);
+            if (x->n[b].count > 1)
+                KVI_PREFETCH(kvi_pslot(x, b, hi));
+        }
         kvi_put(x, hi, keys[n], now);
     }
 }

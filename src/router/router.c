@@ -164,9 +164,9 @@ static void read_request(struct router *r, struct rreq *q, const struct http_req
     q->counted = 1;
     model_of(req, q->model, sizeof q->model);
     if (!q->bypass) {
-        tokcount_body(req->body, req->body_len, r->cfg->chars_per_token, &tc);
+        q->nkeys = (uint32_t) kvr_keys(r->kv, q->model, req->body, req->body_len,
+                                       r->cfg->chars_per_token, &tc, q->keys);
         q->tokens = tc.tokens > INT64_MAX ? INT64_MAX : (int64_t) tc.tokens;
-        q->nkeys = (uint32_t) kvr_keys(r->kv, q->model, req->body, req->body_len, q->keys);
     }
     if ((pin = http_req_header(req, ROUTER_PIN_HEADER)) != NULL) {
         int k = workers_pin(r->ws, pin); /* its index stays this worker's until the end */
