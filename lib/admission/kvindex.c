@@ -372,11 +372,18 @@ static void kvi_put(struct kvindex *x, uint32_t hi, uint64_t key, uint32_t now)
     x->s.inserted_blocks++;
 }
 
+/* The entry evicted after entry v, on the list victims come from (holder's or global). */
+static uint32_t kvi_next_victim(const struct kvindex *x, uint32_t v, int own)
+{
+    return own ? x->e[v].hprev : x->e[v].gprev;
+}
+
 void kvi_insert(struct kvindex *x, uint32_t worker, uint32_t rank, const uint64_t *keys, size_t n,
                 uint64_t now_ms)
 {
-    uint32_t hi = kvi_holder(x, worker, rank), now, b;
+    uint32_t hi = kvi_holder(x, worker, rank), now, b, v;
     size_t k;
+    int own;
 
     if (hi == KVI_NIL)
         return;
@@ -398,6 +405,31 @@ void kvi_insert(struct kvindex *x, uint32_t worker, uint32_t rank, const uint64_
             KVI_PREFETCH(&x->e[x->n[b].head]);
             if (x->n[b].count > 1)
                 KVI_PREFETCH(kvi_pslot(x, b, hi));
+        }
+        /* A holder at its capacity (or an index at its cap) evicts an entry for each new key,
+         * the least recently used, which is cold: what kvi_remove reads of the victim after
+         * this one (its node, its (key, holder) bucket, its neighbours on the global list)
+         * and the entry of the one after that are loaded ahead, and this one's key bucket.
+         * (Here, not in a function of its own: GCC takes a function that only prefetches for
+         * one without effects, and drops its calls.) */
+        own = x->h[hi].cap && x->h[hi].count >= x->h[hi].cap;
+        v = own ? x->h[hi].tail : x->efree == KVI_NIL ? x->gtail : KVI_NIL;
+        if (v != KVI_NIL) {
+            const struct kvi_node *nd = &x->n[x->e[v].node];
+
+            KVI_PREFETCH(kvi_slot(x, (uint64_t) nd->key_hi << 32 | nd->key_lo));
+            if ((v = kvi_next_victim(x, v, own)) != KVI_NIL) {
+                const struct kvi_entry *e = &x->e[v];
+
+                KVI_PREFETCH(&x->n[e->node]);
+                KVI_PREFETCH(kvi_pslot(x, e->node, e->holder));
+                if (e->gprev != KVI_NIL)
+                    KVI_PREFETCH(&x->e[e->gprev]);
+                if (e->gnext != KVI_NIL)
+                    KVI_PREFETCH(&x->e[e->gnext]);
+                if ((v = kvi_next_victim(x, v, own)) != KVI_NIL)
+                    KVI_PREFETCH(&x->e[v]);
+            }
         }
         kvi_put(x, hi, keys[n], now);
     }
