@@ -382,15 +382,15 @@ void kvi_insert(struct kvindex *x, uint32_t worker, uint32_t rank, const uint64_
                 uint64_t now_ms)
 {
     uint32_t hi = kvi_holder(x, worker, rank), now, b, v;
-    size_t k;
+    size_t a;
     int own;
 
     if (hi == KVI_NIL)
         return;
     kvi_expire(x, now_ms);
     now = (uint32_t) x->last_ms;
-    for (k = 1; k <= n && k <= 2 * KVI_AHEAD; k++)
-        KVI_PREFETCH(kvi_slot(x, keys[n - k]));
+    for (a = 1; a <= n && a <= 2 * KVI_AHEAD; a++)
+        KVI_PREFETCH(kvi_slot(x, keys[n - a]));
     /* last block first: block 0 ends up the most recently used, the chain ages from its end.
      * Loads start early, in stages, as in kvi_probe: the bucket of a key 2 x KVI_AHEAD on,
      * the node named by the bucket of one KVI_AHEAD on, and for one KVI_AHEAD / 2 on, what
