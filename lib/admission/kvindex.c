@@ -46,7 +46,7 @@ struct kvi_entry {
 struct kvi_holder {
     uint32_t head, tail; /* its entries, most recently used first */
     uint32_t count, cap; /* entries held; capacity (0: none) */
-    uint32_t gen, seen;  /* lookup scratch: which lookup, and the explicit depth seen there */
+    uint32_t gen;        /* lookup scratch: the last lookup that reported this holder */
 };
 
 /* Why an entry goes, for the counters. */
@@ -59,8 +59,8 @@ struct kvindex {
     uint32_t *bucket;
     uint32_t *pair; /* (key, holder) -> entry buckets, as many as bucket[] */
     struct kvi_holder *h;
-    uint32_t *levels; /* lookup scratch: the depths where the walk looked at entries */
-    uint32_t mask;    /* buckets - 1 */
+    uint32_t *nodes; /* lookup scratch: the node of each key of the chain */
+    uint32_t mask;   /* buckets - 1 */
     uint32_t efree, nfree;
     uint32_t ghead, gtail;
     uint32_t gen;
@@ -105,7 +105,7 @@ struct kvindex *kvi_new(const struct kvi_config *config)
     x->bucket = xmalloc((size_t) nb * sizeof *x->bucket);
     x->pair = xmalloc((size_t) nb * sizeof *x->pair);
     x->h = xcalloc(holders ? holders : 1, sizeof *x->h);
-    x->levels = xmalloc((size_t) x->c.max_keys * sizeof *x->levels);
+    x->nodes = xmalloc((size_t) x->c.max_keys * sizeof *x->nodes);
     memset(x->bucket, 0xff, (size_t) nb * sizeof *x->bucket);
     memset(x->pair, 0xff, (size_t) nb * sizeof *x->pair);
     for (i = 0; i < x->c.cap_blocks; i++) {
@@ -118,7 +118,7 @@ struct kvindex *kvi_new(const struct kvi_config *config)
     x->ghead = x->gtail = KVI_NIL;
     x->s.bytes = sizeof *x + (uint64_t) x->c.cap_blocks * (sizeof *x->e + sizeof *x->n) +
                  (uint64_t) nb * (sizeof *x->bucket + sizeof *x->pair) +
-                 (uint64_t) holders * sizeof *x->h + (uint64_t) x->c.max_keys * sizeof *x->levels;
+                 (uint64_t) holders * sizeof *x->h + (uint64_t) x->c.max_keys * sizeof *x->nodes;
     x->s.bytes_per_block = ((uint64_t) x->c.cap_blocks * (sizeof *x->e + sizeof *x->n) +
                             (uint64_t) nb * 8 + x->c.cap_blocks - 1) /
                            x->c.cap_blocks;
@@ -134,7 +134,7 @@ void kvi_free(struct kvindex *idx)
     free(idx->bucket);
     free(idx->pair);
     free(idx->h);
-    free(idx->levels);
+    free(idx->nodes);
     free(idx);
 }
 
@@ -308,10 +308,18 @@ void kvi_set_capacity(struct kvindex *x, uint32_t worker, uint32_t rank, uint32_
         kvi_remove(x, x->h[hi].tail, KVI_CAPACITY);
 }
 
-/* The entry of key node ni held by holder hi, or KVI_NIL. */
+/* The entry of key node ni held by holder hi, or KVI_NIL. Most keys have one holder (all but
+ * a prompt's shared openings): then the node's first entry says, and the (key, holder) bucket,
+ * a miss of its own, is not read. */
 static uint32_t kvi_entry_of(struct kvindex *x, uint32_t ni, uint32_t hi)
 {
-    uint32_t i = *kvi_pslot(x, ni, hi);
+    uint32_t i = x->n[ni].head;
+
+    if (x->e[i].holder == hi)
+        return i;
+    if (x->n[ni].count == 1)
+        return KVI_NIL;
+    i = *kvi_pslot(x, ni, hi);
 
     while (i != KVI_NIL && (x->e[i].node != ni || x->e[i].holder != hi))
         i = x->e[i].pnext;
@@ -364,88 +372,151 @@ static void kvi_put(struct kvindex *x, uint32_t hi, uint64_t key, uint32_t now)
     x->s.inserted_blocks++;
 }
 
+/* The entry evicted after entry v, on the list victims come from (holder's or global). */
+static uint32_t kvi_next_victim(const struct kvindex *x, uint32_t v, int own)
+{
+    return own ? x->e[v].hprev : x->e[v].gprev;
+}
+
 void kvi_insert(struct kvindex *x, uint32_t worker, uint32_t rank, const uint64_t *keys, size_t n,
                 uint64_t now_ms)
 {
-    uint32_t hi = kvi_holder(x, worker, rank), now;
+    uint32_t hi = kvi_holder(x, worker, rank), now, b, v;
+    size_t a;
+    int own;
 
     if (hi == KVI_NIL)
         return;
     kvi_expire(x, now_ms);
     now = (uint32_t) x->last_ms;
-    /* last block first: block 0 ends up the most recently used, the chain ages from its end */
+    for (a = 1; a <= n && a <= 2 * KVI_AHEAD; a++)
+        KVI_PREFETCH(kvi_slot(x, keys[n - a]));
+    /* last block first: block 0 ends up the most recently used, the chain ages from its end.
+     * Loads start early, in stages, as in kvi_probe: the bucket of a key 2 x KVI_AHEAD on,
+     * the node named by the bucket of one KVI_AHEAD on, and for one KVI_AHEAD / 2 on, what
+     * kvi_entry_of reads of that node: its first entry, or its (key, holder) bucket. A refresh
+     * (the common case: a conversation's blocks come back) would wait for each in turn. */
     while (n-- > 0) {
-        if (n >= KVI_AHEAD)
-            KVI_PREFETCH(kvi_slot(x, keys[n - KVI_AHEAD]));
+        if (n >= 2 * KVI_AHEAD)
+            KVI_PREFETCH(kvi_slot(x, keys[n - 2 * KVI_AHEAD]));
+        if (n >= KVI_AHEAD && (b = *kvi_slot(x, keys[n - KVI_AHEAD])) != KVI_NIL)
+            KVI_PREFETCH(&x->n[b]);
+        if (n >= KVI_AHEAD / 2 && (b = *kvi_slot(x, keys[n - KVI_AHEAD / 2])) != KVI_NIL) {
+            KVI_PREFETCH(&x->e[x->n[b].head]);
+            if (x->n[b].count > 1)
+                KVI_PREFETCH(kvi_pslot(x, b, hi));
+        }
+        /* A holder at its capacity (or an index at its cap) evicts an entry for each new key,
+         * the least recently used, which is cold: what kvi_remove reads of the victim after
+         * this one (its node, its (key, holder) bucket, its neighbours on the global list)
+         * and the entry of the one after that are loaded ahead, and this one's key bucket.
+         * (Here, not in a function of its own: GCC takes a function that only prefetches for
+         * one without effects, and drops its calls.) */
+        own = x->h[hi].cap && x->h[hi].count >= x->h[hi].cap;
+        v = own ? x->h[hi].tail : x->efree == KVI_NIL ? x->gtail : KVI_NIL;
+        if (v != KVI_NIL) {
+            const struct kvi_node *nd = &x->n[x->e[v].node];
+
+            KVI_PREFETCH(kvi_slot(x, (uint64_t) nd->key_hi << 32 | nd->key_lo));
+            if ((v = kvi_next_victim(x, v, own)) != KVI_NIL) {
+                const struct kvi_entry *e = &x->e[v];
+
+                KVI_PREFETCH(&x->n[e->node]);
+                KVI_PREFETCH(kvi_pslot(x, e->node, e->holder));
+                if (e->gprev != KVI_NIL)
+                    KVI_PREFETCH(&x->e[e->gprev]);
+                if (e->gnext != KVI_NIL)
+                    KVI_PREFETCH(&x->e[e->gnext]);
+                if ((v = kvi_next_victim(x, v, own)) != KVI_NIL)
+                    KVI_PREFETCH(&x->e[v]);
+            }
+        }
         kvi_put(x, hi, keys[n], now);
     }
+}
+
+/* Probes keys[0 .. n) into nodes[] up to the first one nobody holds; how many were found.
+ * The probes do not depend on each other: the bucket of a key 2 x KVI_AHEAD on and the node
+ * named by the bucket of one KVI_AHEAD on are loaded early, so that their misses overlap. */
+static uint32_t kvi_probe(struct kvindex *x, const uint64_t *keys, uint32_t n, uint32_t *nodes)
+{
+    uint32_t lv, b;
+
+    for (lv = 0; lv < n && lv < 2 * KVI_AHEAD; lv++)
+        KVI_PREFETCH(kvi_slot(x, keys[lv]));
+    for (lv = 0; lv < n; lv++) {
+        if (lv + 2 * KVI_AHEAD < n)
+            KVI_PREFETCH(kvi_slot(x, keys[lv + 2 * KVI_AHEAD]));
+        if (lv + KVI_AHEAD < n && (b = *kvi_slot(x, keys[lv + KVI_AHEAD])) != KVI_NIL)
+            KVI_PREFETCH(&x->n[b]);
+        if ((nodes[lv] = kvi_find(x, keys[lv])) == KVI_NIL)
+            break;
+    }
+    return lv;
 }
 
 size_t kvi_match(struct kvindex *x, const uint64_t *keys, size_t n, uint64_t now_ms,
                  struct kvi_hit *out, size_t cap)
 {
-    uint32_t ni, i, active, lv, m = 0, depth, *levels = x->levels;
-    size_t nout = 0, j;
+    uint32_t i, d, found, next, depth = 0, *nodes = x->nodes;
+    size_t nout = 0, j, k;
     struct kvi_holder *h;
 
     kvi_expire(x, now_ms);
     x->s.lookups++;
     if (n > x->c.max_keys)
         n = x->c.max_keys;
-    if (n == 0 || (ni = kvi_find(x, keys[0])) == KVI_NIL)
+    found = kvi_probe(x, keys, (uint32_t) n, nodes);
+    if (found == 0 || cap == 0)
         return 0;
-    if (++x->gen == 0) { /* wrapped: no holder may look seen by an old lookup */
+    if (++x->gen == 0) { /* wrapped: no holder may look reported by an old lookup */
         for (i = 0; i < x->c.workers * x->c.ranks; i++)
             x->h[i].gen = 0;
         x->gen = 1;
     }
-    /* depth 0: every holder of the first block; seen is the index in levels[] of the last
-     * depth where the holder was looked at and found */
-    active = x->n[ni].count;
-    for (i = x->n[ni].head; i != KVI_NIL; i = x->e[i].knext) {
-        h = &x->h[x->e[i].holder];
-        h->gen = x->gen;
-        h->seen = 0;
-        if (nout < cap) {
+    /* From the deepest block found back to the first, looking at the entries of a block only
+     * where its count of holders differs from the block before's: a holder keeps prefixes of
+     * chains (see kvindex.h), so between two such looks the holders are the same ones. A
+     * holder first met at a look holds through the depth of the deeper look (next), and is
+     * reported at once: the deepest holders come first, and when more hold the prompt's
+     * first block than out has room for, the walk stops adding there rather than visiting
+     * every one of them (the first blocks of a common system prompt are held by whole
+     * fleets). Each look checks that the holders already reported hold its block too (a
+     * correction can leave a gap in a chain) and cuts the depth of those that do not. */
+    next = found;
+    for (d = found; d-- > 0;) {
+        const struct kvi_node *nd = &x->n[nodes[d]];
+        size_t had = nout;
+
+        if (d > 0 && nd->count == x->n[nodes[d - 1]].count)
+            continue;
+        for (j = 0; j < had; j++) {
+            uint32_t hi = kvi_holder(x, out[j].worker, out[j].rank);
+
+            if (kvi_entry_of(x, nodes[d], hi) == KVI_NIL)
+                out[j].depth = d;
+        }
+        for (i = nd->head; i != KVI_NIL && nout < cap; i = x->e[i].knext) {
+            h = &x->h[x->e[i].holder];
+            if (h->gen == x->gen)
+                continue;
+            h->gen = x->gen;
             out[nout].worker = x->e[i].holder / x->c.ranks;
             out[nout].rank = x->e[i].holder % x->c.ranks;
+            out[nout].depth = next;
             nout++;
         }
+        next = d;
     }
-    levels[m++] = 0;
-    for (lv = 1; lv < n && active; lv++) {
-        uint32_t still = 0;
-
-        /* the probes of the chain do not depend on each other: start the next ones' loads */
-        if (lv + KVI_AHEAD < n)
-            KVI_PREFETCH(kvi_slot(x, keys[lv + KVI_AHEAD]));
-        if ((ni = kvi_find(x, keys[lv])) == KVI_NIL)
-            break;
-        /* a block held by as many as are still in the walk is held by all of them: a holder
-         * keeps prefixes of chains (see kvindex.h), so its holders are among them */
-        if (x->n[ni].count == active)
-            continue;
-        for (i = x->n[ni].head; i != KVI_NIL; i = x->e[i].knext) {
-            h = &x->h[x->e[i].holder];
-            if (h->gen == x->gen && h->seen == m - 1) {
-                h->seen = m;
-                still++;
-            }
+    /* a holder met deeper that lacks the first block holds no prefix at all */
+    for (j = k = 0; j < nout; j++)
+        if (out[j].depth > 0) {
+            if (out[j].depth > depth)
+                depth = out[j].depth;
+            out[k++] = out[j];
         }
-        levels[m++] = lv;
-        active = still;
-    }
-    /* a holder last found at levels[s] holds through the depth before the next explicit
-     * look (where it was missing), or through the last depth walked */
-    depth = 0;
-    for (j = 0; j < nout; j++) {
-        h = &x->h[kvi_holder(x, out[j].worker, out[j].rank)];
-        out[j].depth = h->seen + 1 < m ? levels[h->seen + 1] : lv;
-        if (out[j].depth > depth)
-            depth = out[j].depth;
-    }
     x->s.matched_blocks += depth;
-    return nout;
+    return k;
 }
 
 size_t kvi_correct(struct kvindex *x, uint32_t worker, uint32_t rank, const uint64_t *keys,

@@ -13,9 +13,12 @@
  * chain ages from its end, as an engine's LRU evicts it: what a holder keeps of a chain stays
  * a prefix of it.
  *
- * A lookup costs O(blocks) hash probes plus O(holders) entry visits at the first block and at
- * each depth where the set of holders shrinks; a depth where every holder still in the walk
- * holds the next block too (the same count of holders) costs one probe, whatever the fleet.
+ * A lookup costs O(blocks) hash probes, then walks back from the deepest block held and
+ * visits entries only at the depths where the count of holders changes; a depth held by as
+ * many as the one before costs its probe alone, whatever the fleet. It reports the deepest
+ * holders first and stops adding when its room for hits is full, so that a system prompt held
+ * by a whole fleet costs about as many visits as the room, not as the fleet; each holder
+ * reported costs a (key, holder) probe at each further depth visited.
  * Inserting a key touches its holder's entry, found among the key's holders (O(holders of
  * that key)). Times are the caller's monotonic milliseconds; an index is not thread-safe. */
 #ifndef ADMIT_KVINDEX_H
@@ -77,8 +80,8 @@ void kvi_set_capacity(struct kvindex *idx, uint32_t worker, uint32_t rank, uint3
 /** records that worker's rank holds keys[0 .. n) as of now_ms (a routing decision) */
 void kvi_insert(struct kvindex *idx, uint32_t worker, uint32_t rank, const uint64_t *keys, size_t n,
                 uint64_t now_ms);
-/** for each holder of keys[0] (at most cap of them, in no set order), writes its leading
-    blocks held of keys[0 .. n) to out; the count written */
+/** for each holder of keys[0], writes its leading blocks held of keys[0 .. n) to out, at
+    most cap of them: the deepest first (ties in no set order); the count written */
 size_t kvi_match(struct kvindex *idx, const uint64_t *keys, size_t n, uint64_t now_ms,
                  struct kvi_hit *out, size_t cap);
 /** the engine answered a request of keys[0 .. n), inserted for worker's rank and predicted to

@@ -229,16 +229,15 @@ static void kvk_on_mark(void *ctx, int what, const char *s, size_t n)
     }
 }
 
-size_t kvk_body(const struct kvk_params *p, const char *body, size_t len, uint64_t *keys,
-                size_t cap, int *exact)
+size_t kvk_body_counted(const struct kvk_params *p, const char *body, size_t len, uint64_t *keys,
+                        size_t cap, int *exact, double chars_per_token, struct tokcount *counts)
 {
     struct kvk_walk k;
     struct tokcount_sink sink = {kvk_on_text, kvk_on_id, kvk_on_mark, &k};
-    struct tokcount counts;
 
     kvk_run_init(&k.r, p->seed, keys, cap);
     k.p = p;
-    tokcount_walk(body, len, 4.0, &sink, &counts);
+    tokcount_walk(body, len, chars_per_token, &sink, counts);
     if (exact)
         *exact = k.r.mode == KVK_IDS;
     return k.r.n;
@@ -375,4 +374,12 @@ const char *kvk_salt(const char *body, size_t len, char *buf, size_t cap, size_t
     }
     *n = (size_t) (salt_end - salt - 1);
     return salt + 1;
+}
+
+size_t kvk_body(const struct kvk_params *p, const char *body, size_t len, uint64_t *keys,
+                size_t cap, int *exact)
+{
+    struct tokcount counts;
+
+    return kvk_body_counted(p, body, len, keys, cap, exact, 4.0, &counts);
 }

@@ -32,6 +32,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+struct tokcount;
+
 /* How keys are made. The router sets one per model: seed from the model name. */
 struct kvk_params {
     uint64_t seed;         /* kvk_seed(model, salt) */
@@ -56,6 +58,10 @@ const char *kvk_salt(const char *body, size_t len, char *buf, size_t cap, size_t
     NULL) is set to 1 when they came from token ids, 0 from text */
 size_t kvk_body(const struct kvk_params *p, const char *body, size_t len, uint64_t *keys,
                 size_t cap, int *exact);
+/** kvk_body that also writes to counts what tokcount_body(body, len, chars_per_token) would:
+    one walk of the body for both */
+size_t kvk_body_counted(const struct kvk_params *p, const char *body, size_t len, uint64_t *keys,
+                        size_t cap, int *exact, double chars_per_token, struct tokcount *counts);
 
 /** the keys of n token ids' full blocks (at most cap); their count */
 size_t kvk_ids(const struct kvk_params *p, const uint64_t *ids, size_t n, uint64_t *keys,

@@ -1,6 +1,7 @@
 /* kvroute: the router's prefix index and its keys (see kvroute.h). */
 #include "kvroute.h"
 #include "admission/kvkeys.h"
+#include "admission/tokcount.h"
 #include "util/log.h"
 #include "util/xmalloc.h"
 
@@ -129,19 +130,21 @@ int kvr_on(const struct kvroute *kv)
 }
 
 size_t kvr_keys(const struct kvroute *kv, const char *model, const char *body, size_t len,
-                uint64_t *keys)
+                double chars_per_token, struct tokcount *counts, uint64_t *keys)
 {
     struct kvk_params p = {.block_tokens = kv->block_tokens};
     char room[KVK_SALT_MAX];
     const char *salt;
     size_t salt_len;
 
-    if (kv->idx == NULL || len == 0)
+    if (kv->idx == NULL || len == 0) {
+        tokcount_body(body, len, chars_per_token, counts);
         return 0;
+    }
     /* vLLM's cache_salt keeps a tenant's blocks apart in the engine: in the index too */
     salt = kvk_salt(body, len, room, sizeof room, &salt_len);
     p.seed = kvk_seed(model, strlen(model), salt, salt_len);
-    return kvk_body(&p, body, len, keys, KVR_MAX_KEYS, NULL);
+    return kvk_body_counted(&p, body, len, keys, KVR_MAX_KEYS, NULL, chars_per_token, counts);
 }
 
 size_t kvr_match(struct kvroute *kv, const uint64_t *keys, size_t n, int64_t prompt_tokens,

@@ -18,6 +18,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+struct tokcount;
+
 /* The longest chain of a request's keys that is hashed and looked up (longer prompts are
  * judged on their first KVR_MAX_KEYS blocks): the per-exchange array's size. */
 #define KVR_MAX_KEYS 512
@@ -35,9 +37,10 @@ void kvr_free(struct kvroute *kv);
 void kvr_reconfigure(struct kvroute *kv, const struct router_cfg *cfg);
 /** 1 when an index is kept (the weight is above 0) */
 int kvr_on(const struct kvroute *kv);
-/** the block keys of a request body of model (at most KVR_MAX_KEYS); 0 when off */
+/** the block keys of a request body of model (at most KVR_MAX_KEYS; 0 when off), and always
+    its prompt's token counts at chars_per_token (tokcount_body's: one walk for both) */
 size_t kvr_keys(const struct kvroute *kv, const char *model, const char *body, size_t len,
-                uint64_t *keys);
+                double chars_per_token, struct tokcount *counts, uint64_t *keys);
 /** the ranks predicted to hold a prefix of keys[0 .. n), their cached tokens capped at
     prompt_tokens, into out (KVR_MAX_HITS of them at most); the count */
 size_t kvr_match(struct kvroute *kv, const uint64_t *keys, size_t n, int64_t prompt_tokens,

@@ -8,6 +8,7 @@ prints: it never asserts a timing. Normally started by tests/bench/run.sh.
 
     python3 tests/bench/run.py --build build-bench [--rounds 3] [--duration 5]
                                [--scenarios passthrough,costs,overload,streaming,scale,publish]
+    python3 tests/bench/run.py --build build-bench --scenarios router-prompt
     python3 tests/bench/run.py --build build-bench --scenarios default,allocators
 """
 import argparse
@@ -212,9 +213,11 @@ def rss_kib(pid):
 
 # ---------------------------------------------------------------- load generators
 
-def wrk(addr, script, conns, duration):
+def wrk(addr, script, conns, duration, args=()):
     argv = ["wrk", "-t1", "-c%d" % conns, "-d%ds" % duration, "--latency", "--timeout", "10s",
             "-s", os.path.join(HERE, script), "http://%s/v1/chat/completions" % addr]
+    if args:  # the script's own, for its init()
+        argv += ["--"] + [str(a) for a in args]
     out = subprocess.run(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                          timeout=duration + 30).stdout.decode(errors="replace")
     r = {"status": {}}
@@ -408,6 +411,78 @@ def sc_passthrough():
                 ARGS.duration, ARGS.rounds, n))
     if png:
         text += " Chart: `%s`." % os.path.relpath(png, ROOT)
+    return text
+
+
+def start_router(tag, worker, weight):
+    """admit-router in front of one admitd (its --publish too), prefix-aware at weight > 0."""
+    p = Proc("router-" + tag, [os.path.join(ARGS.build, "admit-router"), "--listen", "127.0.0.1:0",
+                               "--metrics-listen", "127.0.0.1:0", "--kv-overlap-score-weight", str(weight),
+                               "--worker=http://%s=%s" % (worker.addr, worker.publish)])
+    m = p.wait_line(r"ready listen=(\S+) metrics=(\S+)")
+    host, port = m.group(2).rsplit(":", 1)
+    deadline = time.monotonic() + 20
+    while time.monotonic() < deadline:  # routable once the worker's first load message is in
+        try:
+            c = socket.create_connection((host, int(port)), timeout=5)
+            c.sendall(b"GET /metrics HTTP/1.0\r\n\r\n")
+            body = b""
+            while True:
+                d = c.recv(65536)
+                if not d:
+                    break
+                body += d
+            c.close()
+            if re.search(rb'^admit_router_workers\{state="routable"\} [1-9]', body, re.M):
+                break
+        except OSError:
+            pass
+        time.sleep(0.1)
+    return p, m.group(1)
+
+
+def sc_router_prompt():
+    """Issue 25: the router's CPU per request on a 2,048-token prompt against HAProxy's."""
+    n, q = 1000, 16
+    mock, up = start_mock("rp", "--speedup-ratio", "0")
+    a, aaddr = start_admitd("rp", up, n, q)
+    rp, rpaddr = start_router("rp-prefix", a, 1)
+    rl, rladdr = start_router("rp-load", a, 0)
+    h, haddr = start_haproxy("rp", aaddr, n, q)
+    # (name, process, address, conversations): prompt.lua's first argument
+    targets = [("admitd", None, aaddr, 100), ("router-prefix", rp, rpaddr, 100),
+               ("router-prefix, churn", rp, rpaddr, 1000), ("router-load", rl, rladdr, 100),
+               ("haproxy", h, haddr, 100)]
+    for name, p, addr, conv in targets:  # warm-up: connections, caches, the prefix index
+        wrk(addr, "prompt.lua", 64, 1, [conv])
+    res = {t[0]: [] for t in targets}
+    for rnd in range(ARGS.rounds):
+        for name, p, addr, conv in targets:
+            c0 = cpu_seconds(work_pid(p))
+            r = wrk(addr, "prompt.lua", 64, ARGS.duration, [conv])
+            r["cpu_us"] = (cpu_seconds(work_pid(p)) - c0) * 1e6 / max(1, r["requests"]) if p else float("nan")
+            res[name].append(r)
+            log("router-prompt round %d %-20s %8.0f req/s p50 %.2f ms cpu %.1f us/req non-2xx %d err %d"
+                % (rnd + 1, name, r["rps"], r["p50_us"] / 1e3, r["cpu_us"], r["status_err"], r["errors"]))
+    rows = []
+    for name, p, _, conv in targets:
+        rs = res[name]
+        rows.append([name, conv, "%.0f" % med([r["rps"] for r in rs]), f(med([r["p50_us"] for r in rs]) / 1e3, 2),
+                     f(med([r["p99_us"] for r in rs]) / 1e3, 2), f(med([r["cpu_us"] for r in rs])) if p else "-",
+                     sum(r["status_err"] + r["errors"] for r in rs)])
+    cpu = {t[0]: med([r["cpu_us"] for r in res[t[0]]]) for t in targets if t[1]}
+    text = table(["target", "conversations", "req/s", "p50 ms", "p99 ms", "proxy CPU us/req", "non-2xx+errors"],
+                 rows)
+    text += ("\n\nadmit-router / HAProxy CPU per request: prefix-aware **%s** (churn: **%s**), by load only "
+             "**%s** (issue 25's target: <= 1.0 prefix-aware). wrk -t1 -c64 with tests/bench/prompt.lua: "
+             "non-streaming chat POSTs of 8.3 KB (a 2,048-token prompt: a 2 KB system prompt every request "
+             "shares, then one of C user messages in turn), max_tokens 1; %d s per run, %d rounds; each proxy in "
+             "front of the same admitd (N=%d) and mock (`--speedup-ratio 0`, whose KV capacity is 16,384 "
+             "blocks of 16 tokens: 100 conversations fit, 1,000 make every request insert its blocks again and "
+             "evict as many); the admitd row is the requests sent to it directly."
+             % (f(ratio(cpu["router-prefix"], cpu["haproxy"]), 2),
+                f(ratio(cpu["router-prefix, churn"], cpu["haproxy"]), 2),
+                f(ratio(cpu["router-load"], cpu["haproxy"]), 2), ARGS.duration, ARGS.rounds, n))
     return text
 
 
@@ -1106,7 +1181,8 @@ SCENARIOS = [("passthrough", "1. Pass-through", sc_passthrough, True),
              ("scale", "5. Scale", sc_scale, True),
              ("publish", "6. Load publishing latency", sc_publish, True),
              # 2 loads x 3 allocators x rounds x duration, 90 s and more at the defaults: by name only
-             ("allocators", "7. Allocators (admitd under glibc, jemalloc, mimalloc)", sc_allocators, False)]
+             ("allocators", "7. Allocators (admitd under glibc, jemalloc, mimalloc)", sc_allocators, False),
+             ("router-prompt", "8. admit-router: a 2,048-token prompt", sc_router_prompt, False)]
 
 
 def machine():

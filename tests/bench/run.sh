@@ -7,6 +7,7 @@
 # Extra arguments go to run.py, e.g.
 #   tests/bench/run.sh --rounds 5 --duration 10 --scenarios passthrough,streaming
 #   tests/bench/run.sh --scenarios default,allocators
+#   tests/bench/run.sh --scenarios router-prompt    # admit-router vs HAProxy, 2,048-token prompts
 # `tests/bench/run.sh workload [ARGS]` runs tests/bench/workload.py instead (issue 25: multi-turn
 # and trace workloads through HAProxy and admit-router; writes build-bench/bench/workload.md).
 # Numbers only: nothing here asserts a timing, and it is not part of `meson test`.

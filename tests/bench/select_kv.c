@@ -9,12 +9,15 @@
  * second row of each size) with an opening of its own, so that each block has one holder. The
  * global cap holds all of it. A request is a random session's body: its keys, the lookup (which
  * finds the eighth holding its system prompt, and its own worker at full depth), and the insert
- * for its deepest holder. Rounds alternate keys, keys + lookup, keys + lookup + insert. */
+ * for its deepest holder. A lookup reports at most KVR_MAX_HITS holders, as in the router: at
+ * 4,096 workers and more, more than that hold a system prompt. Rounds alternate keys, keys +
+ * lookup, keys + lookup + insert. */
 #include "select_kv.h"
 
 #include "benchutil.h"
 #include "admission/kvindex.h"
 #include "admission/kvkeys.h"
+#include "router/kvroute.h"
 #include "util/clock.h"
 
 #include <stdio.h>
@@ -28,7 +31,7 @@
 #define KV_SYS_BYTES  (16 * KV_PIECE - 24) /* with its role, 16 pieces and a bit */
 #define KV_POOL       256                  /* bodies timed, drawn from the sessions */
 #define KV_BODY_MAX   12000
-#define KV_HITS       4096
+#define KV_HITS       KVR_MAX_HITS /* what the router asks a lookup for */
 #define KV_MAX_ROUNDS 99
 
 static const int kv_workers[] = {512, 4096, 10000};

@@ -122,6 +122,119 @@ static void test_depth_with_many_holders(void **state)
     kvi_free(x);
 }
 
+static int by_depth_desc(const void *a, const void *b)
+{
+    uint32_t x = *(const uint32_t *) a, y = *(const uint32_t *) b;
+
+    return x < y ? 1 : x > y ? -1 : 0;
+}
+
+static void test_match_against_model(void **state)
+{
+    /* random prefixes of chains that share openings, for 32 holders, against a model of what
+     * each holds; then with few hits, those reported are the deepest */
+    enum { W = 16, R = 2, C = 4, N = 40 };
+    struct kvindex *x = new_index(W, R, 1 << 16, 0);
+    uint64_t keys[C][N];
+    uint32_t held[W * R][C], want[W * R], got[HITS];
+    struct kvi_hit hits[HITS];
+    int i, c, o;
+
+    (void) state;
+    memset(held, 0, sizeof held);
+    for (c = 0; c < C; c++)
+        chain(keys[c], N, 1, (size_t) (8 * c), (uint64_t) c + 1);
+    srand(7);
+    for (i = 0; i < 400; i++) {
+        uint32_t h = (uint32_t) rand() % (W * R), n = (uint32_t) rand() % (N + 1);
+
+        c = rand() % C;
+        kvi_insert(x, h / R, h % R, keys[c], n, 100);
+        if (n > held[h][c])
+            held[h][c] = n;
+        if (i % 40 != 39)
+            continue;
+        for (c = 0; c < C; c++) {
+            size_t m, j, nwant = 0;
+
+            for (uint32_t k = 0; k < W * R; k++) {
+                want[k] = 0;
+                for (o = 0; o < C; o++) { /* chains c and o share min(8c, 8o) blocks */
+                    uint32_t common = o == c ? N : (uint32_t) (8 * (c < o ? c : o));
+                    uint32_t d = held[k][o] < common ? held[k][o] : common;
+
+                    want[k] = d > want[k] ? d : want[k];
+                }
+                nwant += want[k] > 0;
+            }
+            m = kvi_match(x, keys[c], N, 101, hits, HITS);
+            assert_int_equal(m, nwant);
+            for (j = 0; j < m; j++)
+                assert_int_equal(hits[j].depth, want[hits[j].worker * R + hits[j].rank]);
+            /* room for 3: the 3 deepest depths, each the holder's own */
+            m = kvi_match(x, keys[c], N, 101, hits, 3);
+            assert_int_equal(m, nwant < 3 ? nwant : 3);
+            for (j = 0; j < m; j++) {
+                got[j] = hits[j].depth;
+                assert_int_equal(got[j], want[hits[j].worker * R + hits[j].rank]);
+            }
+            qsort(got, m, sizeof *got, by_depth_desc);
+            qsort(want, W * R, sizeof *want, by_depth_desc);
+            for (j = 0; j < m; j++)
+                assert_int_equal(got[j], want[j]);
+        }
+    }
+    kvi_free(x);
+}
+
+static void test_cap_keeps_deepest(void **state)
+{
+    /* a whole fleet holds a system prompt, one worker the rest of the prompt too: with room
+     * for fewer hits than holders, that one is among them, and at its full depth */
+    struct kvindex *x = new_index(64, 1, 8192, 0);
+    uint64_t a[30];
+    struct kvi_hit hits[4];
+    uint32_t w;
+    size_t m, j, deep = 0;
+
+    (void) state;
+    chain(a, 30, 5, 30, 0);
+    kvi_insert(x, 17, 0, a, 30, 10);
+    for (w = 0; w < 64; w++) /* the others after it: first on the block's list */
+        if (w != 17)
+            kvi_insert(x, w, 0, a, 8, 10);
+    m = kvi_match(x, a, 30, 11, hits, 4);
+    assert_int_equal(m, 4);
+    for (j = 0; j < m; j++) {
+        assert_int_equal(hits[j].depth, hits[j].worker == 17 ? 30 : 8);
+        deep += hits[j].worker == 17;
+    }
+    assert_int_equal(deep, 1);
+    kvi_free(x);
+}
+
+static void test_no_first_block_no_hit(void **state)
+{
+    /* a holder met deep in the chain that lacks its first block (a correction dropped it) is
+     * no holder of the prompt's prefix: not reported, and the others' depths stay right */
+    struct kvindex *x = new_index(8, 1, 1024, 0);
+    uint64_t a[3];
+    struct kvi_hit hits[HITS];
+
+    (void) state;
+    chain(a, 3, 4, 3, 0);
+    kvi_insert(x, 1, 0, a, 3, 10);
+    kvi_insert(x, 2, 0, a, 1, 10);
+    kvi_insert(x, 4, 0, a, 1, 10);
+    kvi_insert(x, 3, 0, a + 1, 2, 10);
+    assert_int_equal(kvi_match(x, a, 3, 11, hits, HITS), 3);
+    assert_int_equal(depth_of(x, a, 3, 11, 1, 0), 3);
+    assert_int_equal(depth_of(x, a, 3, 11, 2, 0), 1);
+    assert_int_equal(depth_of(x, a, 3, 11, 4, 0), 1);
+    assert_int_equal(depth_of(x, a, 3, 11, 3, 0), 0);
+    kvi_free(x);
+}
+
 static void test_ttl(void **state)
 {
     struct kvindex *x = new_index(4, 1, 64, 1000);
@@ -346,6 +459,9 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_insert_match_depth),
         cmocka_unit_test(test_depth_with_many_holders),
+        cmocka_unit_test(test_match_against_model),
+        cmocka_unit_test(test_cap_keeps_deepest),
+        cmocka_unit_test(test_no_first_block_no_hit),
         cmocka_unit_test(test_ttl),
         cmocka_unit_test(test_capacity_lru),
         cmocka_unit_test(test_global_cap),

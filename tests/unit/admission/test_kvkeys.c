@@ -6,6 +6,7 @@
 #include <cmocka.h>
 
 #include "admission/kvkeys.h"
+#include "admission/tokcount.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -25,8 +26,18 @@ static size_t body_keys(const struct kvk_params *p, const char *body, uint64_t *
 {
     uint64_t again[CAP + 1];
     size_t n = kvk_body(p, body, strlen(body), keys, CAP, exact);
+    struct tokcount want, got;
 
     assert_true(n <= CAP);
+    /* the counted walk: the same keys, and tokcount_body's counts */
+    tokcount_body(body, strlen(body), 3.0, &want);
+    assert_int_equal(kvk_body_counted(p, body, strlen(body), again, CAP, NULL, 3.0, &got), n);
+    assert_memory_equal(again, keys, n * sizeof *keys);
+    assert_int_equal(got.tokens, want.tokens);
+    assert_int_equal(got.id_tokens, want.id_tokens);
+    assert_int_equal(got.text_bytes, want.text_bytes);
+    assert_int_equal(got.exact, want.exact);
+    assert_int_equal(got.complete, want.complete);
     if (n > 0) {
         assert_int_equal(kvk_body(p, body, strlen(body), again, n, NULL), n);
         assert_memory_equal(again, keys, n * sizeof *keys);
