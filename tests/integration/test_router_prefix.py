@@ -72,18 +72,8 @@ def cached_of(usage):
 def turn(rt, mocks, messages, stream=False, pin=None):
     """Sends one turn (pinned to a worker id with pin), with a marker of its own; returns
     (index of the mock that served it, answer text, cached)."""
-    before = served(mocks)
-    body = {"model": MODEL, "stream": stream, "max_tokens": 12, "messages": messages}
-    if stream:
-        body["stream_options"] = {"include_usage": True}
-    status, _, data = own_request(rt.addr, CHAT, body, marker(),
-                                  extra="X-Admit-Worker: %s\r\n" % pin if pin else "")
-    assert status == 200, (status, data)
-    after = served(mocks)
-    took = [i for i in range(len(mocks)) if after[i] > before[i]]
-    assert len(took) == 1, (before, after)
-    text, usage = answer_of(data, stream)
-    return took[0], text, cached_of(usage)
+    i, text, usage = said(rt, mocks, messages, pin, stream)
+    return i, text, cached_of(usage)
 
 
 def grow(msgs, answer, k, name):
@@ -604,15 +594,15 @@ VLLM = ("--speedup-ratio", "0", "--prompt-tokens-details-if-cached")
 MATCHED = "admit_router_prefix_matched_blocks_total"
 
 
-def said(rt, mocks, messages, pin, stream=False, include_usage=True):
-    """One turn pinned to worker id pin (turn()'s, any stream_options): (index of the mock
-    that served it, answer text, its usage or None)."""
+def said(rt, mocks, messages, pin=None, stream=False, include_usage=True):
+    """turn(), a stream with or without usage: (index of the mock that served it, answer
+    text, its usage or None)."""
     before = served(mocks)
     body = {"model": MODEL, "stream": stream, "max_tokens": 12, "messages": messages}
     if stream and include_usage:
         body["stream_options"] = {"include_usage": True}
     status, _, data = own_request(rt.addr, CHAT, body, marker(),
-                                  extra="X-Admit-Worker: %s\r\n" % pin)
+                                  extra="X-Admit-Worker: %s\r\n" % pin if pin else "")
     assert status == 200, (status, data)
     after = served(mocks)
     took = [i for i in range(len(mocks)) if after[i] > before[i]]
