@@ -67,6 +67,9 @@ static const struct mock_opt mock_optv[] = {
      "no prefix cache: every prompt token is computed, cached_tokens is 0"},
     {"enable-prompt-tokens-details", MO_SET, MOFF(prompt_tokens_details), 0, 0, NULL,
      "add usage.prompt_tokens_details.cached_tokens to every answer"},
+    {"prompt-tokens-details-if-cached", MO_SET, MOFF(details_if_cached), 0, 0, NULL,
+     "as vLLM's --enable-prompt-tokens-details: the details only above 0 cached, else null "
+     "(none in a stream)"},
     {"log-level", MO_LOGLEVEL, MOFF(log_level), 0, 0, "LEVEL",
      "error, warn, info or debug (default info)"},
     {"help", MO_HELP, 0, 0, 0, NULL, "print this help and exit"},

@@ -32,6 +32,7 @@ struct mock_opts {
     unsigned token_interval_ms;        /* > 0: fixed gap per token instead of the decode model */
     int no_prefix_caching;             /* --no-enable-prefix-caching (0, the default: cache on) */
     int prompt_tokens_details;         /* --enable-prompt-tokens-details: cached_tokens in usage */
+    int details_if_cached;             /* --prompt-tokens-details-if-cached: ... only above 0 */
     char model[128];                   /* model name served (and echoed when a request has none) */
     char served[MOCK_MAX_SERVED][128]; /* more names /v1/models lists (--served-model-name) */
     unsigned nserved;

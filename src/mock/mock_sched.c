@@ -248,6 +248,16 @@ static void mreq_emit_token(struct mreq *m)
     mreq_send_event(m);
 }
 
+/* Whether the usage carries prompt_tokens_details: always with --enable-prompt-tokens-details,
+ * only when some of the prompt was cached with --prompt-tokens-details-if-cached (vLLM's and
+ * SGLang's way, which a router must read as 0 when it knows the engine reports them). */
+static int mreq_details(const struct mreq *m)
+{
+    if (m->e->o.details_if_cached)
+        return m->cached_tokens > 0;
+    return m->e->o.prompt_tokens_details;
+}
+
 /* The end of a stream: finish_reason, usage if asked for, [DONE], each its own event. */
 static void mreq_reply_stream_end(struct mreq *m)
 {
@@ -268,7 +278,7 @@ static void mreq_reply_stream_end(struct mreq *m)
                             "\"completion_tokens\":%u,\"total_tokens\":%llu",
                             m->prompt_tokens, m->generated,
                             (unsigned long long) m->prompt_tokens + m->generated);
-        if (m->e->o.prompt_tokens_details)
+        if (mreq_details(m))
             evbuffer_add_printf(b, ",\"prompt_tokens_details\":{\"cached_tokens\":%u}",
                                 m->cached_tokens);
         evbuffer_add_printf(b, "}}\n\n");
@@ -308,9 +318,11 @@ static void mreq_reply_full(struct mreq *m)
     buf_free(&text);
     if (body == NULL)
         fatal("cannot build a completion reply");
-    if (m->e->o.prompt_tokens_details)
+    if (mreq_details(m))
         json_object_set_new(json_object_get(body, "usage"), "prompt_tokens_details",
                             json_pack("{s:I}", "cached_tokens", (json_int_t) m->cached_tokens));
+    else if (m->e->o.details_if_cached) /* vLLM's JSON answer: the field is there, null */
+        json_object_set_new(json_object_get(body, "usage"), "prompt_tokens_details", json_null());
     mock_reply_json(m->req, 200, body);
 }
 

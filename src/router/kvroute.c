@@ -23,6 +23,10 @@ struct kvroute {
     /* Each rank's newest capacity, so that an index made again (larger) starts with them:
      * cap[worker * SEL_MAX_RANKS + rank], for the workers idx is sized for. */
     uint32_t *cap;
+    /* reports[worker]: its answers have given a number of cached_tokens, so its engine reports
+     * them, and a usage without them is 0 cached. Learned of the engine, as cap is, so both
+     * outlive an index made again; forgotten with the worker. */
+    uint8_t *reports;
     struct kvi_stats gone; /* the counters of the indexes dropped (so that they only grow) */
 };
 
@@ -57,11 +61,16 @@ static void kvr_start(struct kvroute *kv, uint32_t workers)
         .max_keys = KVR_MAX_KEYS,
     };
     uint32_t *cap = xcalloc((size_t) workers * SEL_MAX_RANKS, sizeof *cap);
+    uint8_t *reports = xcalloc(workers, sizeof *reports);
 
     if (kv->cap != NULL)
         memcpy(cap, kv->cap, (size_t) kv->workers * SEL_MAX_RANKS * sizeof *cap);
+    if (kv->reports != NULL)
+        memcpy(reports, kv->reports, kv->workers * sizeof *reports);
     free(kv->cap);
+    free(kv->reports);
     kv->cap = cap;
+    kv->reports = reports;
     kvr_keep_counters(kv);
     kvi_free(kv->idx);
     kv->idx = kvi_new(&c);
@@ -113,6 +122,7 @@ void kvr_free(struct kvroute *kv)
         return;
     kvi_free(kv->idx);
     free(kv->cap);
+    free(kv->reports);
     free(kv);
 }
 
@@ -179,8 +189,13 @@ void kvr_correct(struct kvroute *kv, int worker, unsigned rank, const uint64_t *
 {
     size_t depth = predicted > 0 ? (size_t) predicted / kv->block_tokens : 0;
 
-    if (kv->idx == NULL || worker < 0 || (uint32_t) worker >= kv->workers || depth == 0 ||
-        cached_tokens < 0)
+    if (kv->idx == NULL || worker < 0 || (uint32_t) worker >= kv->workers)
+        return;
+    if (cached_tokens >= 0)
+        kv->reports[worker] = 1;
+    else if (cached_tokens == KVR_CACHED_UNSAID && kv->reports[worker])
+        cached_tokens = 0; /* its engine left the details out: nothing was cached */
+    if (depth == 0 || cached_tokens < 0)
         return;
     kvi_correct(kv->idx, (uint32_t) worker, rank, keys, n, depth, (uint64_t) cached_tokens);
 }
@@ -202,6 +217,8 @@ void kvr_message(struct kvroute *kv, int worker, const struct admit_load *m)
 
 void kvr_forget(struct kvroute *kv, int worker)
 {
+    if (kv->reports != NULL && worker >= 0 && (uint32_t) worker < kv->workers)
+        kv->reports[worker] = 0; /* its index may be another worker's next, weight 0 or not */
     if (kv->idx == NULL || worker < 0 || (uint32_t) worker >= kv->workers)
         return;
     kvi_forget_worker(kv->idx, (uint32_t) worker);

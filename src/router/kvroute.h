@@ -27,6 +27,11 @@ struct tokcount;
 /* Most holders of a request's first block that a lookup reports. */
 #define KVR_MAX_HITS 256
 
+/* kvr_correct's cached_tokens of an answer whose usage says nothing of them: vLLM and SGLang
+ * leave prompt_tokens_details out when nothing was cached, so from a worker that has reported
+ * them before it means 0, and from one that never has it means nothing. */
+#define KVR_CACHED_UNSAID (-2)
+
 struct kvroute;
 
 /** a new prefix index for cfg (none kept while its weight is 0) */
@@ -49,12 +54,14 @@ size_t kvr_match(struct kvroute *kv, const uint64_t *keys, size_t n, int64_t pro
 void kvr_routed(struct kvroute *kv, int worker, unsigned rank, const uint64_t *keys, size_t n,
                 uint64_t now_ms);
 /** worker's answer to a request of keys[0 .. n), predicted to find predicted tokens cached on
-    its rank, reports cached_tokens: what the index holds past them there is dropped */
+    its rank, reports cached_tokens (KVR_CACHED_UNSAID: a usage without them, 0 from a worker
+    that has reported them before): what the index holds past them there is dropped */
 void kvr_correct(struct kvroute *kv, int worker, unsigned rank, const uint64_t *keys, size_t n,
                  int64_t predicted, int64_t cached_tokens);
 /** a load message of worker: its rank's capacity in blocks */
 void kvr_message(struct kvroute *kv, int worker, const struct admit_load *m);
-/** worker is retired or removed: what it held is forgotten */
+/** worker is retired or removed: what it held, and that it reports cached_tokens, is
+    forgotten */
 void kvr_forget(struct kvroute *kv, int worker);
 /** the blocks worker's ranks hold, summed (0 when off) */
 uint64_t kvr_held(const struct kvroute *kv, int worker);

@@ -290,17 +290,26 @@ static void on_body(void *arg, struct pxreq *x, const char *data, size_t n)
     q->tail_len += (uint32_t) n;
 }
 
-/* The last "cached_tokens": N of s[0 .. n), or -1 when there is none. */
+/* What the usage in an answer's last bytes s[0 .. n) says was cached: the last
+ * "cached_tokens": N; KVR_CACHED_UNSAID for a usage ("prompt_tokens") without them (absent or
+ * "prompt_tokens_details": null, as vLLM and SGLang answer when nothing was cached); -1 for
+ * no usage (a stream without include_usage) or a cached_tokens that is not a number. One pass
+ * from the end, a byte compare per position and a key compare per quote. */
 static int64_t cached_tokens_of(const char *s, size_t n)
 {
-    static const char key[] = "\"cached_tokens\"";
-    const size_t klen = sizeof key - 1;
-    int64_t v = -1;
+    static const char ckey[] = "\"cached_tokens\"", pkey[] = "\"prompt_tokens\"";
+    const size_t clen = sizeof ckey - 1, plen = sizeof pkey - 1;
+    int usage = 0;
 
-    for (size_t i = n >= klen ? n - klen + 1 : 0; i-- > 0;) {
-        size_t j = i + klen;
+    for (size_t i = n; i-- > 0;) {
+        size_t j = i + clen;
+        int64_t v;
 
-        if (memcmp(s + i, key, klen) != 0)
+        if (s[i] != '"')
+            continue;
+        if (n - i >= plen && memcmp(s + i, pkey, plen) == 0)
+            usage = 1;
+        if (n - i < clen || memcmp(s + i, ckey, clen) != 0)
             continue;
         while (j < n && (s[j] == ' ' || s[j] == ':'))
             j++;
@@ -310,7 +319,7 @@ static int64_t cached_tokens_of(const char *s, size_t n)
             v = v * 10 + (s[j] - '0');
         return v;
     }
-    return v;
+    return usage ? KVR_CACHED_UNSAID : -1;
 }
 
 /* Completion, error, cancel: whatever the outcome, the booking ends here. */
@@ -320,11 +329,12 @@ static void on_finish(void *arg, struct pxreq *x, enum outcome o)
     struct rreq *q = pxreq_state(x);
 
     /* A whole answer that says what the engine found cached corrects what the index
-     * predicted on that rank. */
+     * predicted on that rank; one whose usage leaves it out does, as 0, once that worker has
+     * shown that it reports it (kvr_correct). */
     if (o == OUT_OK && q->predicted > 0 && q->bk.booked) {
         int64_t c = cached_tokens_of(q->tail, q->tail_len);
 
-        if (c >= 0)
+        if (c >= 0 || c == KVR_CACHED_UNSAID)
             kvr_correct(r->kv, q->bk.worker, q->bk.rank, q->keys, q->nkeys, q->predicted, c);
     }
     sel_release(r->sel, &q->bk);

@@ -240,6 +240,23 @@ def test_cache_salt_isolates():
     mock.stop()
 
 
+def test_details_if_cached():
+    # vLLM's way: the details only when some of the prompt was cached; at 0 a JSON answer
+    # has "prompt_tokens_details": null and a stream's usage chunk none.
+    mock = Mock("--speedup-ratio", "0", "--block-size", "4", "--prompt-tokens-details-if-cached")
+    msgs = [{"role": "user", "content": SYSTEM}]
+    _, u = chat(mock, msgs)
+    assert "prompt_tokens_details" in u and u["prompt_tokens_details"] is None, u
+    _, u = chat(mock, msgs)
+    assert u["prompt_tokens_details"]["cached_tokens"] > 0, u
+    _, u = chat(mock, msgs, stream=True)
+    assert u["prompt_tokens_details"]["cached_tokens"] > 0, u
+    _, u = chat(mock, [{"role": "user", "content": "Nothing of this was sent before."}],
+                stream=True)
+    assert u["prompt_tokens"] > 0 and "prompt_tokens_details" not in u, u
+    mock.stop()
+
+
 if __name__ == "__main__":
     tap = Tap()
     tap.run("turn 2 reports turn 1's full blocks as cached", test_second_turn_hits_first_turns_blocks)
@@ -252,4 +269,6 @@ if __name__ == "__main__":
     tap.run("KV usage counts a block shared by running requests once",
             test_kv_usage_counts_a_shared_block_once)
     tap.run("cache_salt isolates prefix cache blocks", test_cache_salt_isolates)
+    tap.run("--prompt-tokens-details-if-cached: details only above 0 cached, as vLLM's",
+            test_details_if_cached)
     tap.done()

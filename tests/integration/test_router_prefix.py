@@ -72,18 +72,8 @@ def cached_of(usage):
 def turn(rt, mocks, messages, stream=False, pin=None):
     """Sends one turn (pinned to a worker id with pin), with a marker of its own; returns
     (index of the mock that served it, answer text, cached)."""
-    before = served(mocks)
-    body = {"model": MODEL, "stream": stream, "max_tokens": 12, "messages": messages}
-    if stream:
-        body["stream_options"] = {"include_usage": True}
-    status, _, data = own_request(rt.addr, CHAT, body, marker(),
-                                  extra="X-Admit-Worker: %s\r\n" % pin if pin else "")
-    assert status == 200, (status, data)
-    after = served(mocks)
-    took = [i for i in range(len(mocks)) if after[i] > before[i]]
-    assert len(took) == 1, (before, after)
-    text, usage = answer_of(data, stream)
-    return took[0], text, cached_of(usage)
+    i, text, usage = said(rt, mocks, messages, pin, stream)
+    return i, text, cached_of(usage)
 
 
 def grow(msgs, answer, k, name):
@@ -598,6 +588,107 @@ def test_cache_salt_keeps_tenants_apart():
         stop(mocks, ads, rt)
 
 
+# ---- answers that leave cached_tokens out when nothing was cached (vLLM, SGLang) -------------
+
+VLLM = ("--speedup-ratio", "0", "--prompt-tokens-details-if-cached")
+MATCHED = "admit_router_prefix_matched_blocks_total"
+
+
+def said(rt, mocks, messages, pin=None, stream=False, include_usage=True):
+    """turn(), a stream with or without usage: (index of the mock that served it, answer
+    text, its usage or None)."""
+    before = served(mocks)
+    body = {"model": MODEL, "stream": stream, "max_tokens": 12, "messages": messages}
+    if stream and include_usage:
+        body["stream_options"] = {"include_usage": True}
+    status, _, data = own_request(rt.addr, CHAT, body, marker(),
+                                  extra="X-Admit-Worker: %s\r\n" % pin if pin else "")
+    assert status == 200, (status, data)
+    after = served(mocks)
+    took = [i for i in range(len(mocks)) if after[i] > before[i]]
+    assert len(took) == 1, (before, after)
+    text, usage = answer_of(data, stream)
+    return took[0], text, usage
+
+
+def test_unsaid_cached_tokens_correct_as_zero():
+    """Engines that answer as vLLM (details only when some of the prompt was cached): once a
+    worker has reported a number, an answer whose usage leaves it out (null in a JSON answer,
+    none in a stream's usage chunk) is 0 cached, and corrects the index as the restart test's
+    answer did; a stream without usage says nothing and corrects nothing."""
+    mocks, ads, rt = fleet(n=3, mock_args=VLLM)
+    names = {"w0": "phi", "w1": "chi", "w2": "psi"}
+    msgs = {w: [{"role": "user", "content": opening(n)}] for w, n in names.items()}
+    try:
+        for k in range(3):
+            for w, name in names.items():
+                i, answer, usage = said(rt, mocks, msgs[w], w)
+                assert "w%d" % i == w, (i, w)
+                # The first turn found nothing cached: its details are null. The next ones
+                # report a number: the worker is known to report them from then on.
+                if k == 0:
+                    assert usage["prompt_tokens_details"] is None, usage
+                else:
+                    assert cached_of(usage) > 0, usage
+                msgs[w] = grow(msgs[w], answer, k, name)
+        before = indexed(rt)
+        assert all(before[w] > 0 for w in names), before
+        for i in range(3):
+            restart_empty(mocks, ads, i, VLLM)
+        rt.wait_routable(3)
+        # A JSON answer with "prompt_tokens_details": null: every block predicted on w0 and
+        # the ones this turn added are dropped.
+        m0 = rt.metrics()
+        _, _, usage = said(rt, mocks, msgs["w0"], "w0")
+        m1 = rt.metrics()
+        assert "prompt_tokens_details" in usage and usage["prompt_tokens_details"] is None, usage
+        assert moved(m0, m1, PREDICTED) == before["w0"] * BLOCK, (before, ours(m0, m1))
+        assert moved(m0, m1, CONFIRMED) == 0, ours(m0, m1)
+        assert moved(m0, m1, CORRECTED) > before["w0"], (before, ours(m0, m1))
+        assert indexed(rt)["w0"] == 0, (before, indexed(rt))
+        # A stream whose usage chunk has no details: the same on w1.
+        _, _, usage = said(rt, mocks, msgs["w1"], "w1", stream=True)
+        m2 = rt.metrics()
+        assert usage is not None and "prompt_tokens_details" not in usage, usage
+        assert moved(m1, m2, PREDICTED) == before["w1"] * BLOCK, (before, ours(m1, m2))
+        assert moved(m1, m2, CORRECTED) > before["w1"], (before, ours(m1, m2))
+        assert indexed(rt)["w1"] == 0, (before, indexed(rt))
+        # A stream without usage on w2, whose engine has none of it either: predicted all w2
+        # held, nothing said, nothing corrected (nor counted); w2 keeps it and adds this turn.
+        _, _, usage = said(rt, mocks, msgs["w2"], "w2", stream=True, include_usage=False)
+        m3 = rt.metrics()
+        assert usage is None
+        assert moved(m2, m3, MATCHED) == before["w2"], (before, ours(m2, m3))
+        assert moved(m2, m3, PREDICTED) == moved(m2, m3, CORRECTED) == 0, ours(m2, m3)
+        assert indexed(rt)["w2"] > before["w2"], (before, indexed(rt))
+        assert indexed(rt)["w0"] == indexed(rt)["w1"] == 0, indexed(rt)
+    finally:
+        stop(mocks, ads, rt)
+
+
+def test_never_reported_never_corrected_to_zero():
+    """A worker whose answers never gave a number (here an engine without a prefix cache that
+    leaves the details out at 0, as vLLM's): an answer without them is not read as 0, since
+    an engine started without the switch answers just so whatever it found. The index keeps
+    what it predicted."""
+    mocks, ads, rt = fleet(n=1, mock_args=VLLM + ("--no-enable-prefix-caching",))
+    msgs = [{"role": "user", "content": opening("upsilon")}]
+    try:
+        m0 = rt.metrics()
+        for k in range(3):
+            _, answer, usage = said(rt, mocks, msgs, "w0", stream=k == 2)
+            assert usage is not None and not usage.get("prompt_tokens_details"), usage
+            msgs = grow(msgs, answer, k, "upsilon")
+        m1 = rt.metrics()
+        # Turns 2 and 3 were predicted what the turns before them left; no answer corrected
+        # (nor counted) anything.
+        assert moved(m0, m1, MATCHED) > 0, ours(m0, m1)
+        assert moved(m0, m1, PREDICTED) == moved(m0, m1, CORRECTED) == 0, ours(m0, m1)
+        assert indexed(rt)["w0"] > 0, indexed(rt)
+    finally:
+        stop(mocks, ads, rt)
+
+
 if __name__ == "__main__":
     tap = Tap()
     tap.run("a session's turns stay on the worker that holds its prefix, and hit its cache",
@@ -622,4 +713,8 @@ if __name__ == "__main__":
             test_hot_opening_spreads_once_its_worker_is_full)
     tap.run("cache_salt keeps tenants apart: no prefix predicted or cached across salts",
             test_cache_salt_keeps_tenants_apart)
+    tap.run("answers without cached_tokens correct as 0 once the worker has reported them",
+            test_unsaid_cached_tokens_correct_as_zero)
+    tap.run("a worker that never reported cached_tokens is never corrected to 0",
+            test_never_reported_never_corrected_to_zero)
     tap.done()
