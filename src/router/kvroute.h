@@ -11,6 +11,7 @@
 #define ADMIT_KVROUTE_H
 
 #include "admission/kvindex.h"
+#include "wire/usage.h"
 #include "admit/load.h"
 #include "config.h"
 #include "select.h"
@@ -30,7 +31,7 @@ struct tokcount;
 /* kvr_correct's cached_tokens of an answer whose usage says nothing of them: vLLM and SGLang
  * leave prompt_tokens_details out when nothing was cached, so from a worker that has reported
  * them before it means 0, and from one that never has it means nothing. */
-#define KVR_CACHED_UNSAID (-2)
+#define KVR_CACHED_UNSAID USAGE_CACHED_UNSAID
 
 struct kvroute;
 

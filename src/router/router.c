@@ -24,6 +24,7 @@
 #include "util/log.h"
 #include "util/xmalloc.h"
 #include "wire/httputil.h"
+#include "wire/usage.h"
 #include "workers.h"
 
 #include <jansson.h>
@@ -36,10 +37,6 @@
 
 /* Longest model name kept of a request (a longer one is cut: no worker serves it). */
 #define MODEL_MAX 128
-
-/* The answer's last bytes kept for its usage's cached_tokens: a stream's final usage chunk
- * ends with it and "data: [DONE]", a JSON answer with it and a field or two. */
-#define ANSWER_TAIL 256
 
 /* Per exchange, inside the proxy's allocation (zeroed at arrival). */
 struct rreq {
@@ -55,8 +52,7 @@ struct rreq {
      * index predicted on the rank chosen (cached tokens), for the answer's correction. */
     uint32_t nkeys;
     int64_t predicted;
-    uint32_t tail_len;
-    char tail[ANSWER_TAIL]; /* the answer's last bytes, while predicted > 0 */
+    struct usage_tail tail; /* the answer's last bytes, while predicted > 0 */
     uint64_t keys[KVR_MAX_KEYS];
 };
 
@@ -273,53 +269,8 @@ static void on_body(void *arg, struct pxreq *x, const char *data, size_t n)
     struct rreq *q = pxreq_state(x);
 
     (void) arg;
-    if (q->predicted <= 0)
-        return;
-    if (n >= ANSWER_TAIL) {
-        memcpy(q->tail, data + n - ANSWER_TAIL, ANSWER_TAIL);
-        q->tail_len = ANSWER_TAIL;
-        return;
-    }
-    if (q->tail_len + n > ANSWER_TAIL) {
-        size_t drop = q->tail_len + n - ANSWER_TAIL;
-
-        memmove(q->tail, q->tail + drop, q->tail_len - drop);
-        q->tail_len -= (uint32_t) drop;
-    }
-    memcpy(q->tail + q->tail_len, data, n);
-    q->tail_len += (uint32_t) n;
-}
-
-/* What the usage in an answer's last bytes s[0 .. n) says was cached: the last
- * "cached_tokens": N; KVR_CACHED_UNSAID for a usage ("prompt_tokens") without them (absent or
- * "prompt_tokens_details": null, as vLLM and SGLang answer when nothing was cached); -1 for
- * no usage (a stream without include_usage) or a cached_tokens that is not a number. One pass
- * from the end, a byte compare per position and a key compare per quote. */
-static int64_t cached_tokens_of(const char *s, size_t n)
-{
-    static const char ckey[] = "\"cached_tokens\"", pkey[] = "\"prompt_tokens\"";
-    const size_t clen = sizeof ckey - 1, plen = sizeof pkey - 1;
-    int usage = 0;
-
-    for (size_t i = n; i-- > 0;) {
-        size_t j = i + clen;
-        int64_t v;
-
-        if (s[i] != '"')
-            continue;
-        if (n - i >= plen && memcmp(s + i, pkey, plen) == 0)
-            usage = 1;
-        if (n - i < clen || memcmp(s + i, ckey, clen) != 0)
-            continue;
-        while (j < n && (s[j] == ' ' || s[j] == ':'))
-            j++;
-        if (j == n || s[j] < '0' || s[j] > '9')
-            return -1;
-        for (v = 0; j < n && s[j] >= '0' && s[j] <= '9' && v < INT64_MAX / 10 - 9; j++)
-            v = v * 10 + (s[j] - '0');
-        return v;
-    }
-    return usage ? KVR_CACHED_UNSAID : -1;
+    if (q->predicted > 0)
+        usage_tail_add(&q->tail, data, n);
 }
 
 /* Completion, error, cancel: whatever the outcome, the booking ends here. */
@@ -332,9 +283,9 @@ static void on_finish(void *arg, struct pxreq *x, enum outcome o)
      * predicted on that rank; one whose usage leaves it out does, as 0, once that worker has
      * shown that it reports it (kvr_correct). */
     if (o == OUT_OK && q->predicted > 0 && q->bk.booked) {
-        int64_t c = cached_tokens_of(q->tail, q->tail_len);
+        int64_t c = usage_cached_tokens(q->tail.b, q->tail.len);
 
-        if (c >= 0 || c == KVR_CACHED_UNSAID)
+        if (c >= 0 || c == USAGE_CACHED_UNSAID)
             kvr_correct(r->kv, q->bk.worker, q->bk.rank, q->keys, q->nkeys, q->predicted, c);
     }
     sel_release(r->sel, &q->bk);
@@ -387,7 +338,7 @@ static struct upstream *pick(void *arg, struct pxreq *x, const struct http_req *
     /* A migration: the worker it leaves holds nothing of it any more. */
     sel_release(r->sel, &q->bk);
     q->predicted = 0;
-    q->tail_len = 0;
+    usage_tail_reset(&q->tail);
     if (!q->bypass) { /* a GET takes no engine capacity: any live worker will do */
         bt_registry_get(r->bt, q->model, &t);
         tp = &t;
