@@ -30,6 +30,7 @@ for purpose in "$@"; do
         # cmake: how meson finds nng (which ships no pkg-config file) with its version.
         pkgs+=(gcc libc6-dev meson ninja-build pkg-config cmake
                libevent-dev libnng-dev libyaml-dev libjansson-dev
+               libmsgpack-dev        # msgpack-c: the engines' KV events (admission/kvevents)
                scdoc) ;;             # the man pages (man/*.scd), installed with the programs
     test)
         pkgs+=(libcmocka-dev python3 curl clang-format
