@@ -296,71 +296,92 @@ static int read_extra(struct ctx *c, const msgpack_object *o, int *extra)
     return 0;
 }
 
+/* Another tier's blocks (CPU, disk) are not in the GPU's cache, so an event of another medium
+ * is counted and skipped, its block_hashes only checked to be an array (to count them), and
+ * before any other check, since an offload tier's stores carry no token ids. It takes no room
+ * in the output. *skip is 1 when skipped. */
+static int other_medium(struct ctx *c, const msgpack_object *const *f, int *skip)
+{
+    const char *medium;
+    size_t n;
+
+    *skip = 0;
+    if (get_str(c, f[F_MEDIUM], "medium", &medium, &n))
+        return KVE_EMALFORMED;
+    if (medium == NULL || (n == 3 && strncasecmp(medium, "GPU", 3) == 0))
+        return 0;
+    if (f[F_HASHES] == NULL || f[F_HASHES]->type != MSGPACK_OBJECT_ARRAY)
+        return fail(c, "block_hashes: not an array");
+    c->out->other_medium++;
+    c->out->other_medium_blocks += f[F_HASHES]->via.array.size;
+    *skip = 1;
+    return 0;
+}
+
+/* A store's own fields: parent, token ids, block size, LoRA, extras, cache spec. */
+static int read_stored(struct ctx *c, struct kve_event *e, const msgpack_object *const *f)
+{
+    const msgpack_object *name = f[F_LORA_NAME];
+    int64_t v;
+    int rv;
+
+    if (f[F_PARENT] != NULL && f[F_PARENT]->type != MSGPACK_OBJECT_NIL) {
+        if (get_hash(c, f[F_PARENT], "parent_block_hash", &e->parent))
+            return KVE_EMALFORMED;
+        e->has_parent = 1;
+    }
+    if ((rv = read_tokens(c, f[F_TOKENS], &e->n_tokens)))
+        return rv;
+    c->out->n_tokens += e->n_tokens;
+    if (get_uint(c, f[F_BLOCK_SIZE], "block_size", UINT32_MAX, 0, 0, &v))
+        return KVE_EMALFORMED;
+    e->block_size = (uint32_t) v;
+    if (get_uint(c, f[F_LORA_ID], "lora_id", INT64_MAX, 1, -1, &e->lora_id))
+        return KVE_EMALFORMED;
+    if (name != NULL && name->type == MSGPACK_OBJECT_MAP) /* SGLang's metadata */
+        rv = read_extra(c, name, &e->has_extra_keys);
+    else
+        rv = get_str(c, name, "lora_name", &e->lora_name, &e->lora_name_len);
+    if (rv || read_extra(c, f[F_EXTRA_KEYS], &e->has_extra_keys) ||
+        read_extra(c, f[F_METADATA], &e->has_extra_keys) ||
+        get_str(c, f[F_SPEC_KIND], "kv_cache_spec_kind", &e->spec_kind, &e->spec_kind_len) ||
+        get_uint(c, f[F_SLIDING_WINDOW], "kv_cache_spec_sliding_window", INT64_MAX, 1, -1, &v))
+        return KVE_EMALFORMED;
+    if (e->block_size == 0 || (uint64_t) e->n_tokens != (uint64_t) e->n_hashes * e->block_size)
+        return fail(c, "token_ids: %u ids for %u blocks of %u", e->n_tokens, e->n_hashes,
+                    e->block_size);
+    return 0;
+}
+
 /* One event's fields (f[i] NULL when absent) into out->events[out->n_events]. */
 static int read_fields(struct ctx *c, enum kve_kind kind, const msgpack_object *const *f)
 {
     struct kve_out *out = c->out;
-    struct kve_event *e = &out->events[out->n_events];
-    size_t hashes0 = out->n_hashes;
-    const char *medium;
-    size_t medium_len;
-    int64_t v;
-    int rv;
+    struct kve_event *e;
+    int rv, skip = 0;
 
+    if (kind != KVE_CLEARED && (rv = other_medium(c, f, &skip)) != 0)
+        return rv;
+    if (skip)
+        return 0;
+    if (out->n_events == out->events_cap)
+        return KVE_EFULL;
+    e = &out->events[out->n_events];
     memset(e, 0, sizeof(*e));
     e->kind = kind;
     e->lora_id = -1;
     e->group_idx = -1;
     e->hash_first = (uint32_t) out->n_hashes;
     e->token_first = (uint32_t) out->n_tokens;
-    if (kind == KVE_CLEARED)
-        goto done;
-    if ((rv = read_hashes(c, f[F_HASHES], &e->n_hashes)))
-        return rv;
-    out->n_hashes += e->n_hashes;
-    if (get_str(c, f[F_MEDIUM], "medium", &medium, &medium_len) ||
-        get_uint(c, f[F_GROUP_IDX], "group_idx", INT64_MAX, 1, -1, &e->group_idx))
-        return KVE_EMALFORMED;
-    if (kind == KVE_STORED) {
-        const msgpack_object *name = f[F_LORA_NAME];
-
-        if (f[F_PARENT] != NULL && f[F_PARENT]->type != MSGPACK_OBJECT_NIL) {
-            if (get_hash(c, f[F_PARENT], "parent_block_hash", &e->parent))
-                return KVE_EMALFORMED;
-            e->has_parent = 1;
-        }
-        if ((rv = read_tokens(c, f[F_TOKENS], &e->n_tokens)))
+    if (kind != KVE_CLEARED) {
+        if ((rv = read_hashes(c, f[F_HASHES], &e->n_hashes)))
             return rv;
-        out->n_tokens += e->n_tokens;
-        if (get_uint(c, f[F_BLOCK_SIZE], "block_size", UINT32_MAX, 0, 0, &v))
-            return KVE_EMALFORMED;
-        e->block_size = (uint32_t) v;
-        if (get_uint(c, f[F_LORA_ID], "lora_id", INT64_MAX, 1, -1, &e->lora_id))
-            return KVE_EMALFORMED;
-        if (name != NULL && name->type == MSGPACK_OBJECT_MAP) /* SGLang's metadata */
-            rv = read_extra(c, name, &e->has_extra_keys);
-        else
-            rv = get_str(c, name, "lora_name", &e->lora_name, &e->lora_name_len);
-        if (rv || read_extra(c, f[F_EXTRA_KEYS], &e->has_extra_keys) ||
-            read_extra(c, f[F_METADATA], &e->has_extra_keys) ||
-            get_str(c, f[F_SPEC_KIND], "kv_cache_spec_kind", &e->spec_kind, &e->spec_kind_len) ||
-            get_uint(c, f[F_SLIDING_WINDOW], "kv_cache_spec_sliding_window", INT64_MAX, 1, -1, &v))
+        out->n_hashes += e->n_hashes;
+        if (get_uint(c, f[F_GROUP_IDX], "group_idx", INT64_MAX, 1, -1, &e->group_idx))
             return KVE_EMALFORMED;
     }
-    /* Another tier's blocks (CPU, disk) are not in the GPU's cache: skipped, and before the
-     * token check, since an offload tier's stores carry no token ids. */
-    if (medium != NULL && !(medium_len == 3 && strncasecmp(medium, "GPU", 3) == 0)) {
-        out->other_medium++;
-        out->other_medium_blocks += e->n_hashes;
-        out->n_hashes = hashes0;
-        out->n_tokens = e->token_first;
-        return 0;
-    }
-    if (kind == KVE_STORED &&
-        (e->block_size == 0 || (uint64_t) e->n_tokens != (uint64_t) e->n_hashes * e->block_size))
-        return fail(c, "token_ids: %u ids for %u blocks of %u", e->n_tokens, e->n_hashes,
-                    e->block_size);
-done:
+    if (kind == KVE_STORED && (rv = read_stored(c, e, f)) != 0)
+        return rv;
     out->n_events++;
     return 0;
 }
@@ -386,8 +407,6 @@ static int read_event(struct ctx *c, const msgpack_object *o)
         c->out->unknown_events++;
         return 0;
     }
-    if (c->out->n_events == c->out->events_cap)
-        return KVE_EFULL;
     if (o->type == MSGPACK_OBJECT_ARRAY) {
         uint32_t i = 1;
 

@@ -13,7 +13,9 @@
  *    "type" and the same fields by name.
  * Unknown fields and unknown event types are skipped and counted; an event whose medium is
  * not the GPU's (an offload tier) is skipped and counted, since the GPU's cache is what a
- * request can hit; an absent or null medium is the GPU's (vLLM before the field existed).
+ * request can hit: it takes no room in the output, and of its fields only medium and
+ * block_hashes (an array, counted) are checked. An absent or null medium is the GPU's (vLLM
+ * before the field existed); the comparison ignores case.
  *
  * Hashes are opaque 64-bit keys: an unsigned integer as it is (vLLM's default int form, often
  * above INT64_MAX), a negative one as its two's complement bits (SGLang's int64 form), bytes

@@ -462,6 +462,16 @@ static void test_medium(void **state)
     assert_int_equal(events[0].hash_first, 0);
     assert_int_equal(events[0].token_first, 0);
     assert_int_equal(hashes[events[3].hash_first], 8);
+
+    /* the skipped take no room: arrays of exactly what was reported suffice */
+    {
+        struct kve_out exact = with(events, 4, hashes, 4, tokens, 4);
+
+        assert_int_equal(kve_decode(dec, sb.data, sb.size, &exact, err, sizeof err), KVE_OK);
+        assert_int_equal(exact.other_medium, 2);
+        exact = with(events, 3, hashes, 4, tokens, 4);
+        assert_int_equal(kve_decode(dec, sb.data, sb.size, &exact, err, sizeof err), KVE_EFULL);
+    }
 }
 
 /* SGLang's salted store: tag "BlockStored", its metadata map where vLLM has lora_name. */
