@@ -322,7 +322,7 @@ static int other_medium(struct ctx *c, const msgpack_object *const *f, int *skip
 static int read_stored(struct ctx *c, struct kve_event *e, const msgpack_object *const *f)
 {
     const msgpack_object *name = f[F_LORA_NAME];
-    int64_t v;
+    int64_t v = 0;
     int rv;
 
     if (f[F_PARENT] != NULL && f[F_PARENT]->type != MSGPACK_OBJECT_NIL) {
