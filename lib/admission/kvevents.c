@@ -63,6 +63,7 @@ static int precheck(const uint8_t *p, size_t len, size_t *at)
             goto fail;
         b = p[i];
         if (b <= 0x7f || b >= 0xe0 || b == 0xc0 || b == 0xc2 || b == 0xc3) {
+            /* the byte alone: fixints, nil, booleans */
         } else if (b >= 0x80 && b <= 0x8f) {
             items = 2 * (size_t) (b & 0x0f);
         } else if (b >= 0x90 && b <= 0x9f) {
@@ -493,6 +494,7 @@ int kve_decode(struct kve_decoder *d, const void *payload, size_t len, struct kv
                char *err, size_t errlen)
 {
     struct ctx c = {out, err, errlen};
+    msgpack_unpack_return ur;
     msgpack_object root;
     size_t off = 0;
     int rv;
@@ -505,8 +507,11 @@ int kve_decode(struct kve_decoder *d, const void *payload, size_t len, struct kv
     if (precheck(payload, len, &off))
         return fail(&c, "not one whole msgpack item (at byte %zu of %zu)", off, len);
     msgpack_zone_clear(&d->zone);
-    if (msgpack_unpack(payload, len, &off, &d->zone, &root) != MSGPACK_UNPACK_SUCCESS)
-        rv = fail(&c, "msgpack: containers nested more than 32 deep"); /* its stack */
+    ur = msgpack_unpack(payload, len, &off, &d->zone, &root);
+    if (ur == MSGPACK_UNPACK_NOMEM_ERROR) /* what msgpack-c says when its stack is full too */
+        rv = fail(&c, "msgpack: containers nested more than 32 deep, or out of memory");
+    else if (ur != MSGPACK_UNPACK_SUCCESS)
+        rv = fail(&c, "msgpack: not unpacked (%d)", (int) ur);
     else
         rv = read_batch(&c, &root);
     if (rv == KVE_EFULL)
