@@ -67,6 +67,16 @@ static void start(void)
     msgpack_sbuffer_clear(&sb);
 }
 
+/* A new payload: a positional batch of items (2, or 3 with the rank the test packs after its
+ * events), ts 0, and the header of an array of n events, which the test packs next. */
+static void batch(unsigned items, unsigned n)
+{
+    start();
+    msgpack_pack_array(&pk, items);
+    msgpack_pack_double(&pk, 0);
+    msgpack_pack_array(&pk, n);
+}
+
 static void str(const char *s)
 {
     msgpack_pack_str(&pk, strlen(s));
@@ -328,10 +338,7 @@ static void test_hashes(void **state)
 {
     static const uint8_t digest[32] = {0xde, 0xad, [24] = 0x80, 1, 2, 3, 4, 5, 6, 0xff};
     (void) state;
-    start();
-    msgpack_pack_array(&pk, 2);
-    msgpack_pack_double(&pk, 0);
-    msgpack_pack_array(&pk, 2);
+    batch(2, 2);
     msgpack_pack_array(&pk, 5);
     str("BlockStored");
     msgpack_pack_array(&pk, 4);
@@ -357,10 +364,7 @@ static void test_hashes(void **state)
     assert_true(hashes[events[1].hash_first] == 0x80010203040506ffULL);
 
     /* a bytes parent, and the same digest as an int (vLLM's default) gives the same key */
-    start();
-    msgpack_pack_array(&pk, 2);
-    msgpack_pack_double(&pk, 0);
-    msgpack_pack_array(&pk, 1);
+    batch(2, 1);
     msgpack_pack_array(&pk, 5);
     str("BlockStored");
     u64s((const uint64_t[]){0x80010203040506ffULL}, 1);
@@ -376,10 +380,7 @@ static void test_hashes(void **state)
 static void test_unknown(void **state)
 {
     (void) state;
-    start();
-    msgpack_pack_array(&pk, 4);
-    msgpack_pack_double(&pk, 0);
-    msgpack_pack_array(&pk, 4);
+    batch(4, 4);
     msgpack_pack_array(&pk, 14); /* 12 known fields after the tag... and two more */
     str("BlockStored");
     u64s((const uint64_t[]){1}, 1);
@@ -434,10 +435,7 @@ static void test_unknown(void **state)
 static void test_medium(void **state)
 {
     (void) state;
-    start();
-    msgpack_pack_array(&pk, 2);
-    msgpack_pack_double(&pk, 0);
-    msgpack_pack_array(&pk, 6);
+    batch(2, 6);
     map_stored("CPU", 2, 0);
     msgpack_pack_array(&pk, 3);
     str("BlockRemoved");
@@ -474,14 +472,9 @@ static void test_medium(void **state)
     }
 }
 
-/* SGLang's salted store: tag "BlockStored", its metadata map where vLLM has lora_name. */
-static void test_sglang_metadata(void **state)
+/* SGLang's salted store, positional: its metadata map where vLLM has lora_name. */
+static void sglang_salted(void)
 {
-    (void) state;
-    start();
-    msgpack_pack_array(&pk, 3);
-    msgpack_pack_double(&pk, 0);
-    msgpack_pack_array(&pk, 2);
     msgpack_pack_array(&pk, 8);
     str("BlockStored");
     u64s((const uint64_t[]){1}, 1);
@@ -493,39 +486,44 @@ static void test_sglang_metadata(void **state)
     msgpack_pack_map(&pk, 1);
     str("cache_salt");
     str("tenant-1");
-    msgpack_pack_map(&pk, 3);
+}
+
+/* SGLang's salted store: tag "BlockStored", its metadata map where vLLM has lora_name. */
+static void test_sglang_metadata(void **state)
+{
+    (void) state;
+    batch(3, 2);
+    sglang_salted();
+    msgpack_pack_map(&pk, 5); /* and by name */
     str("type");
     str("BlockStored");
     str("block_hashes");
     u64s((const uint64_t[]){1}, 1);
+    str("token_ids");
+    ids(2);
+    str("block_size");
+    msgpack_pack_uint32(&pk, 2);
     str("metadata");
     msgpack_pack_map(&pk, 1);
     str("cache_salt");
     str("tenant-1");
     msgpack_pack_uint32(&pk, 1);
-    /* the map form lacks token_ids and block_size: malformed; with them, read */
-    malformed("map BlockStored without token_ids");
-    start();
-    msgpack_pack_array(&pk, 3);
-    msgpack_pack_double(&pk, 0);
-    msgpack_pack_array(&pk, 1);
-    msgpack_pack_array(&pk, 8);
-    str("BlockStored");
-    u64s((const uint64_t[]){1}, 1);
-    msgpack_pack_nil(&pk);
-    ids(2);
-    msgpack_pack_uint32(&pk, 2);
-    msgpack_pack_nil(&pk);
-    str("GPU");
-    msgpack_pack_map(&pk, 1);
-    str("cache_salt");
-    str("tenant-1");
-    msgpack_pack_uint32(&pk, 1);
     assert_int_equal(decode(), KVE_OK);
-    assert_int_equal(out.n_events, 1);
+    assert_int_equal(out.n_events, 2);
     assert_int_equal(events[0].has_extra_keys, 1);
     assert_null(events[0].lora_name);
+    assert_int_equal(events[1].has_extra_keys, 1);
+    assert_int_equal(out.unknown_fields, 0);
     assert_int_equal(out.dp_rank, 1);
+
+    /* a store by name must carry token_ids and block_size */
+    batch(2, 1);
+    msgpack_pack_map(&pk, 2);
+    str("type");
+    str("BlockStored");
+    str("block_hashes");
+    u64s((const uint64_t[]){1}, 1);
+    malformed("map BlockStored without token_ids");
 }
 
 /* Every prefix of a good payload, and the payload with a byte more, are malformed. */
@@ -563,19 +561,10 @@ static void test_truncations(void **state)
     }
 }
 
-/* A batch around one event the test packs after calling this. */
-static void one_event_batch(void)
-{
-    start();
-    msgpack_pack_array(&pk, 2);
-    msgpack_pack_double(&pk, 0);
-    msgpack_pack_array(&pk, 1);
-}
-
 /* A stored event at positions: hashes, parent, tokens, block size; what to break given. */
 static void stored_with(int bad)
 {
-    one_event_batch();
+    batch(2, 1);
     msgpack_pack_array(&pk, 5);
     str("BlockStored");
     if (bad == 0)
@@ -650,46 +639,43 @@ static void test_wrong_types(void **state)
     msgpack_pack_double(&pk, 0);
     msgpack_pack_map(&pk, 0);
     malformed("events a map");
-    start();
-    msgpack_pack_array(&pk, 3);
-    msgpack_pack_double(&pk, 0);
-    msgpack_pack_array(&pk, 0);
+    batch(3, 0);
     msgpack_pack_int32(&pk, -1);
     malformed("a negative rank");
 
-    one_event_batch();
+    batch(2, 1);
     msgpack_pack_uint32(&pk, 1);
     malformed("an integer event");
-    one_event_batch();
+    batch(2, 1);
     msgpack_pack_array(&pk, 0);
     malformed("an empty event");
-    one_event_batch();
+    batch(2, 1);
     msgpack_pack_array(&pk, 1);
     msgpack_pack_uint32(&pk, 1);
     malformed("an integer tag");
-    one_event_batch();
+    batch(2, 1);
     msgpack_pack_map(&pk, 1);
     str("block_hashes");
     msgpack_pack_array(&pk, 0);
     malformed("a map event without type");
-    one_event_batch();
+    batch(2, 1);
     msgpack_pack_array(&pk, 3);
     str("BlockRemoved");
     msgpack_pack_array(&pk, 0);
     msgpack_pack_uint32(&pk, 1);
     malformed("an integer medium");
-    one_event_batch();
+    batch(2, 1);
     msgpack_pack_array(&pk, 1);
     str("BlockRemoved");
     malformed("a removal without hashes");
-    one_event_batch();
+    batch(2, 1);
     msgpack_pack_array(&pk, 4);
     str("BlockRemoved");
     msgpack_pack_array(&pk, 0);
     msgpack_pack_nil(&pk);
     str("0");
     malformed("a string group_idx");
-    one_event_batch();
+    batch(2, 1);
     msgpack_pack_array(&pk, 8);
     str("BlockStored");
     msgpack_pack_array(&pk, 0);
@@ -756,10 +742,7 @@ static void test_full(void **state)
     assert_int_equal(kve_decode(dec, sb.data, sb.size, &small, err, sizeof err), KVE_OK);
 
     /* the bound: a payload of only empty removals, one element each */
-    start();
-    msgpack_pack_array(&pk, 2);
-    msgpack_pack_double(&pk, 0);
-    msgpack_pack_array(&pk, 40);
+    batch(2, 40);
     for (int i = 0; i < 40; i++) {
         msgpack_pack_array(&pk, 2);
         str("BlockRemoved");
@@ -784,10 +767,7 @@ static void test_full(void **state)
 static void test_all_or_nothing(void **state)
 {
     (void) state;
-    start();
-    msgpack_pack_array(&pk, 2);
-    msgpack_pack_double(&pk, 0);
-    msgpack_pack_array(&pk, 3);
+    batch(2, 3);
     msgpack_pack_array(&pk, 1);
     str("AllBlocksCleared");
     map_stored("GPU", 2, 4);
