@@ -506,7 +506,6 @@ int kve_decode(struct kve_decoder *d, const void *payload, size_t len, struct kv
         return fail(&c, "payload of %zu bytes: too large", len);
     if (precheck(payload, len, &off))
         return fail(&c, "not one whole msgpack item (at byte %zu of %zu)", off, len);
-    msgpack_zone_clear(&d->zone);
     ur = msgpack_unpack(payload, len, &off, &d->zone, &root);
     if (ur == MSGPACK_UNPACK_NOMEM_ERROR) /* what msgpack-c says when its stack is full too */
         rv = fail(&c, "msgpack: containers nested more than 32 deep, or out of memory");
@@ -514,12 +513,13 @@ int kve_decode(struct kve_decoder *d, const void *payload, size_t len, struct kv
         rv = fail(&c, "msgpack: not unpacked (%d)", (int) ur);
     else
         rv = read_batch(&c, &root);
+    /* Nothing reported points into the tree (ids and hashes are copied, strings point into
+     * the payload): the zone goes back to its first chunk until the next payload. */
+    msgpack_zone_clear(&d->zone);
     if (rv == KVE_EFULL)
         fail(&c, "batch too large for the arrays given (%zu events, %zu hashes, %zu tokens)",
              out->events_cap, out->hashes_cap, out->tokens_cap);
-    if (rv != KVE_OK) {
+    if (rv != KVE_OK)
         reset(out);
-        return rv;
-    }
-    return KVE_OK;
+    return rv;
 }
