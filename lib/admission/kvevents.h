@@ -68,7 +68,7 @@ struct kve_event {
     int64_t group_idx;     /* the KV-cache group (hybrid models); -1: absent */
     const char *spec_kind; /* kv_cache_spec_kind, into the payload; NULL: absent */
     size_t spec_kind_len;
-    int has_extra_keys; /* 1: some block has extra_keys (salt, LoRA, media) */
+    int has_extra_keys; /* 1: extra_keys (salt, LoRA, media) or SGLang's cache_salt */
 };
 
 /** what kve_decode fills: the arrays are the caller's, the counts and the batch's fields its */
