@@ -220,6 +220,17 @@ static void test_stop_anywhere(void **state)
             else
                 assert_int_equal(s.p - (const unsigned char *) text, (long) (1 + at));
         }
+    /* a control byte, then the closing quote in the same word: short strings and the ends of
+     * long ones go 8 bytes a step, or one */
+    for (at = 0; at < 40; at++) {
+        memset(text, 'a', sizeof text);
+        text[0] = '"';
+        text[1 + at] = '\x01';
+        text[2 + at] = '"';
+        assert_int_equal(jscan_init(&s, text, 3 + at), 0);
+        assert_int_equal(jscan_string(&s, &str), -1);
+        assert_int_equal(s.p - (const unsigned char *) text, (long) (1 + at));
+    }
 }
 
 /* A text over JSCAN_TEXT_MAX is refused at the start. */
