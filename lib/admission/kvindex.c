@@ -482,6 +482,7 @@ static uint32_t kvi_probe(struct kvindex *x, const uint64_t *keys, uint32_t n, u
             KVI_PREFETCH(&x->n[b]);
         if ((nodes[lv] = kvi_find(x, keys[lv])) == KVI_NIL)
             break;
+        KVI_PREFETCH(&x->e[x->n[nodes[lv]].head]); /* for the insert that follows */
     }
     return lv;
 }
