@@ -40,11 +40,12 @@ void *xmalloc_huge(size_t n)
 
     if (n < XMALLOC_HUGE)
         return xmalloc(n);
-    n = (n + XMALLOC_HUGE - 1) & ~(XMALLOC_HUGE - 1);
     if (posix_memalign(&p, XMALLOC_HUGE, n) != 0)
         fatal("out of memory allocating %zu bytes", n);
 #if defined(__linux__) && defined(MADV_HUGEPAGE)
-    (void) madvise(p, n, MADV_HUGEPAGE); /* a hint: without it (or THP "never"), 4 KiB pages */
+    /* a hint (without it, or with THP "never", 4 KiB pages), for the whole huge pages only:
+     * the part past the last one stays in small pages, so that what is resident is n */
+    (void) madvise(p, n & ~(XMALLOC_HUGE - 1), MADV_HUGEPAGE);
 #endif
     return p;
 }
