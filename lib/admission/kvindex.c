@@ -60,7 +60,12 @@ struct kvindex {
     uint32_t *pair; /* (key, holder) -> entry buckets, as many as bucket[] */
     struct kvi_holder *h;
     uint32_t *nodes; /* lookup scratch: the node of each key of the chain */
-    uint32_t mask;   /* buckets - 1 */
+    /* What the last lookup found, for an insert of the same chain after it (the router's
+     * decision follows its lookup): keys[0 .. seen) had the nodes nodes[0 .. seen), which
+     * hold while no node was freed since (freed counts the frees). */
+    uint64_t *seen_keys;
+    uint32_t seen, seen_freed, freed;
+    uint32_t mask; /* buckets - 1 */
     uint32_t efree, nfree;
     uint32_t ghead, gtail;
     uint32_t gen;
@@ -100,12 +105,14 @@ struct kvindex *kvi_new(const struct kvi_config *config)
     holders = x->c.workers * x->c.ranks;
     nb = kvi_pow2((x->c.cap_blocks + 1) / 2);
     x->mask = nb - 1;
-    x->e = xmalloc((size_t) x->c.cap_blocks * sizeof *x->e);
-    x->n = xmalloc((size_t) x->c.cap_blocks * sizeof *x->n);
-    x->bucket = xmalloc((size_t) nb * sizeof *x->bucket);
-    x->pair = xmalloc((size_t) nb * sizeof *x->pair);
+    /* every probe lands on a random page of these: huge pages keep the TLB from missing too */
+    x->e = xmalloc_huge((size_t) x->c.cap_blocks * sizeof *x->e);
+    x->n = xmalloc_huge((size_t) x->c.cap_blocks * sizeof *x->n);
+    x->bucket = xmalloc_huge((size_t) nb * sizeof *x->bucket);
+    x->pair = xmalloc_huge((size_t) nb * sizeof *x->pair);
     x->h = xcalloc(holders ? holders : 1, sizeof *x->h);
     x->nodes = xmalloc((size_t) x->c.max_keys * sizeof *x->nodes);
+    x->seen_keys = xmalloc((size_t) x->c.max_keys * sizeof *x->seen_keys);
     memset(x->bucket, 0xff, (size_t) nb * sizeof *x->bucket);
     memset(x->pair, 0xff, (size_t) nb * sizeof *x->pair);
     for (i = 0; i < x->c.cap_blocks; i++) {
@@ -118,7 +125,8 @@ struct kvindex *kvi_new(const struct kvi_config *config)
     x->ghead = x->gtail = KVI_NIL;
     x->s.bytes = sizeof *x + (uint64_t) x->c.cap_blocks * (sizeof *x->e + sizeof *x->n) +
                  (uint64_t) nb * (sizeof *x->bucket + sizeof *x->pair) +
-                 (uint64_t) holders * sizeof *x->h + (uint64_t) x->c.max_keys * sizeof *x->nodes;
+                 (uint64_t) holders * sizeof *x->h +
+                 (uint64_t) x->c.max_keys * (sizeof *x->nodes + sizeof *x->seen_keys);
     x->s.bytes_per_block = ((uint64_t) x->c.cap_blocks * (sizeof *x->e + sizeof *x->n) +
                             (uint64_t) nb * 8 + x->c.cap_blocks - 1) /
                            x->c.cap_blocks;
@@ -135,6 +143,7 @@ void kvi_free(struct kvindex *idx)
     free(idx->pair);
     free(idx->h);
     free(idx->nodes);
+    free(idx->seen_keys);
     free(idx);
 }
 
@@ -231,6 +240,7 @@ static void kvi_remove(struct kvindex *x, uint32_t i, int why)
         *p = nd->next;
         nd->next = x->nfree;
         x->nfree = e->node;
+        x->freed++;
     }
     kvi_unlink_lru(x, i);
     h->count--;
@@ -326,10 +336,14 @@ static uint32_t kvi_entry_of(struct kvindex *x, uint32_t ni, uint32_t hi)
     return i;
 }
 
-/* Inserts or refreshes one key for holder hi. */
-static void kvi_put(struct kvindex *x, uint32_t hi, uint64_t key, uint32_t now)
+/* Inserts or refreshes one key for holder hi; ni is its node when known (else KVI_NIL: found
+ * here). */
+static void kvi_put(struct kvindex *x, uint32_t hi, uint64_t key, uint32_t ni, uint32_t now)
 {
-    uint32_t ni = kvi_find(x, key), i;
+    uint32_t i;
+
+    if (ni == KVI_NIL)
+        ni = kvi_find(x, key);
     struct kvi_entry *e;
 
     if (ni != KVI_NIL && (i = kvi_entry_of(x, ni, hi)) != KVI_NIL) {
@@ -378,17 +392,29 @@ static uint32_t kvi_next_victim(const struct kvindex *x, uint32_t v, int own)
     return own ? x->e[v].hprev : x->e[v].gprev;
 }
 
+/* How many of keys[0 .. n) the last lookup found nodes for (x->nodes), that are still theirs. */
+static size_t kvi_seen(const struct kvindex *x, const uint64_t *keys, size_t n)
+{
+    size_t k = x->seen < n ? x->seen : n;
+
+    if (x->freed != x->seen_freed || memcmp(keys, x->seen_keys, k * sizeof *keys) != 0)
+        return 0;
+    return k;
+}
+
 void kvi_insert(struct kvindex *x, uint32_t worker, uint32_t rank, const uint64_t *keys, size_t n,
                 uint64_t now_ms)
 {
     uint32_t hi = kvi_holder(x, worker, rank), now, b, v;
-    size_t a;
+    size_t a, seen;
     int own;
 
     if (hi == KVI_NIL)
         return;
     kvi_expire(x, now_ms);
     now = (uint32_t) x->last_ms;
+    /* the chain's nodes the lookup before found: no probe for them here, while no node goes */
+    seen = kvi_seen(x, keys, n);
     for (a = 1; a <= n && a <= 2 * KVI_AHEAD; a++)
         KVI_PREFETCH(kvi_slot(x, keys[n - a]));
     /* last block first: block 0 ends up the most recently used, the chain ages from its end.
@@ -397,11 +423,14 @@ void kvi_insert(struct kvindex *x, uint32_t worker, uint32_t rank, const uint64_
      * kvi_entry_of reads of that node: its first entry, or its (key, holder) bucket. A refresh
      * (the common case: a conversation's blocks come back) would wait for each in turn. */
     while (n-- > 0) {
-        if (n >= 2 * KVI_AHEAD)
+        if (n >= 2 * KVI_AHEAD && n - 2 * KVI_AHEAD >= seen)
             KVI_PREFETCH(kvi_slot(x, keys[n - 2 * KVI_AHEAD]));
-        if (n >= KVI_AHEAD && (b = *kvi_slot(x, keys[n - KVI_AHEAD])) != KVI_NIL)
+        if (n >= KVI_AHEAD && n - KVI_AHEAD >= seen &&
+            (b = *kvi_slot(x, keys[n - KVI_AHEAD])) != KVI_NIL)
             KVI_PREFETCH(&x->n[b]);
-        if (n >= KVI_AHEAD / 2 && (b = *kvi_slot(x, keys[n - KVI_AHEAD / 2])) != KVI_NIL) {
+        if (n >= KVI_AHEAD / 2 &&
+            (b = n - KVI_AHEAD / 2 < seen ? x->nodes[n - KVI_AHEAD / 2]
+                                          : *kvi_slot(x, keys[n - KVI_AHEAD / 2])) != KVI_NIL) {
             KVI_PREFETCH(&x->e[x->n[b].head]);
             if (x->n[b].count > 1)
                 KVI_PREFETCH(kvi_pslot(x, b, hi));
@@ -431,7 +460,9 @@ void kvi_insert(struct kvindex *x, uint32_t worker, uint32_t rank, const uint64_
                     KVI_PREFETCH(&x->e[v]);
             }
         }
-        kvi_put(x, hi, keys[n], now);
+        if (x->freed != x->seen_freed)
+            seen = 0;
+        kvi_put(x, hi, keys[n], n < seen ? x->nodes[n] : KVI_NIL, now);
     }
 }
 
@@ -451,6 +482,7 @@ static uint32_t kvi_probe(struct kvindex *x, const uint64_t *keys, uint32_t n, u
             KVI_PREFETCH(&x->n[b]);
         if ((nodes[lv] = kvi_find(x, keys[lv])) == KVI_NIL)
             break;
+        KVI_PREFETCH(&x->e[x->n[nodes[lv]].head]); /* for the insert that follows */
     }
     return lv;
 }
@@ -467,6 +499,9 @@ size_t kvi_match(struct kvindex *x, const uint64_t *keys, size_t n, uint64_t now
     if (n > x->c.max_keys)
         n = x->c.max_keys;
     found = kvi_probe(x, keys, (uint32_t) n, nodes);
+    memcpy(x->seen_keys, keys, found * sizeof *keys);
+    x->seen = found;
+    x->seen_freed = x->freed;
     if (found == 0 || cap == 0)
         return 0;
     if (++x->gen == 0) { /* wrapped: no holder may look reported by an old lookup */

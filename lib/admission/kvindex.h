@@ -20,7 +20,10 @@
  * by a whole fleet costs about as many visits as the room, not as the fleet; each holder
  * reported costs a (key, holder) probe at each further depth visited.
  * Inserting a key touches its holder's entry, found among the key's holders (O(holders of
- * that key)). Times are the caller's monotonic milliseconds; an index is not thread-safe. */
+ * that key)); an insert right after a lookup of the same keys (the router's decision after
+ * its lookup) takes the keys' nodes from that lookup rather than probing for them again,
+ * while no node has been freed since. Times are the caller's monotonic milliseconds; an
+ * index is not thread-safe. */
 #ifndef ADMIT_KVINDEX_H
 #define ADMIT_KVINDEX_H
 

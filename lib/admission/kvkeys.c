@@ -70,10 +70,11 @@ enum { KVK_NONE, KVK_IDS, KVK_TEXT };
 struct kvk_run {
     uint64_t *keys;
     size_t cap, n;
-    uint64_t prev;    /* the last key (the seed before the first) */
-    uint64_t h;       /* the open block's hash so far */
+    uint64_t h;       /* the last key (the seed before the first) */
+    uint64_t lane[2]; /* the open block's words so far, the even ones and the odd ones */
     uint64_t word;    /* text: bytes not yet a whole word */
     unsigned wbytes;  /* ... how many */
+    unsigned odd;     /* the lane of the open block's next word */
     unsigned left;    /* ids or bytes the open block still needs */
     unsigned size;    /* ids or bytes a block holds */
     int mode, done;   /* KVK_*; done: cap reached or the first prompt of a batch ended */
@@ -81,15 +82,31 @@ struct kvk_run {
     char role[16];
 };
 
+/* Starts a block: its words hash apart from the chain, in two lanes (the even words and the
+ * odd ones), so that a block's multiplies do not wait for the last block's key or for each
+ * other: only the close chains (kvk_close). */
+static inline void kvk_open(struct kvk_run *r)
+{
+    r->lane[0] = KVK_M1;
+    r->lane[1] = KVK_M2;
+    r->word = 0;
+    r->wbytes = 0;
+    r->odd = 0;
+}
+
+static inline void kvk_word(struct kvk_run *r, uint64_t w)
+{
+    r->lane[r->odd] = kvk_absorb(r->lane[r->odd], w);
+    r->odd ^= 1;
+}
+
 static void kvk_run_init(struct kvk_run *r, uint64_t seed, uint64_t *keys, size_t cap)
 {
     r->keys = keys;
     r->cap = cap;
     r->n = 0;
-    r->prev = seed;
     r->h = seed;
-    r->word = 0;
-    r->wbytes = 0;
+    kvk_open(r);
     r->mode = KVK_NONE;
     r->done = cap == 0;
     r->rolelen = 0;
@@ -108,26 +125,25 @@ static int kvk_mode(struct kvk_run *r, const struct kvk_params *p, int mode)
     return r->mode == mode && !r->done;
 }
 
-/* Closes the open block: its key follows from the previous one and its contents. */
-static void kvk_close(struct kvk_run *r)
+/* Closes the open block: its key follows from the previous one and its contents (the two
+ * lanes folded into one word, then mixed with the previous key by kvk_finish). */
+static inline void kvk_close(struct kvk_run *r)
 {
     uint64_t key;
 
     if (r->wbytes)
-        r->h = kvk_absorb(r->h, r->word);
-    key = kvk_finish(r->h ^ r->size);
+        kvk_word(r, r->word);
+    key = kvk_finish(r->h ^ kvk_absorb(r->lane[0], r->lane[1]) ^ r->size);
     r->keys[r->n++] = key;
-    r->prev = key;
     r->h = key;
-    r->word = 0;
-    r->wbytes = 0;
+    kvk_open(r);
     r->left = r->size;
     r->done = r->n == r->cap;
 }
 
 static void kvk_run_id(struct kvk_run *r, uint64_t id)
 {
-    r->h = kvk_absorb(r->h, id);
+    kvk_word(r, id);
     if (--r->left == 0)
         kvk_close(r);
 }
@@ -137,12 +153,30 @@ static void kvk_run_text(struct kvk_run *r, const char *s, size_t n)
     uint64_t w;
 
     while (n && !r->done) {
-        /* whole words straight in, the common case: a word boundary and 8 bytes to go */
+        /* whole words straight in, the common case: a word boundary and 8 bytes to go; two at
+         * a time, one to each lane, while 16 bytes are left of the text and of the block */
         while (r->wbytes == 0 && n >= 8 && r->left >= 8) {
-            memcpy(&w, s, 8);
-            r->h = kvk_absorb(r->h, w);
-            s += 8, n -= 8;
-            if ((r->left -= 8) == 0) {
+            if (r->odd == 0 && n >= 16 && r->left >= 16) {
+                uint64_t a = r->lane[0], b = r->lane[1], v;
+                unsigned left = r->left;
+
+                do {
+                    memcpy(&w, s, 8);
+                    memcpy(&v, s + 8, 8);
+                    a = kvk_absorb(a, w);
+                    b = kvk_absorb(b, v);
+                    s += 16, n -= 16, left -= 16;
+                } while (n >= 16 && left >= 16);
+                r->lane[0] = a;
+                r->lane[1] = b;
+                r->left = left;
+            } else {
+                memcpy(&w, s, 8);
+                kvk_word(r, w);
+                s += 8, n -= 8;
+                r->left -= 8;
+            }
+            if (r->left == 0) {
                 kvk_close(r);
                 if (r->done)
                     return;
@@ -153,7 +187,7 @@ static void kvk_run_text(struct kvk_run *r, const char *s, size_t n)
         r->word |= (uint64_t) (unsigned char) *s++ << (8 * r->wbytes);
         n--;
         if (++r->wbytes == 8) {
-            r->h = kvk_absorb(r->h, r->word);
+            kvk_word(r, r->word);
             r->word = 0;
             r->wbytes = 0;
         }

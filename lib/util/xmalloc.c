@@ -6,6 +6,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#if defined(__linux__)
+#include <sys/mman.h>
+#endif
 
 void fatal(const char *fmt, ...)
 {
@@ -25,6 +28,25 @@ void *xmalloc(size_t n)
 
     if (p == NULL)
         fatal("out of memory allocating %zu bytes", n);
+    return p;
+}
+
+/* Huge pages are 2 MiB on x86-64 and arm64 (4 KiB base pages). */
+#define XMALLOC_HUGE ((size_t) 2 << 20)
+
+void *xmalloc_huge(size_t n)
+{
+    void *p;
+
+    if (n < XMALLOC_HUGE)
+        return xmalloc(n);
+    if (posix_memalign(&p, XMALLOC_HUGE, n) != 0)
+        fatal("out of memory allocating %zu bytes", n);
+#if defined(__linux__) && defined(MADV_HUGEPAGE)
+    /* a hint (without it, or with THP "never", 4 KiB pages), for the whole huge pages only:
+     * the part past the last one stays in small pages, so that what is resident is n */
+    (void) madvise(p, n & ~(XMALLOC_HUGE - 1), MADV_HUGEPAGE);
+#endif
     return p;
 }
 

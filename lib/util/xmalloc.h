@@ -16,6 +16,9 @@
 noreturn void fatal(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 /** malloc that aborts on failure; xmalloc(0) returns a valid pointer */
 void *xmalloc(size_t n);
+/** xmalloc for a large table read at random (free() frees it): aligned to and, where the
+    system allows, backed by huge pages, whose TLB covers it where 4 KiB pages miss */
+void *xmalloc_huge(size_t n);
 /** calloc that aborts on failure */
 void *xcalloc(size_t count, size_t size);
 /** realloc that aborts on failure */

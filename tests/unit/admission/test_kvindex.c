@@ -454,12 +454,84 @@ static void test_churn_keeps_invariants(void **state)
     kvi_free(x);
 }
 
+/* An insert right after a lookup of its chain reuses the nodes the lookup found: the index
+ * must end up as one whose lookups were of other chains. Twins take the same random inserts,
+ * corrections and forgets over a small cap with evictions; before each insert, one looks up
+ * the inserted chain (at times changed in place after, or with a removal between), the other
+ * a chain of its own. Their lookups of every chain and their counts stay equal throughout. */
+static void test_insert_after_lookup(void **state)
+{
+    struct kvindex *a = new_index(8, 2, 120, 300), *b = new_index(8, 2, 120, 300);
+    uint64_t keys[24], other[24], now = 1;
+    struct kvi_hit ha[HITS], hb[HITS];
+    struct kvi_stats sa, sb;
+    uint32_t w, r;
+    size_t ma, mb;
+    int i, k, c;
+
+    (void) state;
+    srand(2525);
+    for (w = 0; w < 8; w++) {
+        kvi_set_capacity(a, w, 0, 15 + w);
+        kvi_set_capacity(b, w, 0, 15 + w);
+    }
+    chain(other, 24, 99, 0, 999);
+    for (i = 0; i < 20000; i++) {
+        w = (uint32_t) rand() % 8, r = (uint32_t) rand() % 2;
+        now += (uint64_t) (rand() % 5);
+        chain(keys, 24, (uint64_t) (rand() % 4), (size_t) (rand() % 24), (uint64_t) (rand() % 30));
+        k = rand() % 10;
+        if (k < 7) {
+            size_t n = (size_t) (rand() % 25);
+
+            (void) kvi_match(a, keys, (size_t) (rand() % 25), now, ha, HITS);
+            (void) kvi_match(b, other, 24, now, hb, HITS);
+            if (k == 0) /* the same buffer, other keys */
+                keys[rand() % 24] ^= 1;
+            else if (k == 1) /* a removal between the lookup and the insert */
+                kvi_forget_worker(a, (w + 1) % 8), kvi_forget_worker(b, (w + 1) % 8);
+            kvi_insert(a, w, r, keys, n, now);
+            kvi_insert(b, w, r, keys, n, now);
+        } else if (k < 9) {
+            size_t depth = (size_t) (rand() % 25);
+            uint64_t cached = (uint64_t) (rand() % 400);
+
+            (void) kvi_correct(a, w, r, keys, 24, depth, cached);
+            (void) kvi_correct(b, w, r, keys, 24, depth, cached);
+        } else if (rand() % 10 == 0) {
+            kvi_forget_worker(a, w);
+            kvi_forget_worker(b, w);
+        }
+        kvi_stats(a, &sa);
+        kvi_stats(b, &sb);
+        assert_int_equal(sa.blocks, sb.blocks);
+        assert_int_equal(sa.evicted_capacity, sb.evicted_capacity);
+        assert_int_equal(sa.evicted_global, sb.evicted_global);
+        assert_int_equal(sa.evicted_ttl, sb.evicted_ttl);
+        for (w = 0; w < 8; w++)
+            for (r = 0; r < 2; r++)
+                assert_int_equal(kvi_held(a, w, r), kvi_held(b, w, r));
+        if (i % 10 != 0)
+            continue;
+        for (c = 0; c < 30; c++) {
+            chain(keys, 24, (uint64_t) (c % 4), (size_t) (c % 24), (uint64_t) c);
+            ma = kvi_match(a, keys, 24, now, ha, HITS);
+            mb = kvi_match(b, keys, 24, now, hb, HITS);
+            assert_int_equal(ma, mb);
+            assert_memory_equal(ha, hb, ma * sizeof *ha);
+        }
+    }
+    kvi_free(a);
+    kvi_free(b);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_insert_match_depth),
         cmocka_unit_test(test_depth_with_many_holders),
         cmocka_unit_test(test_match_against_model),
+        cmocka_unit_test(test_insert_after_lookup),
         cmocka_unit_test(test_cap_keeps_deepest),
         cmocka_unit_test(test_no_first_block_no_hit),
         cmocka_unit_test(test_ttl),

@@ -143,6 +143,35 @@ static void test_escapes(void **state)
     expect("{\"prompt\":\"ab\\u12G4\"}", 1, 0, 2, 0, 0);
 }
 
+/* An escape, a quote or a control byte at every place in the first 48 bytes of a 64-byte
+ * prompt: the plain run before it is scanned 16, 8 or 1 bytes at a time, and each must stop
+ * there (a missed escape counts its bytes raw; a missed quote runs on). */
+static void test_stop_anywhere(void **state)
+{
+    char body[128];
+    size_t at;
+    struct tokcount t;
+
+    (void) state;
+    for (at = 0; at < 48; at++) {
+        memset(body, 'a', sizeof body);
+        memcpy(body, "{\"prompt\":\"", 11);
+        memcpy(body + 11 + at, "\\n", 2); /* 64 raw bytes, 63 decoded */
+        memcpy(body + 11 + 64, "\"}", 2);
+        t = count_n(body, 11 + 64 + 2, 4.0);
+        assert_int_equal(t.text_bytes, 63);
+        assert_int_equal(t.complete, 1);
+        body[11 + at] = '"'; /* the prompt ends there: what follows is no JSON */
+        t = count_n(body, 11 + 64 + 2, 4.0);
+        assert_int_equal(t.text_bytes, at);
+        assert_int_equal(t.complete, 0);
+        body[11 + at] = '\x01'; /* a control byte stops the scan */
+        t = count_n(body, 11 + 64 + 2, 4.0);
+        assert_int_equal(t.text_bytes, at);
+        assert_int_equal(t.complete, 0);
+    }
+}
+
 static void test_whitespace(void **state)
 {
     (void) state;
@@ -627,6 +656,7 @@ int main(void)
         cmocka_unit_test(test_completions_prompt),
         cmocka_unit_test(test_vllm_sglang_ids),
         cmocka_unit_test(test_escapes),
+        cmocka_unit_test(test_stop_anywhere),
         cmocka_unit_test(test_whitespace),
         cmocka_unit_test(test_depth_rules),
         cmocka_unit_test(test_malformed),

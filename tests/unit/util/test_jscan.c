@@ -184,6 +184,55 @@ static void test_numbers(void **state)
     }
 }
 
+/* The byte a string's scan stops at, at every place in the first 48 bytes of a 64-byte string:
+ * the run of plain bytes before it is scanned 16, 8 or 1 at a time, and each must stop there. */
+static void test_stop_anywhere(void **state)
+{
+    static const struct {
+        const char *bytes;
+        int ok;
+        size_t len; /* the string's raw length past the offset, when ok */
+    } cases[] = {
+        {"\"", 1, 0},        /* the closing quote, early */
+        {"\\n", 1, 63},      /* an escape: the scan goes on to the end */
+        {"\xc3\xa9", 1, 63}, /* UTF-8: likewise */
+        {"\x1f", 0, 0},      /* a control byte */
+        {"\x7f", 1, 63},     /* DEL is plain in JSON */
+        {"\xff", 0, 0},      /* no UTF-8 */
+    };
+    char text[80];
+    struct jscan s;
+    struct jscan_str str;
+    size_t i, at, n;
+
+    (void) state;
+    for (i = 0; i < sizeof cases / sizeof cases[0]; i++)
+        for (at = 0; at < 48; at++) {
+            n = strlen(cases[i].bytes);
+            memset(text, 'a', sizeof text);
+            text[0] = '"';
+            memcpy(text + 1 + at, cases[i].bytes, n);
+            text[64] = '"';
+            assert_int_equal(jscan_init(&s, text, 65), 0);
+            assert_int_equal(jscan_string(&s, &str) == 0, cases[i].ok);
+            if (cases[i].ok)
+                assert_int_equal(str.len, cases[i].len ? cases[i].len : at);
+            else
+                assert_int_equal(s.p - (const unsigned char *) text, (long) (1 + at));
+        }
+    /* a control byte, then the closing quote in the same word: short strings and the ends of
+     * long ones go 8 bytes a step, or one */
+    for (at = 0; at < 40; at++) {
+        memset(text, 'a', sizeof text);
+        text[0] = '"';
+        text[1 + at] = '\x01';
+        text[2 + at] = '"';
+        assert_int_equal(jscan_init(&s, text, 3 + at), 0);
+        assert_int_equal(jscan_string(&s, &str), -1);
+        assert_int_equal(s.p - (const unsigned char *) text, (long) (1 + at));
+    }
+}
+
 /* A text over JSCAN_TEXT_MAX is refused at the start. */
 static void test_text_limit(void **state)
 {
@@ -201,7 +250,7 @@ int main(void)
         cmocka_unit_test(test_depth_limit), cmocka_unit_test(test_key_limit),
         cmocka_unit_test(test_duplicates),  cmocka_unit_test(test_str_copy),
         cmocka_unit_test(test_utf8),        cmocka_unit_test(test_numbers),
-        cmocka_unit_test(test_text_limit),
+        cmocka_unit_test(test_text_limit),  cmocka_unit_test(test_stop_anywhere),
     };
 
     return cmocka_run_group_tests(tests, NULL, NULL);
