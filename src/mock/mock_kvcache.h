@@ -36,8 +36,9 @@ struct mock_kvseq {
     int pushed;    /* a block was pushed: the next one has a parent block */
 };
 
-/* What a pool reports: a block newly cached (its hash, its parent's hash or none for the
- * first block of a sequence, and its block_size ids), and a block evicted (its hash). */
+/* What a pool reports: a block newly cached (its hash; its parent's hash, or for the first
+ * block of a sequence has_parent 0 and the sequence's seed, 0 without a cache_salt; and its
+ * block_size ids), and a block evicted (its hash). */
 struct mock_kvc_listener {
     void (*stored)(void *arg, uint64_t hash, int has_parent, uint64_t parent, const uint32_t *ids);
     void (*removed)(void *arg, uint64_t hash);

@@ -30,7 +30,8 @@ struct kvev {
     int kind;
     int has_parent;
     uint64_t parent;
-    uint64_t *h; /* block_hashes */
+    uint64_t salt; /* a root chain's seed: its request's cache_salt (0: none) */
+    uint64_t *h;   /* block_hashes */
     size_t nh, hcap;
     uint32_t *ids; /* a store's token ids: nh * block_size of them */
     size_t nids, idscap;
@@ -129,7 +130,10 @@ static void on_stored(void *arg, uint64_t hash, int has_parent, uint64_t parent,
     if (e == NULL || e->kind != EV_STORED || !has_parent || e->h[e->nh - 1] != parent) {
         e = new_event(p, EV_STORED, p->nev);
         e->has_parent = has_parent;
-        e->parent = parent;
+        if (has_parent)
+            e->parent = parent;
+        else
+            e->salt = parent;
     }
     add_hash(e, hash);
     grow((void **) &e->ids, &e->idscap, e->nids + p->block_size, sizeof *e->ids);
@@ -196,8 +200,9 @@ static void pack_event(const struct mock_kvpub *p, msgpack_packer *pk, const str
 {
     int stored = e->kind == EV_STORED;
     /* BlockStored: tag, block_hashes, parent_block_hash, token_ids, block_size, lora_id,
-     * medium, lora_name; BlockRemoved: tag, block_hashes, medium. */
-    size_t n = stored ? 8 : 3;
+     * medium, lora_name, and extra_keys for a salted chain; BlockRemoved: tag, block_hashes,
+     * medium. */
+    size_t n = stored ? (e->salt ? 9 : 8) : 3;
 
     if (p->enc == MOCK_KV_MAP) {
         msgpack_pack_map(pk, n);
@@ -230,6 +235,20 @@ static void pack_event(const struct mock_kvpub *p, msgpack_packer *pk, const str
     if (stored) {
         pack_key(p, pk, "lora_name");
         msgpack_pack_nil(pk);
+    }
+    if (stored && e->salt) {
+        char salt[17];
+
+        /* vLLM puts the cache_salt in the first block's extra_keys, so that a reader knows
+         * the engine's hash covers more than the tokens; the mock knows only the salt's
+         * hash, and sends that (hex). The other blocks have none. */
+        snprintf(salt, sizeof salt, "%016llx", (unsigned long long) e->salt);
+        pack_key(p, pk, "extra_keys");
+        msgpack_pack_array(pk, e->nh);
+        msgpack_pack_array(pk, 1);
+        pack_str(pk, salt);
+        for (size_t i = 1; i < e->nh; i++)
+            msgpack_pack_nil(pk);
     }
 }
 

@@ -2,7 +2,7 @@
  *
  * Reads one payload per line of stdin, in hex, and writes one JSON line per payload: the
  * batch as kve_decode reads it ({"rank", "events": [{"kind", "hashes", "parent",
- * "block_size", "tokens"}]}), or {"error": MESSAGE}. test_mock_kv_events.py compares it
+ * "block_size", "extra", "tokens"}]}), or {"error": MESSAGE}. test_mock_kv_events.py compares it
  * with what Python's msgpack reads from the same bytes. */
 #include "admission/kvevents.h"
 
@@ -43,7 +43,8 @@ static void dump(struct kve_decoder *d, const unsigned char *p, size_t n)
                     printf(", \"parent\": %" PRIu64, e->parent);
                 else
                     printf(", \"parent\": null");
-                printf(", \"block_size\": %" PRIu32 ", \"tokens\": [", e->block_size);
+                printf(", \"block_size\": %" PRIu32 ", \"extra\": %d, \"tokens\": [", e->block_size,
+                       e->has_extra_keys);
                 for (uint32_t k = 0; k < e->n_tokens; k++)
                     printf("%s%" PRIu32, k ? ", " : "", t[e->token_first + k]);
                 printf("]");

@@ -61,8 +61,9 @@ def tokenize(mock, prompt):
     return json.loads(data)["tokens"]
 
 
-def complete(mock, prompt, max_tokens=1):
+def complete(mock, prompt, max_tokens=1, **extra):
     body = {"model": "mock-model", "prompt": prompt, "max_tokens": max_tokens}
+    body.update(extra)
     status, _, data = request(mock.addr, "POST", "/v1/completions", body)
     assert status == 200, (status, data)
     return json.loads(data)["usage"]
@@ -87,7 +88,7 @@ def norm_event(ev):
         d = dict(ev)
     else:
         names = {"BlockStored": ["block_hashes", "parent_block_hash", "token_ids", "block_size",
-                                 "lora_id", "medium", "lora_name"],
+                                 "lora_id", "medium", "lora_name", "extra_keys"],
                  "BlockRemoved": ["block_hashes", "medium"],
                  "AllBlocksCleared": []}[ev[0]]
         d = dict(zip(["type"] + names, ev))
@@ -212,6 +213,17 @@ def test_stored_blocks_are_the_prompts_tokens():
     # One sequence per batch, each the one before plus 1.
     seqs = [s for s, _ in sub.batches]
     assert seqs == list(range(seqs[0], seqs[0] + len(seqs))) and len(seqs) == 2, seqs
+    assert "extra_keys" not in e, e
+    # With a cache_salt the same prompt is another chain: new hashes, still a root, and the
+    # first block's extra_keys say the hash covers more than the tokens (as vLLM's).
+    complete(mock, p1, cache_salt="tenant-a")
+    evs3 = events_of(sub.drain())
+    assert [x["type"] for x in evs3] == ["BlockStored"], evs3
+    s3 = evs3[0]
+    assert s3["token_ids"] == ids[:n] and s3["parent_block_hash"] is None, s3
+    assert not set(s3["block_hashes"]) & set(e["block_hashes"]), (s3, e)
+    xk = s3["extra_keys"]
+    assert len(xk) == n // BLOCK and xk[0] and all(k is None for k in xk[1:]), xk
     sub.close()
     mock.stop()
 
@@ -293,6 +305,7 @@ def run_script(mock, sub, tag):
     complete(mock, p)
     complete(mock, p + " theta iota kappa " * 10, max_tokens=BLOCK + 2)
     complete(mock, prompt_of("lambda", 2))
+    complete(mock, prompt_of("lambda", 2), cache_salt="s1")
     return [decode(payload)[1] for _, payload in sub.drain()]
 
 
@@ -393,6 +406,7 @@ def test_our_decoder_reads_what_the_mock_sends():
         if "--kv-events-hash-bytes" in args:
             b = msgpack.unpackb(payloads[0], raw=False)
             assert isinstance(b[1][0][1][0], bytes) and len(b[1][0][1][0]) == 8, b
+        assert any(e.get("extra_keys") for p in payloads for e in decode(p)[1])
         ours = kve_dump(payloads)
         assert len(ours) == len(payloads), (ours, args)
         for mine, payload in zip(ours, payloads):
@@ -404,7 +418,8 @@ def test_our_decoder_reads_what_the_mock_sends():
                 w = {"kind": e["type"], "hashes": e["block_hashes"]}
                 if e["type"] == "BlockStored":
                     w.update(parent=e["parent_block_hash"], block_size=e["block_size"],
-                             tokens=e["token_ids"])
+                             tokens=e["token_ids"],
+                             extra=int(any(k is not None for k in e.get("extra_keys") or [])))
                 want.append(w)
             assert mine["events"] == want, (mine, want, args)
 

@@ -190,7 +190,7 @@ static void test_salt_isolates(void **state)
 
 /* What a listener heard: stores (hash, parent or 0 for none, first id) and removals. */
 struct heard {
-    uint64_t stored[16], parent[16], removed[16];
+    uint64_t stored[16], parent[16], seed[16], removed[16];
     uint32_t first_id[16];
     size_t nstored, nremoved;
 };
@@ -201,6 +201,7 @@ static void heard_stored(void *arg, uint64_t hash, int has_parent, uint64_t pare
     struct heard *h = arg;
 
     h->parent[h->nstored] = has_parent ? parent : 0;
+    h->seed[h->nstored] = has_parent ? 0 : parent;
     h->first_id[h->nstored] = ids[0];
     h->stored[h->nstored++] = hash;
 }
@@ -240,6 +241,7 @@ static void test_listener(void **state)
     mock_kvc_release(c, &s);
     assert_int_equal(h.nstored, 3);
     assert_int_equal(h.parent[2], 0);
+    assert_true(h.seed[2] == mock_kvc_salt("t", 1) && h.seed[0] == 0);
     assert_int_equal(h.nremoved, 1);
     assert_true(h.removed[0] == h.stored[1]);
     mock_kvc_listen(c, NULL);
