@@ -24,6 +24,7 @@ import subprocess
 import time
 
 from harness import Mock, Tap, request
+from test_mock_cache import completion
 
 BLOCK = 16
 KVE_DUMP = os.environ.get("KVE_DUMP", "build/tests/integration/kve_dump")
@@ -62,11 +63,8 @@ def tokenize(mock, prompt):
 
 
 def complete(mock, prompt, max_tokens=1, **extra):
-    body = {"model": "mock-model", "prompt": prompt, "max_tokens": max_tokens}
-    body.update(extra)
-    status, _, data = request(mock.addr, "POST", "/v1/completions", body)
-    assert status == 200, (status, data)
-    return json.loads(data)["usage"]
+    """One token by default: a prompt of whole blocks plus a few stores no generated block."""
+    return completion(mock, prompt, max_tokens, **extra)
 
 
 def prompt_of(tag, blocks, extra=3):
@@ -298,27 +296,29 @@ def test_eviction_publishes_exactly_the_evicted_blocks():
     mock.stop()
 
 
-def run_script(mock, sub, tag):
-    """The same requests on a fresh mock: the events, without the batch's ts."""
-    joined(mock, [sub], tag="w" + tag)
+def run_script(*args):
+    """The same requests on a fresh mock with args: its payloads, all of them, read back
+    through the replay socket (a SUB would miss the first ones, and warming it up with
+    requests would change the cache)."""
+    mock, port = start("--num-gpu-blocks", "6", *args, replay=True)
     p = prompt_of("eta", 3)
     complete(mock, p)
     complete(mock, p + " theta iota kappa " * 10, max_tokens=BLOCK + 2)
     complete(mock, prompt_of("lambda", 2))
     complete(mock, prompt_of("lambda", 2), cache_salt="s1")
-    return [decode(payload)[1] for _, payload in sub.drain()]
+    got, end = replay(port + 1, 0)
+    mock.stop()
+    assert end and [q for q, _ in got] == list(range(len(got))) and len(got) >= 4, got
+    return [payload for _, payload in got]
 
 
 def test_both_encodings_carry_the_same_events():
     runs = {}
     raw = {}
     for enc in ("positional", "map"):
-        mock, port = start("--num-gpu-blocks", "6", encoding=enc)
-        sub = Sub(port)
-        runs[enc] = run_script(mock, sub, "x")
-        raw[enc] = [msgpack.unpackb(p, raw=False) for _, p in sub.batches]
-        sub.close()
-        mock.stop()
+        payloads = run_script("--kv-events-encoding", enc)
+        runs[enc] = [decode(p)[1] for p in payloads]
+        raw[enc] = [msgpack.unpackb(p, raw=False) for p in payloads]
     # Events as arrays with the tag first, or as maps keyed by name with the tag under "type".
     assert all(isinstance(e, list) and isinstance(e[0], str) for b in raw["positional"]
                for e in b[1]), raw["positional"]
@@ -397,12 +397,7 @@ def kve_dump(payloads):
 def test_our_decoder_reads_what_the_mock_sends():
     for args in (["--kv-events-encoding", "positional"], ["--kv-events-encoding", "map"],
                  ["--kv-events-hash-bytes"]):
-        mock, port = start("--num-gpu-blocks", "6", *args)
-        sub = Sub(port)
-        run_script(mock, sub, "y")
-        payloads = [p for _, p in sub.batches]
-        sub.close()
-        mock.stop()
+        payloads = run_script(*args)
         if "--kv-events-hash-bytes" in args:
             b = msgpack.unpackb(payloads[0], raw=False)
             assert isinstance(b[1][0][1][0], bytes) and len(b[1][0][1][0]) == 8, b
