@@ -12,10 +12,12 @@
 #include <jansson.h>
 #include <limits.h>
 #include <math.h>
+#include <msgpack.h>
 #include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <zmq.h>
 
 enum mock_opt_kind {
     MO_FLOAT,
@@ -356,9 +358,15 @@ int mock_opts_parse(struct mock_opts *o, int argc, char **argv, char *err, size_
             if (d->kind == MO_HELP) {
                 mock_usage();
             } else {
-                const struct buildinfo_lib libs[] = {{"libevent", event_get_version()}};
+                char zv[32];
+                int maj, min, pat;
+                struct buildinfo_lib libs[] = {
+                    {"libevent", event_get_version()}, {"libzmq", zv}, {"msgpack-c", NULL}};
 
-                buildinfo_print(stdout, "admit-mock-engine", libs, 1);
+                zmq_version(&maj, &min, &pat);
+                snprintf(zv, sizeof zv, "%d.%d.%d", maj, min, pat);
+                libs[2].version = msgpack_version();
+                buildinfo_print(stdout, "admit-mock-engine", libs, 3);
             }
             return 1;
         }

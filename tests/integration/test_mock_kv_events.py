@@ -419,6 +419,34 @@ def test_our_decoder_reads_what_the_mock_sends():
             assert mine["events"] == want, (mine, want, args)
 
 
+def test_bad_options_and_busy_ports():
+    mock_bin = os.environ.get("MOCK_ENGINE", "build/admit-mock-engine")
+    for args, want in ((["--kv-events-endpoint", "tcp://*"], "--kv-events-endpoint"),
+                       (["--kv-events-endpoint", "tcp://*:70000"], "--kv-events-endpoint"),
+                       (["--kv-events-endpoint", "udp://x:1"], "--kv-events-endpoint"),
+                       (["--kv-events-encoding", "cbor"], "positional or map"),
+                       (["--kv-events-config", "[1]"], "--kv-events-config"),
+                       (["--kv-events-config", '{"publisher": "kafka"}'], "publisher"),
+                       (["--kv-events-buffer-steps", "0"], "--kv-events-buffer-steps")):
+        p = subprocess.run([mock_bin, "--listen", "127.0.0.1:0"] + args, capture_output=True,
+                           text=True, timeout=30)
+        assert p.returncode == 2 and want in p.stderr, (args, p.returncode, p.stderr)
+    # A port another process holds: the mock says so and exits 1 (rank 1's port here).
+    held = socket.socket()
+    held.bind(("127.0.0.1", 0))
+    held.listen(1)
+    port = held.getsockname()[1]
+    try:
+        p = subprocess.run([mock_bin, "--listen", "127.0.0.1:0", "--data-parallel-size", "2",
+                            "--kv-events-endpoint", "tcp://127.0.0.1:%d" % (port - 1),
+                            "--kv-events-replay-endpoint", "tcp://127.0.0.1:%d" % port],
+                           capture_output=True, text=True, timeout=30)
+    finally:
+        held.close()
+    assert p.returncode == 1 and "cannot bind KV events endpoint" in p.stderr, (p.returncode,
+                                                                                 p.stderr)
+
+
 if __name__ == "__main__":
     tap = Tap()
     tap.run("stored blocks are the prompt's /tokenize ids, chained, one sequence per batch",
@@ -434,4 +462,5 @@ if __name__ == "__main__":
             test_replay_returns_missed_batches_then_end)
     tap.run("our decoder (kvevents) reads both encodings and bytes hashes as Python does",
             test_our_decoder_reads_what_the_mock_sends)
+    tap.run("bad --kv-events-* values exit 2, a busy port exits 1", test_bad_options_and_busy_ports)
     tap.done()
