@@ -126,11 +126,13 @@ class Sub:
         self.batches.append((seq, frames[2]))
         return seq, frames[2]
 
-    def drain(self, quiet=0.3):
-        """Every batch until none comes for `quiet` seconds."""
+    def drain(self, quiet=0.3, first=2.0):
+        """Every batch until none comes for `quiet` seconds (`first` for the first one: the
+        HTTP answer can arrive before ZMQ's I/O thread has delivered the batches, which the
+        mock sends before the answer's end, in order)."""
         got = []
         while True:
-            m = self.recv(quiet)
+            m = self.recv(quiet if got else first)
             if m is None:
                 return got
             got.append(m)
@@ -147,10 +149,10 @@ def joined(mock, subs, tag="warm"):
         complete(mock, prompt_of("%s%d" % (tag, i), 1))
         time.sleep(0.05)
         for s in subs:
-            s.drain(0.05)
+            s.drain(0.05, 0.05)
         if all(s.batches for s in subs):
             for s in subs:
-                s.drain(0.3)
+                s.drain(0.3, 0.3)
                 s.batches = []
             return
     raise AssertionError("no KV events reached the subscribers")
