@@ -3,7 +3,9 @@
  *
  * The cache reports block by block (mock_kvc_listener); the pending events coalesce them as
  * vLLM's block pool does per request: a block whose parent is the last block of the pending
- * store joins it, an eviction after an eviction joins it. An event made active (not a timer)
+ * store joins it, and the evictions that make room for a store go, as one BlockRemoved,
+ * before it (vLLM evicts for all of a request's new blocks, then stores them). An event made
+ * active (not a timer)
  * flushes them once the callback that changed the cache returns: one batch per scheduler
  * step of the mock, never an empty one. */
 #include "mock_kvpub.h"
