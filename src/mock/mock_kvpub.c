@@ -5,9 +5,8 @@
  * vLLM's block pool does per request: a block whose parent is the last block of the pending
  * store joins it, and the evictions that make room for a store go, as one BlockRemoved,
  * before it (vLLM evicts for all of a request's new blocks, then stores them). An event made
- * active (not a timer)
- * flushes them once the callback that changed the cache returns: one batch per scheduler
- * step of the mock, never an empty one. */
+ * active (not a timer) flushes them once the callback that changed the cache returns: one
+ * batch per scheduler step of the mock, never an empty one. */
 #include "mock_kvpub.h"
 #include "util/log.h"
 #include "util/xmalloc.h"
