@@ -25,12 +25,14 @@ pkgs=()
 for purpose in "$@"; do
     case "$purpose" in
     run)
-        pkgs+=(libevent-2.1-7 libnng1 libyaml-0-2 libjansson4 python3 curl) ;;
+        pkgs+=(libevent-2.1-7 libnng1 libyaml-0-2 libjansson4 python3 curl
+               libzmq5) ;;           # ZMQ: the mock engine's KV events publisher
     build)
         # cmake: how meson finds nng (which ships no pkg-config file) with its version.
         pkgs+=(gcc libc6-dev meson ninja-build pkg-config cmake
                libevent-dev libnng-dev libyaml-dev libjansson-dev
                libmsgpack-dev        # msgpack-c: the engines' KV events (admission/kvevents)
+               libzmq3-dev           # libzmq: the mock engine publishes its KV events on ZMQ
                scdoc) ;;             # the man pages (man/*.scd), installed with the programs
     test)
         pkgs+=(libcmocka-dev python3 curl clang-format
@@ -40,7 +42,8 @@ for purpose in "$@"; do
                node-llhttp           # llhttp's C sources: the HTTP/1.1 parser's differential test
                valgrind              # scripts/test.sh's smoke run of admitd
                iproute2 util-linux   # ip + unshare: the admin-from-a-remote-peer test's namespace
-               systemd)              # systemd-analyze: the install test verifies the units
+               systemd               # systemd-analyze: the install test verifies the units
+               python3-zmq python3-msgpack)  # a ZMQ subscriber of the mock's KV events
         # Debian's npm conflicts with a nodejs that already bundles npm (NodeSource builds).
         command -v npm >/dev/null || pkgs+=(npm) ;;
     bench)

@@ -4,6 +4,7 @@
  * scheduling of generation requests lives in mock_sched.c. */
 #include "mock.h"
 #include "util/buf.h"
+#include "mock_kvpub.h"
 #include "mock_sched.h"
 #include "http/netsock.h"
 #include "wire/prom.h"
@@ -24,6 +25,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <zmq.h>
 
 #ifndef ADMIT_VERSION
 #define ADMIT_VERSION "unknown"
@@ -484,6 +486,18 @@ int mock_engine_bind(struct mock_engine *e, const char *host, int port, char *bo
 {
     struct evhttp_bound_socket *s;
 
+    if (e->o.kv_endpoint[0] != '\0' && e->zctx == NULL) {
+        if (e->o.no_prefix_caching)
+            log_warn("--kv-events-endpoint: no events without a prefix cache");
+        else if ((e->zctx = zmq_ctx_new()) == NULL)
+            fatal("cannot create a ZMQ context");
+        for (unsigned i = 0; e->zctx != NULL && i < e->o.data_parallel_size; i++) {
+            e->ranks[i].kvpub =
+                mock_kvpub_new(e->base, e->zctx, &e->o, i, e->ranks[i].cache, err, errlen);
+            if (e->ranks[i].kvpub == NULL)
+                return -1;
+        }
+    }
     if (port < 0 || port > 65535) {
         snprintf(err, errlen, "port %d is out of range", port);
         return -1;
@@ -508,8 +522,12 @@ void mock_engine_free(struct mock_engine *e)
     mock_sched_drop_all(e);
     evhttp_free(e->http);
     evbuffer_free(e->scratch);
-    for (unsigned i = 0; i < e->o.data_parallel_size; i++)
+    for (unsigned i = 0; i < e->o.data_parallel_size; i++) {
+        mock_kvpub_free(e->ranks[i].kvpub);
         mock_kvc_free(e->ranks[i].cache);
+    }
+    if (e->zctx != NULL)
+        zmq_ctx_term(e->zctx);
     free(e->block_ids);
     free(e->ranks);
     free(e);

@@ -30,6 +30,7 @@ struct mock_kvc {
     uint32_t lru_head, lru_tail;
     size_t in_use;
     uint64_t evictions;
+    struct mock_kvc_listener l;
 };
 
 struct mock_kvc *mock_kvc_new(unsigned capacity, unsigned block_size)
@@ -43,6 +44,14 @@ struct mock_kvc *mock_kvc_new(unsigned capacity, unsigned block_size)
     memset(c->bucket, 0xff, c->nbucket * sizeof *c->bucket);
     c->lru_head = c->lru_tail = NONE;
     return c;
+}
+
+void mock_kvc_listen(struct mock_kvc *c, const struct mock_kvc_listener *l)
+{
+    if (l != NULL)
+        c->l = *l;
+    else
+        memset(&c->l, 0, sizeof c->l);
 }
 
 void mock_kvc_free(struct mock_kvc *c)
@@ -167,6 +176,8 @@ static uint32_t allocate(struct mock_kvc *c, uint64_t h)
         lru_remove(c, i);
         unlink_hash(c, i);
         c->evictions++;
+        if (c->l.removed != NULL)
+            c->l.removed(c->l.arg, c->b[i].hash);
     } else {
         return NONE;
     }
@@ -188,11 +199,12 @@ static void hold(struct mock_kvseq *s, uint32_t i)
 
 int mock_kvc_push(struct mock_kvc *c, struct mock_kvseq *s, const uint32_t *ids, int may_hit)
 {
-    uint64_t h = mock_kvc_hash(s->last, ids, c->block_size);
+    uint64_t parent = s->last, h = mock_kvc_hash(parent, ids, c->block_size);
     uint32_t i = find(c, h);
-    int hit = i != NONE && may_hit && !s->missed;
+    int hit = i != NONE && may_hit && !s->missed, has_parent = s->pushed;
 
     s->last = h;
+    s->pushed = 1;
     if (!hit)
         s->missed = 1;
     if (i != NONE) {
@@ -204,6 +216,8 @@ int mock_kvc_push(struct mock_kvc *c, struct mock_kvseq *s, const uint32_t *ids,
         }
     } else if ((i = allocate(c, h)) == NONE) {
         return 0; /* every block is held: this one goes uncached */
+    } else if (c->l.stored != NULL) {
+        c->l.stored(c->l.arg, h, has_parent, parent, ids);
     }
     hold(s, i);
     return hit;

@@ -15,7 +15,10 @@
  *
  * A request's cache_salt (vLLM's per-tenant isolation) seeds the chain: it stands for the
  * parent of the first block, so sequences with different salts never share a block, and
- * those without one share as before. */
+ * those without one share as before.
+ *
+ * A listener (mock_kvpub, the KV events publisher) hears of every block the pool starts to
+ * cache and of every block it evicts, as vLLM's block pool reports them. */
 #ifndef ADMIT_MOCK_KVCACHE_H
 #define ADMIT_MOCK_KVCACHE_H
 
@@ -30,10 +33,22 @@ struct mock_kvseq {
     size_t nheld, cap;
     uint64_t last; /* chained hash of the last full block pushed (the seed before one) */
     int missed;    /* a block was pushed that was no hit: no later one can be */
+    int pushed;    /* a block was pushed: the next one has a parent block */
+};
+
+/* What a pool reports: a block newly cached (its hash; its parent's hash, or for the first
+ * block of a sequence has_parent 0 and the sequence's seed, 0 without a cache_salt; and its
+ * block_size ids), and a block evicted (its hash). */
+struct mock_kvc_listener {
+    void (*stored)(void *arg, uint64_t hash, int has_parent, uint64_t parent, const uint32_t *ids);
+    void (*removed)(void *arg, uint64_t hash);
+    void *arg;
 };
 
 /** creates a pool of at most capacity blocks (allocated as they are first used) */
 struct mock_kvc *mock_kvc_new(unsigned capacity, unsigned block_size);
+/** reports c's changes from now on to l (copied; NULL: to nobody) */
+void mock_kvc_listen(struct mock_kvc *c, const struct mock_kvc_listener *l);
 /** frees the pool; every sequence must have been released; NULL is a no-op */
 void mock_kvc_free(struct mock_kvc *c);
 /** the chained hash of a block of n ids after the block whose hash is parent (0: the first) */

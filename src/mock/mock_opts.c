@@ -12,10 +12,12 @@
 #include <jansson.h>
 #include <limits.h>
 #include <math.h>
+#include <msgpack.h>
 #include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <zmq.h>
 
 enum mock_opt_kind {
     MO_FLOAT,
@@ -24,8 +26,11 @@ enum mock_opt_kind {
     MO_SERVED,
     MO_LISTEN,
     MO_LOGLEVEL,
-    MO_SET,   /* a switch without a value: sets the int field to 1 */
-    MO_CLEAR, /* ... to 0 */
+    MO_KVSTR,    /* a KV events endpoint or topic (char[MOCK_KV_ENDPOINT_MAX]) */
+    MO_ENCODING, /* positional|map */
+    MO_KVCONFIG, /* vLLM's --kv-events-config JSON */
+    MO_SET,      /* a switch without a value: sets the int field to 1 */
+    MO_CLEAR,    /* ... to 0 */
     MO_HELP,
     MO_VERSION
 };
@@ -70,6 +75,23 @@ static const struct mock_opt mock_optv[] = {
     {"prompt-tokens-details-if-cached", MO_SET, MOFF(details_if_cached), 0, 0, NULL,
      "as vLLM's --enable-prompt-tokens-details: the details only above 0 cached, else null "
      "(none in a stream)"},
+    {"kv-events-endpoint", MO_KVSTR, MOFF(kv_endpoint), 0, 0, "ENDPOINT",
+     "publish the KV cache's events on a ZMQ PUB, as vLLM: tcp://*:PORT binds (rank r at "
+     "PORT+r), tcp://HOST:PORT connects, ipc:// binds (default off)"},
+    {"kv-events-replay-endpoint", MO_KVSTR, MOFF(kv_replay_endpoint), 0, 0, "ENDPOINT",
+     "ZMQ ROUTER answering replay requests, rank r at PORT+r (default none)"},
+    {"kv-events-topic", MO_KVSTR, MOFF(kv_topic), 0, 0, "TOPIC",
+     "first frame of every KV events message (default empty, as vLLM)"},
+    {"kv-events-encoding", MO_ENCODING, MOFF(kv_encoding), 0, 0, "ENC",
+     "positional (events as arrays, tag first) or map (tag under \"type\", vLLM 0.26) "
+     "(default positional)"},
+    {"kv-events-hash-bytes", MO_SET, MOFF(kv_hash_bytes), 0, 0, NULL,
+     "block hashes as 8 bytes big-endian (vLLM's VLLM_KV_EVENTS_USE_INT_BLOCK_HASHES=0)"},
+    {"kv-events-buffer-steps", MO_UINT, MOFF(kv_buffer_steps), 1, 1000000, "N",
+     "batches each rank keeps for replay (default 10000, as vLLM)"},
+    {"kv-events-config", MO_KVCONFIG, 0, 0, 0, "JSON",
+     "vLLM's form: {\"enable_kv_cache_events\", \"endpoint\", \"replay_endpoint\", "
+     "\"topic\", \"buffer_steps\"}; other keys ignored"},
     {"log-level", MO_LOGLEVEL, MOFF(log_level), 0, 0, "LEVEL",
      "error, warn, info or debug (default info)"},
     {"help", MO_HELP, 0, 0, 0, NULL, "print this help and exit"},
@@ -93,6 +115,7 @@ void mock_opts_defaults(struct mock_opts *o)
     if (hostport_parse(MOCK_DEFAULT_LISTEN, &o->listen, err, sizeof err) != 0)
         fatal("bad built-in listen address: %s", err);
     o->log_level = LOG_INFO;
+    o->kv_buffer_steps = MOCK_DEFAULT_KV_BUFFER_STEPS;
 }
 
 static void mock_usage(void)
@@ -142,6 +165,85 @@ static int parse_ratio(const char *s, double *out)
         return -1;
     *out = v;
     return 0;
+}
+
+/* A KV events endpoint as ZMQ takes it: tcp://HOST:PORT (PORT numeric, so that ranks can
+ * add to it), ipc://PATH or inproc://NAME; "" turns it off. */
+static int kv_endpoint_ok(const char *v)
+{
+    const char *colon;
+    unsigned long long port;
+
+    if (*v == '\0' || strncmp(v, "ipc://", 6) == 0 || strncmp(v, "inproc://", 9) == 0)
+        return 1;
+    if (strncmp(v, "tcp://", 6) != 0 || (colon = strrchr(v + 6, ':')) == NULL)
+        return 0;
+    return colon > v + 6 && parse_uint(colon + 1, &port) == 0 && port > 0 && port <= 65535;
+}
+
+static int kv_set(const char *name, char *field, const char *v, int endpoint, char *err,
+                  size_t errlen)
+{
+    if (strlen(v) >= MOCK_KV_ENDPOINT_MAX) {
+        snprintf(err, errlen, "%s: longer than %d bytes", name, MOCK_KV_ENDPOINT_MAX - 1);
+        return -1;
+    }
+    if (endpoint && !kv_endpoint_ok(v)) {
+        snprintf(err, errlen, "%s: '%s' must be tcp://HOST:PORT, ipc://PATH or inproc://NAME", name,
+                 v);
+        return -1;
+    }
+    snprintf(field, MOCK_KV_ENDPOINT_MAX, "%s", v);
+    return 0;
+}
+
+/* vLLM's --kv-events-config: the keys the mock has, each as its own flag would set it. */
+static int kv_config(struct mock_opts *o, const char *v, char *err, size_t errlen)
+{
+    json_error_t je;
+    json_t *j = json_loads(v, 0, &je), *x;
+    int rc = -1, enable;
+
+    if (!json_is_object(j)) {
+        snprintf(err, errlen, "--kv-events-config: not a JSON object");
+        goto out;
+    }
+    x = json_object_get(j, "enable_kv_cache_events");
+    enable = json_is_true(x);
+    x = json_object_get(j, "publisher");
+    if (x != NULL && (!json_is_string(x) || (strcmp(json_string_value(x), "zmq") != 0 &&
+                                             strcmp(json_string_value(x), "null") != 0))) {
+        snprintf(err, errlen, "--kv-events-config: publisher must be \"zmq\" or \"null\"");
+        goto out;
+    }
+    if (x != NULL && strcmp(json_string_value(x), "null") == 0)
+        enable = 0;
+    x = json_object_get(j, "endpoint");
+    if (!enable)
+        o->kv_endpoint[0] = '\0';
+    else if (kv_set("--kv-events-config: endpoint", o->kv_endpoint,
+                    json_is_string(x) ? json_string_value(x) : "tcp://*:5557", 1, err, errlen) != 0)
+        goto out;
+    x = json_object_get(j, "replay_endpoint");
+    if (kv_set("--kv-events-config: replay_endpoint", o->kv_replay_endpoint,
+               json_is_string(x) ? json_string_value(x) : "", 1, err, errlen) != 0)
+        goto out;
+    x = json_object_get(j, "topic");
+    if (kv_set("--kv-events-config: topic", o->kv_topic,
+               json_is_string(x) ? json_string_value(x) : "", 0, err, errlen) != 0)
+        goto out;
+    x = json_object_get(j, "buffer_steps");
+    if (x != NULL) {
+        if (!json_is_integer(x) || json_integer_value(x) < 1 || json_integer_value(x) > 1000000) {
+            snprintf(err, errlen, "--kv-events-config: buffer_steps must be 1 to 1000000");
+            goto out;
+        }
+        o->kv_buffer_steps = (unsigned) json_integer_value(x);
+    }
+    rc = 0;
+out:
+    json_decref(j);
+    return rc;
 }
 
 static int mock_opt_apply(struct mock_opts *o, const struct mock_opt *d, const char *v, char *err,
@@ -199,6 +301,18 @@ static int mock_opt_apply(struct mock_opts *o, const struct mock_opt *d, const c
             return 0;
         snprintf(err, errlen, "--%s: '%s' must be error, warn, info or debug", d->name, v);
         return -1;
+    case MO_KVSTR:
+        snprintf(sub, sizeof sub, "--%s", d->name);
+        return kv_set(sub, field, v, d->off != MOFF(kv_topic), err, errlen);
+    case MO_ENCODING:
+        if (strcmp(v, "positional") == 0 || strcmp(v, "map") == 0) {
+            o->kv_encoding = v[0] == 'm' ? MOCK_KV_MAP : MOCK_KV_POSITIONAL;
+            return 0;
+        }
+        snprintf(err, errlen, "--%s: '%s' must be positional or map", d->name, v);
+        return -1;
+    case MO_KVCONFIG:
+        return kv_config(o, v, err, errlen);
     case MO_SET:
     case MO_CLEAR:
     case MO_HELP:
@@ -244,9 +358,15 @@ int mock_opts_parse(struct mock_opts *o, int argc, char **argv, char *err, size_
             if (d->kind == MO_HELP) {
                 mock_usage();
             } else {
-                const struct buildinfo_lib libs[] = {{"libevent", event_get_version()}};
+                char zv[32];
+                int maj, min, pat;
+                struct buildinfo_lib libs[] = {
+                    {"libevent", event_get_version()}, {"libzmq", zv}, {"msgpack-c", NULL}};
 
-                buildinfo_print(stdout, "admit-mock-engine", libs, 1);
+                zmq_version(&maj, &min, &pat);
+                snprintf(zv, sizeof zv, "%d.%d.%d", maj, min, pat);
+                libs[2].version = msgpack_version();
+                buildinfo_print(stdout, "admit-mock-engine", libs, 3);
             }
             return 1;
         }

@@ -19,6 +19,15 @@
 #define MOCK_DEFAULT_LISTEN                 "127.0.0.1:8000"
 /* Most --served-model-name names, beside --model-name. */
 #define MOCK_MAX_SERVED 8
+/* Batches each rank keeps for its KV events replay socket (vLLM's buffer_steps). */
+#define MOCK_DEFAULT_KV_BUFFER_STEPS 10000
+/* Longest --kv-events-* endpoint or topic. */
+#define MOCK_KV_ENDPOINT_MAX 256
+
+/* How KV events are packed (--kv-events-encoding): vLLM's events as arrays with the tag
+ * first (until mid-2026), or as maps with the tag under "type" (vLLM 0.26). */
+enum mock_kv_encoding { MOCK_KV_POSITIONAL, MOCK_KV_MAP };
+
 /* Largest max_tokens honoured; larger requests are cut to it. */
 #define MOCK_MAX_TOKENS_CAP 100000
 
@@ -36,6 +45,13 @@ struct mock_opts {
     char model[128];                   /* model name served (and echoed when a request has none) */
     char served[MOCK_MAX_SERVED][128]; /* more names /v1/models lists (--served-model-name) */
     unsigned nserved;
+    /* KV events (vLLM's --kv-events-config): off while kv_endpoint is empty */
+    char kv_endpoint[MOCK_KV_ENDPOINT_MAX];        /* ZMQ PUB of rank 0; rank r at port + r */
+    char kv_replay_endpoint[MOCK_KV_ENDPOINT_MAX]; /* ZMQ ROUTER of rank 0; "" = none */
+    char kv_topic[MOCK_KV_ENDPOINT_MAX];           /* the first frame of every message */
+    enum mock_kv_encoding kv_encoding;
+    int kv_hash_bytes;        /* block hashes as 8 bytes, big-endian, instead of integers */
+    unsigned kv_buffer_steps; /* batches kept for replay, per rank */
     struct hostport listen;   /* --listen, used by the program's main */
     enum log_level log_level; /* --log-level, used by the program's main */
 };

@@ -23,6 +23,7 @@ struct evhttp_request;
 struct evbuffer;
 
 struct mreq;
+struct mock_kvpub;
 TAILQ_HEAD(mreq_list, mreq);
 
 /* One data-parallel rank: its own sequence slots, queue and KV cache. */
@@ -36,9 +37,10 @@ struct mock_rank {
      * the cache had no room for. With the cache's held blocks, the KV in use (see
      * mock_rank_kv_blocks) */
     uint64_t own_blocks;
-    struct mock_kvc *cache;  /* the prefix cache; NULL with --no-enable-prefix-caching */
-    uint64_t prefix_queries; /* prompt tokens looked up in the cache */
-    uint64_t prefix_hits;    /* of which cached */
+    struct mock_kvc *cache;   /* the prefix cache; NULL with --no-enable-prefix-caching */
+    struct mock_kvpub *kvpub; /* its KV events publisher; NULL without --kv-events-endpoint */
+    uint64_t prefix_queries;  /* prompt tokens looked up in the cache */
+    uint64_t prefix_hits;     /* of which cached */
     uint64_t prompt_tokens_total;
     uint64_t generation_tokens_total;
 };
@@ -59,6 +61,7 @@ struct mock_engine {
     uint64_t cancelled_total;   /* clients that left before the end */
     uint64_t connections_total; /* client connections accepted */
     uint64_t next_id;
+    void *zctx;        /* the ZMQ context of the KV events publishers, or NULL */
     long long started; /* Unix time of creation, the "created" of the served model */
 };
 

@@ -188,13 +188,75 @@ static void test_salt_isolates(void **state)
     mock_kvc_free(c);
 }
 
+/* What a listener heard: stores (hash, parent or 0 for none, first id) and removals. */
+struct heard {
+    uint64_t stored[16], parent[16], seed[16], removed[16];
+    uint32_t first_id[16];
+    size_t nstored, nremoved;
+};
+
+static void heard_stored(void *arg, uint64_t hash, int has_parent, uint64_t parent,
+                         const uint32_t *ids)
+{
+    struct heard *h = arg;
+
+    h->parent[h->nstored] = has_parent ? parent : 0;
+    h->seed[h->nstored] = has_parent ? 0 : parent;
+    h->first_id[h->nstored] = ids[0];
+    h->stored[h->nstored++] = hash;
+}
+
+static void heard_removed(void *arg, uint64_t hash)
+{
+    struct heard *h = arg;
+
+    h->removed[h->nremoved++] = hash;
+}
+
+/* The listener hears each newly cached block once, chained to its parent (none for a
+ * sequence's first, salted or not), and each evicted block's hash (mock_kvpub's input). */
+static void test_listener(void **state)
+{
+    struct mock_kvc *c = mock_kvc_new(2, BS);
+    struct heard h = {0};
+    struct mock_kvc_listener l = {heard_stored, heard_removed, &h};
+    uint32_t ids[9];
+    struct mock_kvseq s;
+
+    (void) state;
+    mock_kvc_listen(c, &l);
+    assert_int_equal(run(c, 100, 9), 0);
+    assert_int_equal(h.nstored, 2);
+    assert_int_equal(h.parent[0], 0);
+    assert_int_equal(h.first_id[0], 100);
+    assert_int_equal(h.parent[1], h.stored[0]);
+    assert_int_equal(h.first_id[1], 104);
+    assert_true(h.stored[1] == mock_kvc_hash(h.stored[0], (uint32_t[]){104, 105, 106, 107}, BS));
+    assert_int_equal(run(c, 100, 9), 8); /* hits: nothing new */
+    assert_int_equal(h.nstored, 2);
+    assert_int_equal(h.nremoved, 0);
+    /* A salted one-block prompt: no parent heard; it evicts the tail block first (LRU). */
+    seq_ids(ids, 5, 100);
+    mock_kvc_begin(c, &s, mock_kvc_salt("t", 1), ids, 5);
+    mock_kvc_release(c, &s);
+    assert_int_equal(h.nstored, 3);
+    assert_int_equal(h.parent[2], 0);
+    assert_true(h.seed[2] == mock_kvc_salt("t", 1) && h.seed[0] == 0);
+    assert_int_equal(h.nremoved, 1);
+    assert_true(h.removed[0] == h.stored[1]);
+    mock_kvc_listen(c, NULL);
+    assert_int_equal(run(c, 300, 9), 0);
+    assert_int_equal(h.nstored, 3);
+    mock_kvc_free(c);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_hash_chain),       cmocka_unit_test(test_hits),
         cmocka_unit_test(test_refcount_and_lru), cmocka_unit_test(test_pinned_and_full),
         cmocka_unit_test(test_generated_blocks), cmocka_unit_test(test_growth),
-        cmocka_unit_test(test_salt_isolates),
+        cmocka_unit_test(test_salt_isolates),    cmocka_unit_test(test_listener),
     };
 
     return cmocka_run_group_tests(tests, NULL, NULL);
