@@ -9,6 +9,7 @@
  * the CFG_DEF_ macros of config.h. */
 #include "config.h"
 
+#include <stdio.h>
 #include <string.h>
 
 /* --engine-metrics-url fills three fields (the address, the path, and that it was given), so
@@ -30,6 +31,20 @@ static int parse_publisher(void *obj, const char *raw, char *msg, size_t msglen)
     struct cfg *c = obj;
 
     return opt_auto_or_nng(raw, &c->publisher_nng, msg, msglen);
+}
+
+/* --engine-kv-events-topic: any bytes but NUL (ZMQ's subscription is a prefix of the first
+ * frame; vLLM's default topic is empty). */
+static int engine_kv_topic(void *obj, const char *raw, char *msg, size_t msglen)
+{
+    struct cfg *c = obj;
+
+    if (strlen(raw) >= sizeof c->engine_kv_events_topic) {
+        snprintf(msg, msglen, "must be at most %zu bytes", sizeof c->engine_kv_events_topic - 1);
+        return -1;
+    }
+    strcpy(c->engine_kv_events_topic, raw);
+    return 0;
 }
 
 /* The order here is the order of --help. */
@@ -119,6 +134,14 @@ static const struct opt_def opts[] = {
     OPT("data-parallel-size", "ADMITD_DATA_PARALLEL_SIZE", OPT_UINT,
         OPT_AT(struct cfg, data_parallel_size), 0, 64, "0",
         "data-parallel ranks (0 = as many as the engine reports, else 1)"),
+    OPT("engine-kv-events", "ADMITD_ENGINE_KV_EVENTS", OPT_PUBURL,
+        OPT_AT(struct cfg, engine_kv_events), 0, 0, NULL,
+        "the engine's KV events PUB, tcp://HOST:PORT or ipc:///PATH (vLLM's "
+        "--kv-events-config endpoint; rank r at PORT + r); unset = not read"),
+    OPT("engine-kv-events-topic", "ADMITD_ENGINE_KV_EVENTS_TOPIC", OPT_CUSTOM,
+        OPT_AT(struct cfg, engine_kv_events_topic), 0, 0, NULL,
+        "the topic of the engine's KV events (default: empty, vLLM's)", NULL, NULL,
+        engine_kv_topic),
     OPT("chars-per-token", "ADMITD_CHARS_PER_TOKEN", OPT_DOUBLE,
         OPT_AT(struct cfg, chars_per_token), 0.5, 1000, "4",
         "bytes of prompt text per token, for requests that do not send token ids"),

@@ -50,6 +50,8 @@ struct cfg {
     unsigned block_size;                /* KV block size when the engine does not report it */
     unsigned max_num_batched_tokens;    /* when the engine does not report it; 0 = unknown */
     unsigned data_parallel_size;        /* ranks; 0 = as the engine reports, else 1 */
+    char engine_kv_events[256];         /* the engine's KV events PUB; "" = not read */
+    char engine_kv_events_topic[256];   /* their topic ("" = all, vLLM's default) */
     double chars_per_token;             /* prompt text estimate when no token ids are sent */
     /* Operations. */
     unsigned queue_timeout_ms; /* a request waiting longer leaves the queue; 0 = never */

@@ -1,5 +1,6 @@
 /* worker: wiring of one admitd, and the engine state its load messages are built from. */
 #include "worker.h"
+#include "kvsub.h"
 #include "daemon/admin.h"
 #include "daemon/admission.h"
 #include "admission/book.h"
@@ -39,6 +40,7 @@ struct worker {
     struct poller *ready, *scrape, *models_poll;
     struct publisher *pub;
     struct mock_engine *mock;
+    struct kvsub *kv;                /* the engine's KV events; NULL without --engine-kv-events */
     struct engine_snapshot engine;   /* the last scrape that parsed */
     int engine_ok;                   /* ... and the latest scrape was that one */
     int engine_reach;                /* the readiness probe's last poll was answered (1) or
@@ -150,6 +152,8 @@ static void on_scrape(void *arg, int status, const char *body, size_t len)
         int64_t bs = snap.nranks > 0 ? snap.ranks[0].block_size : ENGINE_UNKNOWN;
 
         w->engine = snap;
+        if (w->cfg->data_parallel_size == 0)
+            kvsub_set_ranks(w->kv, snap.nranks); /* ranks the engine reports are read too */
         w->m.scrapes_ok++;
         book_configure(admission_book(w->gate), ranks ? ranks : 1,
                        bs > 0 && bs <= 1048576 ? (unsigned) bs : w->cfg->block_size);
@@ -204,6 +208,7 @@ static void render_metrics(void *arg, struct buf *out)
         w->m.load_bad_peers = ps.bad_peers;
     }
     metrics_render(&v, out);
+    kvsub_render(w->kv, out);
 }
 
 static void render_load(void *arg, struct buf *out)
@@ -361,6 +366,8 @@ static const struct opt_field fixed_fields[] = {
     OPT_FIELD(struct cfg, engine_metrics_interval_ms),
     OPT_FIELD(struct cfg, engine_models_interval_ms),
     OPT_FIELD(struct cfg, data_parallel_size),
+    OPT_FIELD(struct cfg, engine_kv_events),
+    OPT_FIELD(struct cfg, engine_kv_events_topic),
     OPT_FIELD(struct cfg, admin_token),
 };
 
@@ -525,6 +532,12 @@ struct worker *worker_start(struct event_base *base, struct cfg *cfg, char *err,
         if (w->pub == NULL)
             goto fail;
     }
+    if (cfg->engine_kv_events[0] != '\0') {
+        w->kv = kvsub_new(base, cfg->engine_kv_events, cfg->engine_kv_events_topic,
+                          cfg->data_parallel_size, err, errlen);
+        if (w->kv == NULL)
+            goto fail;
+    }
     admission_set_change_cb(w->gate, on_load_change, w);
     w->ready = poller_new(base, &cfg->upstream, cfg->health_path, cfg->health_interval_ms,
                           cfg->health_interval_ms < 1000 ? 1000 : cfg->health_interval_ms,
@@ -576,6 +589,7 @@ void worker_free(struct worker *w)
     admission_free(w->gate);
     drain_free(w->drain);
     pub_free(w->pub);
+    kvsub_free(w->kv);
     mock_engine_free(w->mock);
     free(w);
 }

@@ -1,0 +1,356 @@
+/* kvsub: admitd's SUBs on its engine's KV events, read on the event loop. */
+#include "kvsub.h"
+#include "admission/kvevents.h"
+#include "mock/mock_kvpub.h"
+#include "util/log.h"
+#include "util/xmalloc.h"
+#include "wire/prom.h"
+
+#include <errno.h>
+#include <stddef.h>
+#include <event2/event.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <zmq.h>
+
+/* Messages handled per wakeup of one rank: past it the rank yields the loop to clients and
+ * comes back at once (event_active), so a flood of events never starves the proxy. */
+#define KVSUB_BURST 256
+/* Receive high-water mark, vLLM's publisher's default: past it ZMQ drops, and we see a gap. */
+#define KVSUB_HWM 100000
+
+enum { RES_OK, RES_MALFORMED, RES_BAD_FRAMES, RES__COUNT };
+enum { EVT_STORED, EVT_REMOVED, EVT_CLEARED, EVT_UNKNOWN, EVT_OTHER_MEDIUM, EVT__COUNT };
+enum { BLK_STORED, BLK_REMOVED, BLK_OTHER_MEDIUM, BLK__COUNT };
+
+struct kvsub_rank {
+    struct kvsub *s;
+    unsigned rank;
+    void *sock;
+    struct event *ev;
+    char endpoint[300];
+    int64_t last_seq; /* -1: no message yet */
+    int state;        /* last batch decoded (1) or not (0); -1 before the first */
+    uint64_t batches[RES__COUNT];
+    uint64_t events[EVT__COUNT];
+    uint64_t blocks[BLK__COUNT];
+    uint64_t gaps, missed, restarts;
+};
+
+struct kvsub {
+    struct event_base *base;
+    void *zctx;
+    char endpoint[256], topic[256];
+    struct kvsub_rank *r[KVSUB_MAX_RANKS];
+    unsigned n;
+    struct kve_decoder *dec;
+    struct kve_event *events; /* decode arrays, grown when a batch does not fit */
+    uint64_t *hashes;
+    uint32_t *tokens;
+    size_t cap; /* of each array: a payload of cap bytes always fits */
+};
+
+/* The sequence of one batch: in order, a gap (ZMQ dropped or the engine skipped: counted,
+ * with how many are missing) or a step back, which only an engine that restarted makes (its
+ * sequence starts again at 0). */
+static void follow_seq(struct kvsub_rank *k, int64_t seq)
+{
+    if (k->last_seq >= 0 && seq != k->last_seq + 1) {
+        if (seq > k->last_seq) {
+            k->gaps++;
+            k->missed += (uint64_t) (seq - k->last_seq - 1);
+            log_debug("KV events rank %u: gap, seq %lld after %lld", k->rank, (long long) seq,
+                      (long long) k->last_seq);
+        } else {
+            k->restarts++;
+            log_info("KV events rank %u: sequence went back from %lld to %lld (engine restart)",
+                     k->rank, (long long) k->last_seq, (long long) seq);
+        }
+    }
+    k->last_seq = seq;
+}
+
+/* Said once per change, not per batch: events flowing, or no longer decodable. */
+static void set_state(struct kvsub_rank *k, int ok, const char *why)
+{
+    if (ok == k->state)
+        return;
+    if (ok)
+        log_info("KV events flowing from %s (rank %u)", k->endpoint, k->rank);
+    else
+        log_warn("KV events from %s (rank %u) not decodable, dropped: %s", k->endpoint, k->rank,
+                 why);
+    k->state = ok;
+}
+
+static void count_batch(struct kvsub_rank *k, const struct kve_out *o)
+{
+    for (size_t i = 0; i < o->n_events; i++) {
+        const struct kve_event *e = &o->events[i];
+
+        if (e->kind == KVE_STORED) {
+            k->events[EVT_STORED]++;
+            k->blocks[BLK_STORED] += e->n_hashes;
+        } else if (e->kind == KVE_REMOVED) {
+            k->events[EVT_REMOVED]++;
+            k->blocks[BLK_REMOVED] += e->n_hashes;
+        } else {
+            k->events[EVT_CLEARED]++;
+        }
+    }
+    k->events[EVT_UNKNOWN] += o->unknown_events;
+    k->events[EVT_OTHER_MEDIUM] += o->other_medium;
+    k->blocks[BLK_OTHER_MEDIUM] += o->other_medium_blocks;
+}
+
+/* Decodes one payload, growing the arrays when it does not fit (they never need more than
+ * one entry per payload byte, kvevents.h). */
+static int decode(struct kvsub *s, const void *p, size_t len, struct kve_out *o, char *err,
+                  size_t errlen)
+{
+    for (;;) {
+        int rc;
+
+        *o = (struct kve_out){.events = s->events,
+                              .events_cap = s->cap,
+                              .hashes = s->hashes,
+                              .hashes_cap = s->cap,
+                              .tokens = s->tokens,
+                              .tokens_cap = s->cap};
+        rc = kve_decode(s->dec, p, len, o, err, errlen);
+        if (rc != KVE_EFULL || s->cap >= len)
+            return rc;
+        s->cap = s->cap * 4 < len ? len : s->cap * 4;
+        s->events = xrealloc(s->events, s->cap * sizeof *s->events);
+        s->hashes = xrealloc(s->hashes, s->cap * sizeof *s->hashes);
+        s->tokens = xrealloc(s->tokens, s->cap * sizeof *s->tokens);
+    }
+}
+
+/* One message of [topic, seq, payload]; anything else is counted as bad frames. */
+static void handle(struct kvsub_rank *k, zmq_msg_t *f, int nf)
+{
+    struct kve_out o;
+    const unsigned char *q;
+    uint64_t seq = 0;
+    char err[160];
+
+    if (nf != 3 || zmq_msg_size(&f[1]) != 8) {
+        k->batches[RES_BAD_FRAMES]++;
+        snprintf(err, sizeof err, "a message of %d frames (sequence of %zu bytes), not 3 (8)", nf,
+                 nf > 1 ? zmq_msg_size(&f[1]) : (size_t) 0);
+        set_state(k, 0, err);
+        return;
+    }
+    q = zmq_msg_data(&f[1]);
+    for (int i = 0; i < 8; i++)
+        seq = seq << 8 | q[i];
+    if (decode(k->s, zmq_msg_data(&f[2]), zmq_msg_size(&f[2]), &o, err, sizeof err) != KVE_OK) {
+        k->batches[RES_MALFORMED]++;
+        set_state(k, 0, err);
+        return;
+    }
+    /* The sequence of a malformed batch is not trusted: only a decoded batch moves it. */
+    follow_seq(k, (int64_t) seq);
+    k->batches[RES_OK]++;
+    count_batch(k, &o);
+    set_state(k, 1, NULL);
+}
+
+/* Receives one whole message (its frames arrive together); 0 when none is waiting. */
+static int recv_one(struct kvsub_rank *k)
+{
+    zmq_msg_t f[3], extra;
+    int nf = 0, more;
+    size_t ml = sizeof more;
+
+    zmq_msg_init(&f[0]);
+    if (zmq_msg_recv(&f[0], k->sock, ZMQ_DONTWAIT) < 0) {
+        zmq_msg_close(&f[0]);
+        return 0;
+    }
+    for (nf = 1;; nf++) {
+        zmq_msg_t *m = nf < 3 ? &f[nf] : &extra;
+
+        if (zmq_getsockopt(k->sock, ZMQ_RCVMORE, &more, &ml) != 0 || !more)
+            break;
+        zmq_msg_init(m);
+        if (zmq_msg_recv(m, k->sock, 0) < 0) {
+            zmq_msg_close(m);
+            break;
+        }
+        if (m == &extra)
+            zmq_msg_close(&extra);
+    }
+    handle(k, f, nf);
+    for (int i = 0; i < nf && i < 3; i++)
+        zmq_msg_close(&f[i]);
+    return 1;
+}
+
+/* ZMQ_FD is edge-triggered: a wakeup says only that ZMQ_EVENTS may have changed, so the
+ * socket is drained until ZMQ_EVENTS has no POLLIN (reading ZMQ_EVENTS also re-arms the fd);
+ * a burst cut short comes back through event_active rather than a new edge. */
+static void on_readable(evutil_socket_t fd, short what, void *arg)
+{
+    struct kvsub_rank *k = arg;
+    int events;
+    size_t el = sizeof events;
+
+    (void) fd;
+    (void) what;
+    for (int i = 0; i < KVSUB_BURST; i++) {
+        if (zmq_getsockopt(k->sock, ZMQ_EVENTS, &events, &el) != 0 || !(events & ZMQ_POLLIN))
+            return;
+        if (!recv_one(k))
+            return;
+    }
+    event_active(k->ev, EV_READ, 0);
+}
+
+static struct kvsub_rank *rank_open(struct kvsub *s, unsigned r, char *err, size_t errlen)
+{
+    struct kvsub_rank *k = xcalloc(1, sizeof *k);
+    int zero = 0, hwm = KVSUB_HWM, fd;
+    size_t fl = sizeof fd;
+
+    k->s = s;
+    k->rank = r;
+    k->last_seq = -1;
+    k->state = -1;
+    if (mock_kvpub_rank_endpoint(s->endpoint, r, k->endpoint, sizeof k->endpoint) != 0) {
+        snprintf(err, errlen, "--engine-kv-events %s: no endpoint for rank %u", s->endpoint, r);
+        free(k);
+        return NULL;
+    }
+    k->sock = zmq_socket(s->zctx, ZMQ_SUB);
+    zmq_setsockopt(k->sock, ZMQ_LINGER, &zero, sizeof zero);
+    zmq_setsockopt(k->sock, ZMQ_RCVHWM, &hwm, sizeof hwm);
+    zmq_setsockopt(k->sock, ZMQ_SUBSCRIBE, s->topic, strlen(s->topic));
+    /* connect, not bind: the engine binds its PUB (vLLM's default); ZMQ reconnects by
+     * itself when the engine restarts. */
+    if (zmq_connect(k->sock, k->endpoint) != 0 || zmq_getsockopt(k->sock, ZMQ_FD, &fd, &fl) != 0) {
+        snprintf(err, errlen, "--engine-kv-events %s: %s", k->endpoint, zmq_strerror(errno));
+        zmq_close(k->sock);
+        free(k);
+        return NULL;
+    }
+    k->ev = event_new(s->base, fd, EV_READ | EV_PERSIST, on_readable, k);
+    event_add(k->ev, NULL);
+    event_active(k->ev, EV_READ, 0); /* an edge may have passed during the setup */
+    log_info("reading KV events of rank %u at %s%s%s", r, k->endpoint, s->topic[0] ? " topic=" : "",
+             s->topic);
+    return k;
+}
+
+struct kvsub *kvsub_new(struct event_base *base, const char *endpoint, const char *topic,
+                        unsigned ranks, char *err, size_t errlen)
+{
+    struct kvsub *s = xcalloc(1, sizeof *s);
+
+    s->base = base;
+    snprintf(s->endpoint, sizeof s->endpoint, "%s", endpoint);
+    snprintf(s->topic, sizeof s->topic, "%s", topic);
+    s->zctx = zmq_ctx_new();
+    s->dec = kve_decoder_new();
+    s->cap = 4096;
+    s->events = xmalloc(s->cap * sizeof *s->events);
+    s->hashes = xmalloc(s->cap * sizeof *s->hashes);
+    s->tokens = xmalloc(s->cap * sizeof *s->tokens);
+    for (unsigned r = 0; r < (ranks ? ranks : 1) && r < KVSUB_MAX_RANKS; r++) {
+        s->r[r] = rank_open(s, r, err, errlen);
+        if (s->r[r] == NULL) {
+            kvsub_free(s);
+            return NULL;
+        }
+        s->n = r + 1;
+    }
+    return s;
+}
+
+void kvsub_set_ranks(struct kvsub *s, unsigned ranks)
+{
+    char err[320];
+
+    while (s != NULL && s->n < ranks && s->n < KVSUB_MAX_RANKS) {
+        s->r[s->n] = rank_open(s, s->n, err, sizeof err);
+        if (s->r[s->n] == NULL) {
+            log_warn("%s", err);
+            return;
+        }
+        s->n++;
+    }
+}
+
+/* One family whose samples are per rank and per value of one more label. */
+static void family(struct buf *out, const struct kvsub *s, const char *name, const char *help,
+                   const char *key, const char *const *vals, int nvals, size_t off)
+{
+    prom_family(out, name, "counter", help);
+    for (unsigned r = 0; r < s->n; r++) {
+        const uint64_t *c = (const uint64_t *) (const void *) ((const char *) s->r[r] + off);
+
+        for (int i = 0; i < nvals; i++) {
+            char labels[96];
+
+            snprintf(labels, sizeof labels, "dp_rank=\"%u\"%s%s%s%s%s", r, key ? "," : "",
+                     key ? key : "", key ? "=\"" : "", key ? vals[i] : "", key ? "\"" : "");
+            prom_sample(out, name, labels, (double) c[i]);
+        }
+    }
+}
+
+void kvsub_render(const struct kvsub *s, struct buf *out)
+{
+    static const char *const res[] = {"ok", "malformed", "bad_frames"};
+    static const char *const evt[] = {"stored", "removed", "cleared", "unknown", "other_medium"};
+    static const char *const blk[] = {"stored", "removed", "other_medium"};
+
+    if (s == NULL)
+        return;
+    family(out, s, "admitd_engine_kv_events_batches_total",
+           "KV event batches from the engine, per rank: decoded (ok), dropped as malformed, or "
+           "not [topic, seq, payload] (bad_frames)",
+           "result", res, RES__COUNT, offsetof(struct kvsub_rank, batches));
+    family(out, s, "admitd_engine_kv_events_total",
+           "KV events decoded, per rank and type (other_medium: not the GPU's, skipped)", "type",
+           evt, EVT__COUNT, offsetof(struct kvsub_rank, events));
+    family(out, s, "admitd_engine_kv_events_blocks_total",
+           "KV blocks the engine stored and removed, per rank (other_medium: skipped)", "op", blk,
+           BLK__COUNT, offsetof(struct kvsub_rank, blocks));
+    family(out, s, "admitd_engine_kv_events_gaps_total",
+           "Jumps forward of a rank's KV event sequence (batches lost)", NULL, NULL, 1,
+           offsetof(struct kvsub_rank, gaps));
+    family(out, s, "admitd_engine_kv_events_missed_batches_total",
+           "KV event batches the gaps skipped", NULL, NULL, 1, offsetof(struct kvsub_rank, missed));
+    family(out, s, "admitd_engine_kv_events_restarts_total",
+           "Steps back of a rank's KV event sequence (the engine restarted)", NULL, NULL, 1,
+           offsetof(struct kvsub_rank, restarts));
+    prom_family(out, "admitd_engine_kv_events_last_seq", "gauge",
+                "Sequence number of the rank's last decoded KV event batch (-1: none yet)");
+    for (unsigned r = 0; r < s->n; r++) {
+        char labels[32];
+
+        snprintf(labels, sizeof labels, "dp_rank=\"%u\"", r);
+        prom_sample(out, "admitd_engine_kv_events_last_seq", labels, (double) s->r[r]->last_seq);
+    }
+}
+
+void kvsub_free(struct kvsub *s)
+{
+    if (s == NULL)
+        return;
+    for (unsigned r = 0; r < s->n; r++) {
+        event_free(s->r[r]->ev);
+        zmq_close(s->r[r]->sock); /* ZMQ_LINGER 0 was set: the context's end cannot block */
+        free(s->r[r]);
+    }
+    zmq_ctx_term(s->zctx);
+    kve_decoder_free(s->dec);
+    free(s->events);
+    free(s->hashes);
+    free(s->tokens);
+    free(s);
+}

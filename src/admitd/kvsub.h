@@ -1,0 +1,35 @@
+/* kvsub: admitd's reader of its engine's KV events (issue 26), on the event loop.
+ *
+ * An engine started with --kv-events-config publishes on a ZMQ PUB per data-parallel rank,
+ * rank r at the endpoint's port + r (vLLM's offset; an ipc name gets "_dp<r>"), messages of
+ * three frames: the topic, an 8-byte big-endian sequence number and a msgpack payload that
+ * lib/admission/kvevents decodes. kvsub holds one SUB per rank and watches each socket's
+ * ZMQ_FD on the libevent loop (no thread of ours; ZMQ's own I/O thread does the network).
+ * Per rank it follows the sequence (a jump forward is a gap, a step back the engine's
+ * restart) and counts batches, events and blocks for /metrics. A malformed batch is counted
+ * and dropped. Nothing is indexed or republished yet: that is item 2 of the issue. */
+#ifndef ADMIT_KVSUB_H
+#define ADMIT_KVSUB_H
+
+#include "util/buf.h"
+
+#include <stddef.h>
+
+struct event_base;
+struct kvsub;
+
+/* The most ranks read: as many as admitd's --data-parallel-size allows. */
+#define KVSUB_MAX_RANKS 64
+
+/** opens a ZMQ context and SUBs for ranks 0 .. ranks-1 of endpoint, subscribed to topic
+    ("" = every message); NULL with err set if an endpoint is invalid */
+struct kvsub *kvsub_new(struct event_base *base, const char *endpoint, const char *topic,
+                        unsigned ranks, char *err, size_t errlen);
+/** reads ranks up to `ranks` too (the engine reported more than at start); never fewer */
+void kvsub_set_ranks(struct kvsub *s, unsigned ranks);
+/** appends the admitd_engine_kv_events_* families to out */
+void kvsub_render(const struct kvsub *s, struct buf *out);
+/** closes the sockets without lingering, ends the context, frees s; NULL is a no-op */
+void kvsub_free(struct kvsub *s);
+
+#endif
