@@ -229,9 +229,12 @@ static struct kvsub_rank *rank_open(struct kvsub *s, unsigned r, char *err, size
     zmq_setsockopt(k->sock, ZMQ_LINGER, &zero, sizeof zero);
     zmq_setsockopt(k->sock, ZMQ_RCVHWM, &hwm, sizeof hwm);
     zmq_setsockopt(k->sock, ZMQ_SUBSCRIBE, s->topic, strlen(s->topic));
-    /* connect, not bind: the engine binds its PUB (vLLM's default); ZMQ reconnects by
-     * itself when the engine restarts. */
-    if (zmq_connect(k->sock, k->endpoint) != 0 || zmq_getsockopt(k->sock, ZMQ_FD, &fd, &fl) != 0) {
+    /* vLLM's PUB binds a wildcard (its default, port 5557 on every address) or an ipc name, and connects to
+     * a concrete host: admitd mirrors it, connecting (ZMQ reconnects by itself when the
+     * engine restarts) unless given a wildcard, where the engine connects to us. */
+    if ((strchr(k->endpoint, '*') != NULL ? zmq_bind(k->sock, k->endpoint)
+                                          : zmq_connect(k->sock, k->endpoint)) != 0 ||
+        zmq_getsockopt(k->sock, ZMQ_FD, &fd, &fl) != 0) {
         snprintf(err, errlen, "--engine-kv-events %s: %s", k->endpoint, zmq_strerror(errno));
         zmq_close(k->sock);
         free(k);
