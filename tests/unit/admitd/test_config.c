@@ -177,6 +177,35 @@ static void test_bad_addresses_and_options(void **state)
 }
 
 /* flag > env > file > default, and file errors carry file:line:column. */
+/* --engine-kv-events: off by default, from the environment or a flag, checked as an
+ * endpoint; the topic is any text that fits. */
+static void test_engine_kv_events(void **state)
+{
+    static const char *const env[] = {"ADMITD_ENGINE_KV_EVENTS", "tcp://10.0.0.1:5557",
+                                      "ADMITD_ENGINE_KV_EVENTS_TOPIC", "kv@", NULL};
+    char err[512], long_topic[300];
+    struct cfg c;
+
+    (void) state;
+    assert_int_equal(parse(&c, NULL, err, sizeof err, 1), CFG_RUN);
+    assert_string_equal(c.engine_kv_events, "");
+    assert_string_equal(c.engine_kv_events_topic, "");
+    assert_int_equal(parse(&c, env, err, sizeof err, 1), CFG_RUN);
+    assert_string_equal(c.engine_kv_events, "tcp://10.0.0.1:5557");
+    assert_string_equal(c.engine_kv_events_topic, "kv@");
+    assert_int_equal(parse(&c, env, err, sizeof err, 2, "--engine-kv-events=tcp://*:6000"),
+                     CFG_RUN);
+    assert_string_equal(c.engine_kv_events, "tcp://*:6000");
+    assert_int_equal(parse(&c, NULL, err, sizeof err, 2, "--engine-kv-events=udp://h:1"),
+                     CFG_ERROR);
+    assert_non_null(strstr(err, "--engine-kv-events"));
+    memset(long_topic, 'x', sizeof long_topic - 1);
+    long_topic[sizeof long_topic - 1] = '\0';
+    assert_int_equal(parse(&c, NULL, err, sizeof err, 3, "--engine-kv-events-topic", long_topic),
+                     CFG_ERROR);
+    assert_non_null(strstr(err, "--engine-kv-events-topic"));
+}
+
 static void test_config_file_precedence(void **state)
 {
     char path[] = "/tmp/admitd-test-XXXXXX";
@@ -229,6 +258,7 @@ int main(void)
         cmocka_unit_test(test_queue_limit_rules),
         cmocka_unit_test(test_bad_addresses_and_options),
         cmocka_unit_test(test_config_file_precedence),
+        cmocka_unit_test(test_engine_kv_events),
     };
 
     return cmocka_run_group_tests(tests, NULL, NULL);
