@@ -4,27 +4,19 @@ restart), and on a raw ZMQ PUB of this test (Debian's python3-zmq) that sends a 
 garbage. What admitd counts is read from its /metrics; requests go through admitd meanwhile,
 each checking its own answer."""
 
-import os
-import sys
-
-try:
-    import msgpack
-    import zmq
-except ImportError:
-    # Debian's python3-zmq and python3-msgpack load only in Debian's interpreter; python3 on
-    # PATH may be another one (pyenv's).
-    if os.path.exists("/usr/bin/python3") and sys.executable != "/usr/bin/python3" and \
-            not os.environ.get("KV_EVENTS_REEXEC"):
-        os.environ["KV_EVENTS_REEXEC"] = "1"
-        os.execv("/usr/bin/python3", ["/usr/bin/python3"] + sys.argv)
-    raise
-
 import json
 import struct
+import subprocess
 import time
 
-from harness import Admitd, Mock, Tap, marker, own_request, request, wait_for
+# First: test_mock_kv_events re-runs this script under Debian's /usr/bin/python3 when the
+# python3 on PATH (pyenv's) has no zmq or msgpack.
 from test_mock_kv_events import free_base, prompt_of
+
+import msgpack
+import zmq
+
+from harness import ADMITD, Admitd, Mock, Tap, marker, own_request, request, wait_for
 
 BLOCK = 16
 CTX = zmq.Context.instance()
@@ -221,8 +213,6 @@ def test_gap_and_garbage_from_a_raw_publisher():
 
 
 def test_bad_endpoint_refused():
-    import subprocess
-    from harness import ADMITD
     p = subprocess.run([ADMITD, "--engine-kv-events", "udp://1.2.3.4:5", "--check-config"],
                        capture_output=True, text=True, timeout=30)
     assert p.returncode == 2 and "--engine-kv-events" in p.stderr, (p.returncode, p.stderr)
