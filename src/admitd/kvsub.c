@@ -20,6 +20,14 @@
 #define KVSUB_BURST 256
 /* Receive high-water mark, vLLM's publisher's default: past it ZMQ drops, and we see a gap. */
 #define KVSUB_HWM 100000
+/* Largest message read: ZMQ drops the connection of a peer that sends more (it reconnects;
+ * the batch shows as a gap). A step of vLLM stores at most its token budget, a few hundred
+ * KB of payload; the bound keeps a bad peer from making the decoder's zone and arrays
+ * (about 40 bytes per payload byte together, kvevents.h) unbounded. */
+#define KVSUB_MAX_MSG (16 << 20)
+/* Room for the events of a payload that fits arrays of cap hashes and ids: an event takes
+ * more than 8 bytes of payload (its tag alone has 11 or more), so cap / 8 entries do. */
+#define EVENTS_CAP(cap) ((cap) / 8 + 16)
 
 enum { RES_OK, RES_MALFORMED, RES_BAD_FRAMES, RES__COUNT };
 enum { EVT_STORED, EVT_REMOVED, EVT_CLEARED, EVT_UNKNOWN, EVT_OTHER_MEDIUM, EVT__COUNT };
@@ -49,7 +57,7 @@ struct kvsub {
     struct kve_event *events; /* decode arrays, grown when a batch does not fit */
     uint64_t *hashes;
     uint32_t *tokens;
-    size_t cap; /* of each array: a payload of cap bytes always fits */
+    size_t cap; /* of hashes and tokens (events: EVENTS_CAP): a payload of cap bytes fits */
 };
 
 /* The sequence of one batch: in order, a gap (ZMQ dropped or the engine skipped: counted,
@@ -114,7 +122,7 @@ static int decode(struct kvsub *s, const void *p, size_t len, struct kve_out *o,
         int rc;
 
         *o = (struct kve_out){.events = s->events,
-                              .events_cap = s->cap,
+                              .events_cap = EVENTS_CAP(s->cap),
                               .hashes = s->hashes,
                               .hashes_cap = s->cap,
                               .tokens = s->tokens,
@@ -122,8 +130,8 @@ static int decode(struct kvsub *s, const void *p, size_t len, struct kve_out *o,
         rc = kve_decode(s->dec, p, len, o, err, errlen);
         if (rc != KVE_EFULL || s->cap >= len)
             return rc;
-        s->cap = s->cap * 4 < len ? len : s->cap * 4;
-        s->events = xrealloc(s->events, s->cap * sizeof *s->events);
+        s->cap = s->cap * 4 < len ? s->cap * 4 : len;
+        s->events = xrealloc(s->events, EVENTS_CAP(s->cap) * sizeof *s->events);
         s->hashes = xrealloc(s->hashes, s->cap * sizeof *s->hashes);
         s->tokens = xrealloc(s->tokens, s->cap * sizeof *s->tokens);
     }
@@ -214,6 +222,7 @@ static struct kvsub_rank *rank_open(struct kvsub *s, unsigned r, char *err, size
 {
     struct kvsub_rank *k = xcalloc(1, sizeof *k);
     int zero = 0, hwm = KVSUB_HWM, fd;
+    int64_t maxmsg = KVSUB_MAX_MSG;
     size_t fl = sizeof fd;
 
     k->s = s;
@@ -226,11 +235,18 @@ static struct kvsub_rank *rank_open(struct kvsub *s, unsigned r, char *err, size
         return NULL;
     }
     k->sock = zmq_socket(s->zctx, ZMQ_SUB);
+    if (k->sock == NULL) { /* ZMQ's socket limit (1023 by default) or no context */
+        snprintf(err, errlen, "--engine-kv-events: no ZMQ socket for rank %u: %s", r,
+                 zmq_strerror(errno));
+        free(k);
+        return NULL;
+    }
     zmq_setsockopt(k->sock, ZMQ_LINGER, &zero, sizeof zero);
     zmq_setsockopt(k->sock, ZMQ_RCVHWM, &hwm, sizeof hwm);
+    zmq_setsockopt(k->sock, ZMQ_MAXMSGSIZE, &maxmsg, sizeof maxmsg);
     zmq_setsockopt(k->sock, ZMQ_SUBSCRIBE, s->topic, strlen(s->topic));
-    /* vLLM's PUB binds a wildcard (its default, port 5557 on every address) or an ipc name, and connects to
-     * a concrete host: admitd mirrors it, connecting (ZMQ reconnects by itself when the
+    /* vLLM's PUB binds a wildcard (its default, port 5557 on every address) or an ipc name, and
+     * connects to a concrete host: admitd mirrors it, connecting (ZMQ reconnects by itself when the
      * engine restarts) unless given a wildcard, where the engine connects to us. */
     if ((strchr(k->endpoint, '*') != NULL ? zmq_bind(k->sock, k->endpoint)
                                           : zmq_connect(k->sock, k->endpoint)) != 0 ||
@@ -259,7 +275,7 @@ struct kvsub *kvsub_new(struct event_base *base, const char *endpoint, const cha
     s->zctx = zmq_ctx_new();
     s->dec = kve_decoder_new();
     s->cap = 4096;
-    s->events = xmalloc(s->cap * sizeof *s->events);
+    s->events = xmalloc(EVENTS_CAP(s->cap) * sizeof *s->events);
     s->hashes = xmalloc(s->cap * sizeof *s->hashes);
     s->tokens = xmalloc(s->cap * sizeof *s->tokens);
     for (unsigned r = 0; r < (ranks ? ranks : 1) && r < KVSUB_MAX_RANKS; r++) {

@@ -204,6 +204,12 @@ def test_gap_and_garbage_from_a_raw_publisher():
         assert kv(adm, "blocks_total", 0, op="other_medium") == 1
         assert kv(adm, "blocks_total", 0, op="removed") == 1
         assert kv(adm, "blocks_total", 0, op="stored") == 2 * (ok0 + 2)
+        # A batch larger than the decoder's first arrays (4,096 ids): they grow, it is read.
+        big = ["BlockStored", list(range(100, 400)), 12, list(range(300 * BLOCK)), BLOCK]
+        send(seq + 13, batch(big))
+        wait_for(lambda: kv(adm, "last_seq", 0) == seq + 13, what="the large batch")
+        assert kv(adm, "blocks_total", 0, op="stored") == 2 * (ok0 + 2) + 300
+        assert kv(adm, "batches_total", 0, result="malformed") == 4
         complete(adm, "still serving")
         assert adm.proc.alive()
     finally:
