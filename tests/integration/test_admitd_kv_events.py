@@ -5,6 +5,7 @@ garbage. What admitd counts is read from its /metrics; requests go through admit
 each checking its own answer."""
 
 import json
+import shutil
 import struct
 import subprocess
 import time
@@ -107,6 +108,13 @@ def stored_and_removed(encoding):
             assert kv(adm, "batches_total", r, result="malformed") == 0, r
             assert kv(adm, "gaps_total", r) == 0 and kv(adm, "restarts_total", r) == 0, r
             assert kv(adm, "last_seq", r) >= 0, r
+        # The new families pass promtool's lint, as admitd's others do (test_interop).
+        if shutil.which("promtool"):
+            _, _, text = request(adm.maddr, "GET", "/metrics")
+            assert b"admitd_engine_kv_events_gaps_total" in text
+            p = subprocess.run(["promtool", "check", "metrics"], input=text,
+                               capture_output=True, timeout=60)
+            assert p.returncode == 0, (p.stdout + p.stderr).decode()
     finally:
         adm.stop()
         mock.stop()
