@@ -1,7 +1,7 @@
 /* kvsub: admitd's SUBs on its engine's KV events, read on the event loop. */
 #include "kvsub.h"
 #include "admission/kvevents.h"
-#include "mock/mock_kvpub.h"
+#include "mock/mock_kvpub.h" /* the rank offset rule, vLLM's, that the mock publishes by */
 #include "util/log.h"
 #include "util/xmalloc.h"
 #include "wire/prom.h"
@@ -145,16 +145,22 @@ static void handle(struct kvsub_rank *k, zmq_msg_t *f, int nf)
     uint64_t seq = 0;
     char err[160];
 
-    if (nf != 3 || zmq_msg_size(&f[1]) != 8) {
+    if (nf == 3 && zmq_msg_size(&f[1]) == 8) {
+        q = zmq_msg_data(&f[1]);
+        for (int i = 0; i < 8; i++)
+            seq = seq << 8 | q[i];
+    }
+    /* A negative sequence is the replay socket's end marker, never a live batch's. */
+    if (nf != 3 || zmq_msg_size(&f[1]) != 8 || (int64_t) seq < 0) {
         k->batches[RES_BAD_FRAMES]++;
-        snprintf(err, sizeof err, "a message of %d frames (sequence of %zu bytes), not 3 (8)", nf,
-                 nf > 1 ? zmq_msg_size(&f[1]) : (size_t) 0);
+        if (nf == 3 && zmq_msg_size(&f[1]) == 8)
+            snprintf(err, sizeof err, "a negative sequence number %lld", (long long) seq);
+        else
+            snprintf(err, sizeof err, "a message of %d frames (sequence of %zu bytes), not 3 (8)",
+                     nf, nf > 1 ? zmq_msg_size(&f[1]) : (size_t) 0);
         set_state(k, 0, err);
         return;
     }
-    q = zmq_msg_data(&f[1]);
-    for (int i = 0; i < 8; i++)
-        seq = seq << 8 | q[i];
     if (decode(k->s, zmq_msg_data(&f[2]), zmq_msg_size(&f[2]), &o, err, sizeof err) != KVE_OK) {
         k->batches[RES_MALFORMED]++;
         set_state(k, 0, err);

@@ -196,12 +196,13 @@ def test_gap_and_garbage_from_a_raw_publisher():
         send(seq + 9, batch(STORE)[:-3])  # truncated
         pub.send_multipart([b"kv", b"\0\0\0\1", batch(STORE)])  # a 4-byte sequence
         pub.send_multipart([b"kv", struct.pack(">q", seq + 10)])  # no payload
+        send(-1, batch(STORE))  # the replay socket's end marker, never a live batch
         send(seq + 11, batch(STORE), topic=b"other")  # not subscribed
         send(seq + 12, batch(STORE))
         wait_for(lambda: kv(adm, "last_seq", 0) == seq + 12, what="the batch after the junk")
         assert kv(adm, "batches_total", 0, result="ok") == ok0 + 4
         assert kv(adm, "batches_total", 0, result="malformed") == 4
-        assert kv(adm, "batches_total", 0, result="bad_frames") == 2
+        assert kv(adm, "batches_total", 0, result="bad_frames") == 3
         # seq+1 .. seq+3 missed; the junk's sequences did not count; seq+12 after seq+5 is
         # a second gap.
         assert kv(adm, "gaps_total", 0) == 2 and kv(adm, "missed_batches_total", 0) == 3 + 6
