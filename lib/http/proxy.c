@@ -30,7 +30,10 @@ static struct pxreq *px_alloc(struct proxy *px)
         px->spare = x->next_spare;
     else
         x = xmalloc(offsetof(struct pxreq, adm_state) + px->adm.size);
-    memset(x, 0, offsetof(struct pxreq, adm_state) + px->adm.size);
+    memset(x, 0,
+           offsetof(struct pxreq, adm_state) + (px->adm.zeroed != 0 && px->adm.zeroed < px->adm.size
+                                                    ? px->adm.zeroed
+                                                    : px->adm.size));
     x->px = px;
     return x;
 }

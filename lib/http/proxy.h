@@ -109,6 +109,9 @@ struct proxy_admission {
     /* seconds for the Retry-After of the proxy's own 503 answers */
     int (*retry_after)(void *arg);
     size_t size;
+    /* of the state's size bytes, the first zeroed bytes are zeroed at arrival (0: all): what
+     * lies past them the hooks write before they read */
+    size_t zeroed;
     void *arg;
 };
 

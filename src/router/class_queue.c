@@ -109,8 +109,7 @@ static int64_t uncached(struct class_queue *cq, const struct cq_req *e, int64_t 
 
         if (hits[i].cached <= best || k >= (uint32_t) sel_workers(cq->sel))
             continue;
-        if (e->pinned >= 0 ? k != (uint32_t) e->pinned
-                           : elig != NULL && ((elig[k >> 6] >> (k & 63)) & 1) == 0)
+        if (e->pinned >= 0 ? k != (uint32_t) e->pinned : !sel_eligible(elig, k))
             continue;
         if (sel_routable(cq->sel, (int) k, now))
             best = hits[i].cached;

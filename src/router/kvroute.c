@@ -30,6 +30,21 @@ struct kvroute {
     struct kvi_stats gone; /* the counters of the indexes dropped (so that they only grow) */
 };
 
+/* to's counters (not its gauges: blocks, bytes) plus from's. */
+static void kvr_add_counters(struct kvi_stats *to, const struct kvi_stats *from)
+{
+    to->lookups += from->lookups;
+    to->matched_blocks += from->matched_blocks;
+    to->inserted_blocks += from->inserted_blocks;
+    to->predicted_tokens += from->predicted_tokens;
+    to->confirmed_tokens += from->confirmed_tokens;
+    to->evicted_ttl += from->evicted_ttl;
+    to->evicted_capacity += from->evicted_capacity;
+    to->evicted_global += from->evicted_global;
+    to->dropped_correct += from->dropped_correct;
+    to->dropped_forget += from->dropped_forget;
+}
+
 /* Keeps idx's counters in gone, before idx goes. */
 static void kvr_keep_counters(struct kvroute *kv)
 {
@@ -38,16 +53,8 @@ static void kvr_keep_counters(struct kvroute *kv)
     if (kv->idx == NULL)
         return;
     kvi_stats(kv->idx, &s);
-    kv->gone.lookups += s.lookups;
-    kv->gone.matched_blocks += s.matched_blocks;
-    kv->gone.inserted_blocks += s.inserted_blocks;
-    kv->gone.predicted_tokens += s.predicted_tokens;
-    kv->gone.confirmed_tokens += s.confirmed_tokens;
-    kv->gone.evicted_ttl += s.evicted_ttl;
-    kv->gone.evicted_capacity += s.evicted_capacity;
-    kv->gone.evicted_global += s.evicted_global;
-    kv->gone.dropped_correct += s.dropped_correct;
-    kv->gone.dropped_forget += s.dropped_forget + s.blocks; /* what it held goes with it */
+    kvr_add_counters(&kv->gone, &s);
+    kv->gone.dropped_forget += s.blocks; /* what it held goes with it */
 }
 
 static void kvr_start(struct kvroute *kv, uint32_t workers)
@@ -238,19 +245,8 @@ uint64_t kvr_held(const struct kvroute *kv, int worker)
 
 void kvr_stats(const struct kvroute *kv, struct kvi_stats *out)
 {
-    const struct kvi_stats *g = &kv->gone;
-
     memset(out, 0, sizeof *out);
     if (kv->idx != NULL)
         kvi_stats(kv->idx, out);
-    out->lookups += g->lookups;
-    out->matched_blocks += g->matched_blocks;
-    out->inserted_blocks += g->inserted_blocks;
-    out->predicted_tokens += g->predicted_tokens;
-    out->confirmed_tokens += g->confirmed_tokens;
-    out->evicted_ttl += g->evicted_ttl;
-    out->evicted_capacity += g->evicted_capacity;
-    out->evicted_global += g->evicted_global;
-    out->dropped_correct += g->dropped_correct;
-    out->dropped_forget += g->dropped_forget;
+    kvr_add_counters(out, &kv->gone);
 }

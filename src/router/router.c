@@ -28,6 +28,7 @@
 #include "workers.h"
 
 #include <jansson.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -52,6 +53,9 @@ struct rreq {
      * index predicted on the rank chosen (cached tokens), for the answer's correction. */
     uint32_t nkeys;
     int64_t predicted;
+    /* Not zeroed at arrival (hooks.zeroed): 4.4 KiB a request. keys[0 .. nkeys) are written
+     * by read_request() before anything reads them, the tail is reset by pick() before
+     * on_body() keeps anything in it (predicted is 0 until then). */
     struct usage_tail tail; /* the answer's last bytes, while predicted > 0 */
     uint64_t keys[KVR_MAX_KEYS];
 };
@@ -476,6 +480,7 @@ struct router *router_new(struct event_base *base, struct proxy *px, struct metr
         .finish = on_finish,
         .retry_after = on_retry_after,
         .size = sizeof(struct rreq),
+        .zeroed = offsetof(struct rreq, tail),
         .arg = r,
     };
 

@@ -128,6 +128,13 @@ struct sel_hit {
     int64_t cached; /* tokens, <= the prompt */
 };
 
+/** 1 when worker k's bit is set in the bitset e of eligible workers (bit k % 64 of word
+ *  k / 64, as sel_pick_in() takes it; NULL: every worker's is) */
+static inline int sel_eligible(const uint64_t *e, size_t k)
+{
+    return e == NULL || ((e[k >> 6] >> (k & 63)) & 1) != 0;
+}
+
 /** chooses a worker and rank for a request of prompt_tokens under the reject thresholds t;
  *  (NULL: none, any live worker will do); exclude (or -1) is a worker the request may not go
  *  back to, pinned (or -1) the only one judged; one pass, no allocation */

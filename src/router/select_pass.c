@@ -32,12 +32,6 @@ static void size_adds(struct sel *s, int64_t prompt)
     s->sizes_prompt = prompt;
 }
 
-/* 1 when worker k's bit is set in the bitset e (NULL: every worker's is). */
-static inline int eligible_bit(const uint64_t *e, size_t k)
-{
-    return e == NULL || ((e[k >> 6] >> (k & 63)) & 1) != 0;
-}
-
 /* The pass of sel_pick_in(), inlined into each of its two calls there: with elig NULL (the
  * constant) the compiler drops the eligibility test, so a request with no model filter runs
  * the very pass it ran before there was one. */
@@ -115,7 +109,7 @@ pick_pass(struct sel *s, int64_t now_ms, int64_t prompt_tokens, const struct bus
             if (w->alive_until < now_ms || w->skip_until > now_ms || w->out || w == excl)
                 continue;
             /* Not one the request's model may go to (a constant pass for NULL). */
-            if (!eligible_bit(elig, (size_t) (g - gates)))
+            if (!sel_eligible(elig, (size_t) (g - gates)))
                 continue;
             if (need <= *g) {
                 /* Its cheapest rank has room: the worker's choice (see struct sworker). */
@@ -165,7 +159,7 @@ pick_pass(struct sel *s, int64_t now_ms, int64_t prompt_tokens, const struct bus
             continue;
         /* Not a candidate, for the pass's reasons (the monitor's full included). */
         if (w->alive_until < now_ms || w->skip_until > now_ms || w->out || w == excl ||
-            !eligible_bit(elig, hit->worker) || gates[hit->worker] < keep)
+            !sel_eligible(elig, hit->worker) || gates[hit->worker] < keep)
             continue;
         part = prompt_tokens - (hit->cached < prompt_tokens ? hit->cached : prompt_tokens);
         sh = w->first + hit->rank;
@@ -200,7 +194,7 @@ pick_pass(struct sel *s, int64_t now_ms, int64_t prompt_tokens, const struct bus
     /* Alive but no candidate (overloaded, excluded, full, no room) is "all busy", the
      * overload answer; none alive is "no worker". */
     for (int k = from; k < to; k++)
-        if (eligible_bit(elig, (size_t) k) && sel_alive(s, k, now_ms))
+        if (sel_eligible(elig, (size_t) k) && sel_alive(s, k, now_ms))
             return SEL_ALL_BUSY;
     return SEL_NO_WORKER;
 }
