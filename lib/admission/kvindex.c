@@ -21,6 +21,10 @@
 
 /* How many probes of a lookup run ahead of the one it is at. */
 #define KVI_AHEAD 8
+
+/* An insert leaves a chain alone when its holder refreshed the chain's last block less than
+ * this long ago (a fraction of the TTL, at most 1 s): see kvi_insert. */
+#define KVI_FRESH_MS(ttl) ((ttl) / 32 < 1000 ? (ttl) / 32 : 1000)
 #if defined(__GNUC__)
 #define KVI_PREFETCH(p) __builtin_prefetch(p)
 #else
@@ -415,6 +419,19 @@ void kvi_insert(struct kvindex *x, uint32_t worker, uint32_t rank, const uint64_
     now = (uint32_t) x->last_ms;
     /* the chain's nodes the lookup before found: no probe for them here, while no node goes */
     seen = kvi_seen(x, keys, n);
+    /* A chain is refreshed from its end to its start (below), so when the holder's entry of its
+     * last block is fresh, the holder refreshed the whole chain since (its blocks are each a
+     * prefix of the last, and every insert of the last inserted them all): moving them again
+     * would change neither what is held nor, by more than KVI_FRESH_MS, its order and ages.
+     * The common case (a conversation's blocks come back within a second, or a shared opening
+     * does) then costs one probe (none after a lookup of the chain) rather than n moves on two
+     * lists; whether a lookup came before changes nothing else. An entry's age and
+     * place are coarse by that much: it may expire, or be evicted, up to KVI_FRESH_MS early. A
+     * correction may since have cut a gap into the chain: it is filled at the next insert past
+     * the window. */
+    if (n > 0 && (b = seen == n ? x->nodes[n - 1] : kvi_find(x, keys[n - 1])) != KVI_NIL &&
+        (v = kvi_entry_of(x, b, hi)) != KVI_NIL && now - x->e[v].t < KVI_FRESH_MS(x->c.ttl_ms))
+        return;
     for (a = 1; a <= n && a <= 2 * KVI_AHEAD; a++)
         KVI_PREFETCH(kvi_slot(x, keys[n - a]));
     /* last block first: block 0 ends up the most recently used, the chain ages from its end.
@@ -466,23 +483,50 @@ void kvi_insert(struct kvindex *x, uint32_t worker, uint32_t rank, const uint64_
     }
 }
 
+/* 1 when node i is live and holds key (a free node keeps its last key, and a count of 0). */
+static int kvi_node_is(const struct kvindex *x, uint32_t i, uint64_t key)
+{
+    const struct kvi_node *nd = &x->n[i];
+
+    return nd->count != 0 && nd->key_lo == (uint32_t) key && nd->key_hi == (uint32_t) (key >> 32);
+}
+
 /* Probes keys[0 .. n) into nodes[] up to the first one nobody holds; how many were found.
- * The probes do not depend on each other: the bucket of a key 2 x KVI_AHEAD on and the node
- * named by the bucket of one KVI_AHEAD on are loaded early, so that their misses overlap. */
+ *
+ * A chain's nodes are mostly next to each other: an insert takes its keys last first, each new
+ * key the node freed last (by the eviction just before it, or by the insert before), and the free
+ * list starts in order, so block i + 1's node is usually block i's minus one. That guess is
+ * checked first: one load of a line the last node's load brought, or the next one, in order,
+ * where a probe costs two misses at random (the bucket, then the node). Where the guesses fail
+ * (a shared opening, a chain inserted piecemeal) the probes take over, and do not depend on
+ * each other: the bucket of a key 2 x KVI_AHEAD on and the node named by the bucket of one
+ * KVI_AHEAD on are loaded early, so that their misses overlap; while guesses succeed, nothing
+ * is loaded ahead. */
 static uint32_t kvi_probe(struct kvindex *x, const uint64_t *keys, uint32_t n, uint32_t *nodes)
 {
-    uint32_t lv, b;
+    uint32_t lv, b, g = KVI_NIL;
+    int guessing = 0;
 
     for (lv = 0; lv < n && lv < 2 * KVI_AHEAD; lv++)
         KVI_PREFETCH(kvi_slot(x, keys[lv]));
     for (lv = 0; lv < n; lv++) {
-        if (lv + 2 * KVI_AHEAD < n)
-            KVI_PREFETCH(kvi_slot(x, keys[lv + 2 * KVI_AHEAD]));
-        if (lv + KVI_AHEAD < n && (b = *kvi_slot(x, keys[lv + KVI_AHEAD])) != KVI_NIL)
-            KVI_PREFETCH(&x->n[b]);
-        if ((nodes[lv] = kvi_find(x, keys[lv])) == KVI_NIL)
-            break;
+        if (g != KVI_NIL && kvi_node_is(x, g, keys[lv])) {
+            nodes[lv] = g;
+            guessing = 1;
+        } else {
+            if (guessing) /* back to probing: start loading ahead again */
+                for (b = lv + 1; b < n && b <= lv + 2 * KVI_AHEAD; b++)
+                    KVI_PREFETCH(kvi_slot(x, keys[b]));
+            guessing = 0;
+            if (lv + 2 * KVI_AHEAD < n)
+                KVI_PREFETCH(kvi_slot(x, keys[lv + 2 * KVI_AHEAD]));
+            if (lv + KVI_AHEAD < n && (b = *kvi_slot(x, keys[lv + KVI_AHEAD])) != KVI_NIL)
+                KVI_PREFETCH(&x->n[b]);
+            if ((nodes[lv] = kvi_find(x, keys[lv])) == KVI_NIL)
+                break;
+        }
         KVI_PREFETCH(&x->e[x->n[nodes[lv]].head]); /* for the insert that follows */
+        g = nodes[lv] > 0 ? nodes[lv] - 1 : KVI_NIL;
     }
     return lv;
 }

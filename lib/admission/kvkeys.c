@@ -40,6 +40,16 @@ static inline uint64_t kvk_finish(uint64_t h)
     return h ^ h >> 32;
 }
 
+/* Chains a block to the key before it: one multiply-xorshift round, a bijection, so that two
+ * keys collide only where (previous key ^ block hash) does. The block's hash is finished apart
+ * (kvk_finish) and only this round waits for the previous key: a chain of blocks costs about
+ * one multiply's latency per block. */
+static inline uint64_t kvk_chain(uint64_t h)
+{
+    h *= KVK_M2;
+    return h ^ h >> 29;
+}
+
 /* Bytes into a hash, 8 at a time, the tail zero-padded, then the length. */
 static uint64_t kvk_bytes(uint64_t h, const char *s, size_t n)
 {
@@ -71,10 +81,12 @@ struct kvk_run {
     uint64_t *keys;
     size_t cap, n;
     uint64_t h;       /* the last key (the seed before the first) */
-    uint64_t lane[2]; /* the open block's words so far, the even ones and the odd ones */
+    uint64_t acc;     /* the open block's pairs of words so far, their products summed */
+    uint64_t sk;      /* the secret of the open block's next pair */
+    uint64_t pend;    /* the first word of a pair whose second has not come */
     uint64_t word;    /* text: bytes not yet a whole word */
     unsigned wbytes;  /* ... how many */
-    unsigned odd;     /* the lane of the open block's next word */
+    unsigned odd;     /* 1: pend holds a word */
     unsigned left;    /* ids or bytes the open block still needs */
     unsigned size;    /* ids or bytes a block holds */
     int mode, done;   /* KVK_*; done: cap reached or the first prompt of a batch ended */
@@ -82,21 +94,42 @@ struct kvk_run {
     char role[16];
 };
 
-/* Starts a block: its words hash apart from the chain, in two lanes (the even words and the
- * odd ones), so that a block's multiplies do not wait for the last block's key or for each
- * other: only the close chains (kvk_close). */
+/* The product of two words, 128 bits, its halves folded: every bit of each reaches the middle
+ * bits of the result. One multiply for 16 bytes, where absorbing a word costs two. */
+static inline uint64_t kvk_mum(uint64_t a, uint64_t b)
+{
+    __extension__ unsigned __int128 r = (unsigned __int128) a * b;
+
+    return (uint64_t) r ^ (uint64_t) (r >> 64);
+}
+
+/* Starts a block. Its words are taken in pairs, each pair's product added to a sum with no
+ * dependence on the last key or on the pair before: the multiplies of a block, and of the
+ * next one, overlap; only the close chains (kvk_close). Each pair is first mixed with a secret
+ * of its own (a Weyl sequence: the pair's place spread by an odd constant), so that equal
+ * pairs at two places, or two pairs swapped, add different products. */
 static inline void kvk_open(struct kvk_run *r)
 {
-    r->lane[0] = KVK_M1;
-    r->lane[1] = KVK_M2;
+    r->acc = 0;
+    r->sk = KVK_M1;
+    r->pend = 0;
     r->word = 0;
     r->wbytes = 0;
     r->odd = 0;
 }
 
+static inline void kvk_pair(struct kvk_run *r, uint64_t a, uint64_t b)
+{
+    r->acc += kvk_mum(a ^ r->sk, b ^ kvk_rotl(r->sk, 32) ^ KVK_M2);
+    r->sk += KVK_M3;
+}
+
 static inline void kvk_word(struct kvk_run *r, uint64_t w)
 {
-    r->lane[r->odd] = kvk_absorb(r->lane[r->odd], w);
+    if (r->odd)
+        kvk_pair(r, r->pend, w);
+    else
+        r->pend = w;
     r->odd ^= 1;
 }
 
@@ -125,15 +158,18 @@ static int kvk_mode(struct kvk_run *r, const struct kvk_params *p, int mode)
     return r->mode == mode && !r->done;
 }
 
-/* Closes the open block: its key follows from the previous one and its contents (the two
- * lanes folded into one word, then mixed with the previous key by kvk_finish). */
+/* Closes the open block: its key follows from the previous one and its contents (the sum of
+ * its pairs, a last odd word paired with the block's size, finished, then chained to the
+ * previous key). */
 static inline void kvk_close(struct kvk_run *r)
 {
     uint64_t key;
 
     if (r->wbytes)
         kvk_word(r, r->word);
-    key = kvk_finish(r->h ^ kvk_absorb(r->lane[0], r->lane[1]) ^ r->size);
+    if (r->odd)
+        kvk_pair(r, r->pend, r->size);
+    key = kvk_chain(r->h ^ kvk_finish(r->acc));
     r->keys[r->n++] = key;
     r->h = key;
     kvk_open(r);
@@ -148,27 +184,70 @@ static void kvk_run_id(struct kvk_run *r, uint64_t id)
         kvk_close(r);
 }
 
+/* The hash of one whole block of size bytes of text (a multiple of 16): what kvk_word and
+ * kvk_close make of it, in registers. Inlined with a constant size, the loop unrolls and its
+ * secrets are constants. */
+static inline __attribute__((always_inline)) uint64_t kvk_block(const char *s, unsigned size)
+{
+    uint64_t acc = 0, sk = KVK_M1, w, v;
+
+    for (unsigned j = 0; j < size; j += 16) {
+        memcpy(&w, s + j, 8);
+        memcpy(&v, s + j + 8, 8);
+        acc += kvk_mum(w ^ sk, v ^ kvk_rotl(sk, 32) ^ KVK_M2);
+        sk += KVK_M3;
+    }
+    return kvk_finish(acc);
+}
+
+/* Whole blocks straight from the text, at a block's start: the keys in registers, chained. */
+static void kvk_blocks(struct kvk_run *r, const char **sp, size_t *np)
+{
+    const char *s = *sp;
+    size_t n = *np, k = r->n;
+    uint64_t h = r->h;
+    unsigned size = r->size;
+
+    if (size == 64) /* 16-token blocks at 4 bytes a token: the default */
+        for (; n >= 64 && k < r->cap; s += 64, n -= 64)
+            r->keys[k++] = h = kvk_chain(h ^ kvk_block(s, 64));
+    else
+        for (; n >= size && k < r->cap; s += size, n -= size)
+            r->keys[k++] = h = kvk_chain(h ^ kvk_block(s, size));
+    r->h = h;
+    r->n = k;
+    r->done = k == r->cap;
+    *sp = s;
+    *np = n;
+}
+
 static void kvk_run_text(struct kvk_run *r, const char *s, size_t n)
 {
     uint64_t w;
 
     while (n && !r->done) {
-        /* whole words straight in, the common case: a word boundary and 8 bytes to go; two at
-         * a time, one to each lane, while 16 bytes are left of the text and of the block */
+        if (r->left == r->size && r->wbytes == 0 && r->odd == 0 && (r->size & 15) == 0 &&
+            n >= r->size) {
+            kvk_blocks(r, &s, &n);
+            continue;
+        }
+        /* whole words straight in, the common case: a word boundary and 8 bytes to go; a pair
+         * at a time while no word waits for its second and 16 bytes are left of the text and
+         * of the block */
         while (r->wbytes == 0 && n >= 8 && r->left >= 8) {
             if (r->odd == 0 && n >= 16 && r->left >= 16) {
-                uint64_t a = r->lane[0], b = r->lane[1], v;
+                uint64_t acc = r->acc, sk = r->sk, v;
                 unsigned left = r->left;
 
                 do {
                     memcpy(&w, s, 8);
                     memcpy(&v, s + 8, 8);
-                    a = kvk_absorb(a, w);
-                    b = kvk_absorb(b, v);
+                    acc += kvk_mum(w ^ sk, v ^ kvk_rotl(sk, 32) ^ KVK_M2);
+                    sk += KVK_M3;
                     s += 16, n -= 16, left -= 16;
                 } while (n >= 16 && left >= 16);
-                r->lane[0] = a;
-                r->lane[1] = b;
+                r->acc = acc;
+                r->sk = sk;
                 r->left = left;
             } else {
                 memcpy(&w, s, 8);

@@ -23,10 +23,11 @@
  *
  * The body is walked by tokcount's scan (admission/tokcount.h) with a sink: one pass, no
  * allocation, any bytes survived; a malformed or cut body gives the keys of what came before
- * the fault. The hash is ours: 64-bit multiply and rotate per 8-byte word, in two lanes (even
- * and odd words) so that the multiplies overlap, the lanes folded and chained to the previous
- * key by a multiply-xorshift; it is for spreading, not for adversaries (a client that forges a
- * collision only misroutes its own requests). Keys are the same from run to run of one
+ * the fault. The hash is ours: the words of a block (8 bytes of text, or one id) taken in
+ * pairs, each pair mixed with a secret of its place and multiplied into 128 bits, the halves
+ * folded and summed (one multiply per 16 bytes, none waiting for another), the sum chained to
+ * the previous key by a multiply-xorshift; it is for spreading, not for adversaries (a client
+ * that forges a collision only misroutes its own requests). Keys are the same from run to run of one
  * version, not across versions (nothing keeps them). */
 #ifndef ADMIT_KVKEYS_H
 #define ADMIT_KVKEYS_H

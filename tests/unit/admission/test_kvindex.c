@@ -293,19 +293,62 @@ static void test_capacity_lru(void **state)
     kvi_insert(x, 1, 0, a, 4, 3);
     kvi_insert(x, 1, 0, b, 4, 3);
     assert_int_equal(kvi_held(x, 1, 0), 8);
-    /* touching a again makes b the least recently used */
-    kvi_insert(x, 0, 0, a, 2, 4);
-    kvi_insert(x, 0, 0, c, 2, 5);
-    assert_int_equal(depth_of(x, a, 4, 6, 0, 0), 2);
-    assert_int_equal(depth_of(x, b, 4, 6, 0, 0), 2);
-    assert_int_equal(depth_of(x, c, 2, 6, 0, 0), 2);
+    /* touching a again (past the freshness window, 1 s at the default TTL) makes b the least
+     * recently used */
+    kvi_insert(x, 0, 0, a, 2, 1004);
+    kvi_insert(x, 0, 0, c, 2, 1005);
+    assert_int_equal(depth_of(x, a, 4, 1006, 0, 0), 2);
+    assert_int_equal(depth_of(x, b, 4, 1006, 0, 0), 2);
+    assert_int_equal(depth_of(x, c, 2, 1006, 0, 0), 2);
     /* a smaller capacity evicts at once */
     kvi_set_capacity(x, 0, 0, 2);
     assert_int_equal(kvi_held(x, 0, 0), 2);
-    assert_int_equal(depth_of(x, c, 2, 7, 0, 0), 2);
+    assert_int_equal(depth_of(x, c, 2, 1007, 0, 0), 2);
     kvi_stats(x, &s);
     assert_int_equal(s.evicted_capacity, 8);
     assert_int_equal(s.evicted_global, 0);
+    kvi_free(x);
+}
+
+/* A chain whose last block its holder refreshed less than a window ago (TTL / 32, at most 1 s)
+ * is left alone by an insert: order and ages are coarse by that much, never what is held. */
+static void test_fresh_chain(void **state)
+{
+    struct kvindex *x = new_index(1, 1, 64, 0);
+    uint64_t a[6] = {10, 11, 12, 13, 14, 15}, b[4] = {20, 21, 22, 23}, c[1] = {99};
+    struct kvi_stats s;
+
+    (void) state;
+    kvi_set_capacity(x, 0, 0, 8);
+    kvi_insert(x, 0, 0, a, 4, 0);
+    kvi_insert(x, 0, 0, b, 4, 10);
+    /* within the window: a is not moved, so it is still the least recently used */
+    kvi_insert(x, 0, 0, a, 4, 500);
+    kvi_insert(x, 0, 0, c, 1, 510); /* a ninth block evicts the least recently used */
+    assert_int_equal(depth_of(x, a, 4, 520, 0, 0), 3);
+    /* a fresher first block says nothing of the rest: a chain that goes further is inserted,
+     * its blocks held before refreshed, its new ones added */
+    kvi_insert(x, 0, 0, a, 2, 1200);
+    kvi_insert(x, 0, 0, a, 6, 1300);
+    assert_int_equal(depth_of(x, a, 6, 1310, 0, 0), 6);
+    /* past the window an insert refreshes: the TTL counts from it */
+    kvi_free(x);
+    x = new_index(1, 1, 64, 0);
+    kvi_insert(x, 0, 0, a, 3, 0);
+    kvi_insert(x, 0, 0, a, 3, 999);
+    kvi_insert(x, 0, 0, a, 3, 2000);
+    assert_int_equal(depth_of(x, a, 3, KVI_TTL_MS_DEFAULT + 1000, 0, 0), 3);
+    assert_int_equal(depth_of(x, a, 3, KVI_TTL_MS_DEFAULT + 2001, 0, 0), 0);
+    kvi_stats(x, &s);
+    assert_int_equal(s.inserted_blocks, 3);
+    assert_int_equal(s.evicted_ttl, 3);
+    /* a short TTL has a short window: 3 ms at 100 ms */
+    kvi_free(x);
+    x = new_index(1, 1, 64, 100);
+    kvi_insert(x, 0, 0, a, 3, 0);
+    kvi_insert(x, 0, 0, a, 3, 3);
+    assert_int_equal(depth_of(x, a, 3, 102, 0, 0), 3);
+    assert_int_equal(depth_of(x, a, 3, 104, 0, 0), 0);
     kvi_free(x);
 }
 
@@ -536,6 +579,7 @@ int main(void)
         cmocka_unit_test(test_no_first_block_no_hit),
         cmocka_unit_test(test_ttl),
         cmocka_unit_test(test_capacity_lru),
+        cmocka_unit_test(test_fresh_chain),
         cmocka_unit_test(test_global_cap),
         cmocka_unit_test(test_correct),
         cmocka_unit_test(test_correct_drops_tail),

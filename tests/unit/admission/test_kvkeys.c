@@ -212,6 +212,40 @@ static void test_body_text_match_kvk_text(void **state)
     assert_memory_equal(got, want, n * sizeof *got);
 }
 
+/* Whole blocks of text are hashed in one go (kvk_blocks) when a block starts at a string's
+ * start, and word by word otherwise: the keys are the same wherever the text is cut. The text
+ * comes as pieces cut by an escape at every offset; the block sizes take both paths. */
+static void test_text_cut_anywhere(void **state)
+{
+    static const unsigned pieces[] = {16, 40, 64, 80, 128};
+    char text[600], body[700];
+    uint64_t want[CAP], got[CAP];
+    size_t n, m;
+
+    (void) state;
+    for (size_t i = 0; i < sizeof text; i++)
+        text[i] = (char) ('a' + (i * 7 + i / 13) % 26);
+    for (size_t k = 0; k < sizeof pieces / sizeof pieces[0]; k++) {
+        struct kvk_params p = params(pieces[k] / 4, pieces[k]);
+
+        n = kvk_text(&p, text, sizeof text, want, CAP);
+        assert_int_equal(n, sizeof text / pieces[k]);
+        for (size_t cut = 0; cut < sizeof text; cut += 3) {
+            int len =
+                snprintf(body, sizeof body, "{\"prompt\":\"%.*s\\u00%02x%.*s\"}", (int) cut, text,
+                         (unsigned char) text[cut], (int) (sizeof text - cut - 1), text + cut + 1);
+
+            assert_true(len > 0 && (size_t) len < sizeof body);
+            m = kvk_body(&p, body, (size_t) len, got, CAP, NULL);
+            assert_int_equal(m, n);
+            assert_memory_equal(got, want, n * sizeof *got);
+        }
+        /* a cap cuts the keys at the same place on both paths */
+        assert_int_equal(kvk_text(&p, text, sizeof text, got, 3), n < 3 ? n : 3);
+        assert_memory_equal(got, want, (n < 3 ? n : 3) * sizeof *got);
+    }
+}
+
 static void test_body_surrogates_and_utf8(void **state)
 {
     struct kvk_params p = params(2, 0);
@@ -393,6 +427,7 @@ int main(void)
         cmocka_unit_test(test_text_pieces),
         cmocka_unit_test(test_body_ids_match_kvk_ids),
         cmocka_unit_test(test_body_text_match_kvk_text),
+        cmocka_unit_test(test_text_cut_anywhere),
         cmocka_unit_test(test_body_surrogates_and_utf8),
         cmocka_unit_test(test_chat_turns_extend),
         cmocka_unit_test(test_body_faults),
