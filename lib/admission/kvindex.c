@@ -22,6 +22,9 @@
 /* How many probes of a lookup run ahead of the one it is at. */
 #define KVI_AHEAD 8
 
+/* How many victims on an insert loads the buckets of the next one to be evicted ahead of it. */
+#define KVI_VICTIMS_AHEAD 3
+
 /* An insert leaves a chain alone when its holder refreshed the chain's last block less than
  * this long ago (a fraction of the TTL, at most 1 s): see kvi_insert. */
 #define KVI_FRESH_MS(ttl) ((ttl) / 32 < 1000 ? (ttl) / 32 : 1000)
@@ -453,26 +456,27 @@ void kvi_insert(struct kvindex *x, uint32_t worker, uint32_t rank, const uint64_
                 KVI_PREFETCH(kvi_pslot(x, b, hi));
         }
         /* A holder at its capacity (or an index at its cap) evicts an entry for each new key,
-         * the least recently used, which is cold: what kvi_remove reads of the victim after
-         * this one (its node, its (key, holder) bucket, its neighbours on the global list)
-         * and the entry of the one after that are loaded ahead, and this one's key bucket.
-         * (Here, not in a function of its own: GCC takes a function that only prefetches for
-         * one without effects, and drops its calls.) */
+         * the least recently used, which is cold. What kvi_remove reads of a victim is loaded
+         * in stages, one victim further each: the entry of the victim KVI_VICTIMS_AHEAD + 2
+         * on, the node of the one before it (its entry came in the step before), and the two
+         * buckets of the one before that (its key's, from the node that came in the step
+         * before, and its (key, holder) bucket): two misses at random per victim, each loaded
+         * KVI_VICTIMS_AHEAD steps before the remove that reads it. The victims to come are
+         * those at the list's end now, and the walk to them reads entries loaded the steps
+         * before. (Here, not in a function of its own: GCC takes a function that only
+         * prefetches for one without effects, and drops its calls.) */
         own = x->h[hi].cap && x->h[hi].count >= x->h[hi].cap;
         v = own ? x->h[hi].tail : x->efree == KVI_NIL ? x->gtail : KVI_NIL;
+        for (a = 0; a < KVI_VICTIMS_AHEAD && v != KVI_NIL; a++)
+            v = kvi_next_victim(x, v, own);
         if (v != KVI_NIL) {
-            const struct kvi_node *nd = &x->n[x->e[v].node];
+            const struct kvi_entry *e = &x->e[v];
+            const struct kvi_node *nd = &x->n[e->node];
 
             KVI_PREFETCH(kvi_slot(x, (uint64_t) nd->key_hi << 32 | nd->key_lo));
+            KVI_PREFETCH(kvi_pslot(x, e->node, e->holder));
             if ((v = kvi_next_victim(x, v, own)) != KVI_NIL) {
-                const struct kvi_entry *e = &x->e[v];
-
-                KVI_PREFETCH(&x->n[e->node]);
-                KVI_PREFETCH(kvi_pslot(x, e->node, e->holder));
-                if (e->gprev != KVI_NIL)
-                    KVI_PREFETCH(&x->e[e->gprev]);
-                if (e->gnext != KVI_NIL)
-                    KVI_PREFETCH(&x->e[e->gnext]);
+                KVI_PREFETCH(&x->n[x->e[v].node]);
                 if ((v = kvi_next_victim(x, v, own)) != KVI_NIL)
                     KVI_PREFETCH(&x->e[v]);
             }
