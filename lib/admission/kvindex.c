@@ -18,6 +18,8 @@
 #include <string.h>
 
 #define KVI_NIL UINT32_MAX
+/* An entry's pnext when it is on no (key, holder) bucket's chain (see struct kvi_entry). */
+#define KVI_UNPAIRED (UINT32_MAX - 1)
 
 /* How many probes of a lookup run ahead of the one it is at. */
 #define KVI_AHEAD 8
@@ -44,7 +46,7 @@ struct kvi_node {
 struct kvi_entry {
     uint32_t node, holder;
     uint32_t knext;        /* the key's entries */
-    uint32_t pnext;        /* the (key, holder) bucket's chain */
+    uint32_t pnext;        /* the (key, holder) bucket's chain, or KVI_UNPAIRED */
     uint32_t hprev, hnext; /* the holder's, most recently used first */
     uint32_t gprev, gnext; /* all of them, likewise (gnext: the free list when unused) */
     uint32_t t;            /* last insert, milliseconds mod 2^32 */
@@ -99,8 +101,8 @@ struct kvindex *kvi_new(const struct kvi_config *config)
         x->c.ranks = 1;
     if (x->c.cap_blocks == 0)
         x->c.cap_blocks = 1;
-    if (x->c.cap_blocks > KVI_NIL - 1)
-        x->c.cap_blocks = KVI_NIL - 1;
+    if (x->c.cap_blocks > KVI_UNPAIRED - 1)
+        x->c.cap_blocks = KVI_UNPAIRED - 1;
     if (x->c.ttl_ms == 0 || x->c.ttl_ms > INT32_MAX)
         x->c.ttl_ms = x->c.ttl_ms ? INT32_MAX : KVI_TTL_MS_DEFAULT;
     if (x->c.block_tokens == 0)
@@ -238,9 +240,11 @@ static void kvi_remove(struct kvindex *x, uint32_t i, int why)
     for (p = &nd->head; *p != i;)
         p = &x->e[*p].knext;
     *p = e->knext;
-    for (p = kvi_pslot(x, e->node, e->holder); *p != i;)
-        p = &x->e[*p].pnext;
-    *p = e->pnext;
+    if (e->pnext != KVI_UNPAIRED) {
+        for (p = kvi_pslot(x, e->node, e->holder); *p != i;)
+            p = &x->e[*p].pnext;
+        *p = e->pnext;
+    }
     if (--nd->count == 0) {
         for (p = kvi_slot(x, (uint64_t) nd->key_hi << 32 | nd->key_lo); *p != e->node;)
             p = &x->n[*p].next;
@@ -343,6 +347,15 @@ static uint32_t kvi_entry_of(struct kvindex *x, uint32_t ni, uint32_t hi)
     return i;
 }
 
+/* Puts entry i on its (key, holder) bucket's chain. */
+static void kvi_pair(struct kvindex *x, uint32_t i)
+{
+    uint32_t *slot = kvi_pslot(x, x->e[i].node, x->e[i].holder);
+
+    x->e[i].pnext = *slot;
+    *slot = i;
+}
+
 /* Inserts or refreshes one key for holder hi; ni is its node when known (else KVI_NIL: found
  * here). */
 static void kvi_put(struct kvindex *x, uint32_t hi, uint64_t key, uint32_t ni, uint32_t now)
@@ -384,8 +397,17 @@ static void kvi_put(struct kvindex *x, uint32_t hi, uint64_t key, uint32_t ni, u
     e->t = now;
     e->knext = x->n[ni].head;
     x->n[ni].head = i;
-    e->pnext = *kvi_pslot(x, ni, hi);
-    *kvi_pslot(x, ni, hi) = i;
+    /* Only a key's second holder needs the (key, holder) buckets: kvi_entry_of finds the one
+     * holder of a key at its head. So the first entry of a key stays off them (a miss at random
+     * saved on its insert and on its removal: most keys are a conversation's own), and is put
+     * on them when a second comes; the entries of a key held twice or more are all on them. */
+    if (x->n[ni].count == 0) {
+        e->pnext = KVI_UNPAIRED;
+    } else {
+        kvi_pair(x, i);
+        if (x->e[e->knext].pnext == KVI_UNPAIRED) /* the key's first holder, now its second */
+            kvi_pair(x, e->knext);
+    }
     x->n[ni].count++;
     x->h[hi].count++;
     kvi_push(x, i);
@@ -474,7 +496,8 @@ void kvi_insert(struct kvindex *x, uint32_t worker, uint32_t rank, const uint64_
             const struct kvi_node *nd = &x->n[e->node];
 
             KVI_PREFETCH(kvi_slot(x, (uint64_t) nd->key_hi << 32 | nd->key_lo));
-            KVI_PREFETCH(kvi_pslot(x, e->node, e->holder));
+            if (e->pnext != KVI_UNPAIRED)
+                KVI_PREFETCH(kvi_pslot(x, e->node, e->holder));
             if ((v = kvi_next_victim(x, v, own)) != KVI_NIL) {
                 KVI_PREFETCH(&x->n[x->e[v].node]);
                 if ((v = kvi_next_victim(x, v, own)) != KVI_NIL)
