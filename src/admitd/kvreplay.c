@@ -214,6 +214,12 @@ void kvreplay_end(struct kvsub_rank *k, int result)
         release_held(k);
 }
 
+/* The replay reached the first held batch: the gap is filled. */
+static int caught_up(const struct kvsub_rank *k)
+{
+    return k->held_n > 0 && k->last_seq + 1 >= k->held[k->held_head].seq;
+}
+
 /* One replayed batch: relayed when it is the next one, skipped when the relay has it. Returns
  * 1 while the replay goes on. */
 static int replayed(struct kvsub_rank *k, int64_t seq, const void *p, size_t len)
@@ -228,7 +234,7 @@ static int replayed(struct kvsub_rank *k, int64_t seq, const void *p, size_t len
     }
     kvsub_apply(k, seq, &o);
     k->replayed++;
-    if (k->held_n > 0 && k->last_seq + 1 >= k->held[k->held_head].seq) {
+    if (caught_up(k)) {
         kvreplay_end(k, RPL_FILLED);
         return 0;
     }
@@ -236,7 +242,7 @@ static int replayed(struct kvsub_rank *k, int64_t seq, const void *p, size_t len
 }
 
 /* One reply: ["", topic, seq, payload] or ["", seq, payload]; other shapes are ignored. The
- * end marker (seq -1) before the gap was reached ends the replay unfilled. */
+ * end marker (seq -1) ends the replay, unfilled unless it reached the gap's end. */
 static int reply(struct kvsub_rank *k, zmq_msg_t *f, int nf)
 {
     const unsigned char *q;
@@ -249,7 +255,7 @@ static int reply(struct kvsub_rank *k, zmq_msg_t *f, int nf)
     for (int i = 0; i < 8; i++)
         seq = (int64_t) ((uint64_t) seq << 8 | q[i]);
     if (seq < 0) {
-        kvreplay_end(k, RPL_UNFILLED);
+        kvreplay_end(k, caught_up(k) ? RPL_FILLED : RPL_UNFILLED);
         return 0;
     }
     return replayed(k, seq, zmq_msg_data(&f[at + 1]), zmq_msg_size(&f[at + 1]));

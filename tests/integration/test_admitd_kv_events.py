@@ -207,6 +207,11 @@ def test_gap_and_garbage_from_a_raw_publisher():
         # a second gap.
         assert kv(adm, "gaps_total", 0) == 2 and kv(adm, "missed_batches_total", 0) == 3 + 6
         assert kv(adm, "restarts_total", 0) == 0
+        # Relayed to routers as cleared (no replay socket): each gap, and AllBlocksCleared.
+        relay = adm.metrics()
+        assert relay['admitd_kv_relay_clears_total{dp_rank="0",reason="gap"}'] == 2, relay
+        assert relay['admitd_kv_relay_clears_total{dp_rank="0",reason="engine"}'] == 1, relay
+        assert relay['admitd_kv_relay_clears_total{dp_rank="0",reason="restart"}'] == 0, relay
         assert kv(adm, "total", 0, type="removed") == 1
         assert kv(adm, "total", 0, type="cleared") == 1
         assert kv(adm, "total", 0, type="other_medium") == 1
