@@ -137,7 +137,7 @@ def start(*mock_args, ranks=1, publisher="auto", port=None):
     mock = Mock(*argv)
     adm = Admitd(mock.url, "--engine-kv-events", "tcp://127.0.0.1:%d" % port,
                  "--engine-metrics-interval-ms", "50", "--heartbeat-ms", "100",
-                 "--publisher", publisher)
+                 "--publish", "tcp://127.0.0.1:0", "--publisher", publisher)
     return mock, adm, port
 
 
