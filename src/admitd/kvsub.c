@@ -113,17 +113,19 @@ void kvsub_clear(struct kvsub_rank *k, enum kvrelay_why why)
 static void live(struct kvsub_rank *k, int64_t seq, const void *p, size_t len)
 {
     struct kve_out o;
+    int back = 0; /* behind a batch held for a replay: the engine went back too */
 
     if (k->replaying) {
         if (seq > kvreplay_newest(k)) {
             kvreplay_hold(k, seq, p, len);
             return;
         }
-        kvreplay_end(k, RPL_RESTART); /* the engine went back: what was held is moot */
+        kvreplay_end(k, RPL_RESTART); /* what was held is moot */
+        back = 1;
     }
     if (kvsub_decode(k, p, len, &o) != 0)
         return;
-    if (k->last_seq >= 0 && seq > k->last_seq + 1) {
+    if (!back && k->last_seq >= 0 && seq > k->last_seq + 1) {
         k->gaps++;
         k->missed += (uint64_t) (seq - k->last_seq - 1);
         log_debug("KV events rank %u: gap, seq %lld after %lld", k->rank, (long long) seq,
@@ -131,7 +133,7 @@ static void live(struct kvsub_rank *k, int64_t seq, const void *p, size_t len)
         if (kvreplay_start(k, seq, p, len))
             return;
         kvsub_clear(k, KVRELAY_GAP);
-    } else if (k->last_seq >= 0 && seq <= k->last_seq) {
+    } else if (back || (k->last_seq >= 0 && seq <= k->last_seq)) {
         k->restarts++;
         log_info("KV events rank %u: sequence went back from %lld to %lld (engine restart)",
                  k->rank, (long long) k->last_seq, (long long) seq);

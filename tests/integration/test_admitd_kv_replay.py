@@ -246,6 +246,20 @@ def test_timeout_then_two_frame_replies():
         assert m['admitd_engine_kv_events_replayed_batches_total{dp_rank="0"}'] == 2, m
         assert relay(adm, "clears_total", reason="gap") == 1
         assert eng.asked[-1] == seq, (eng.asked, seq)
+        # The engine restarts while a replay waits: what was held is dropped, the rank
+        # cleared, and the new engine's batch relayed.
+        eng.answer = False
+        eng.make(seq + 4)  # seq + 3 lost: a replay that will not be answered
+        wait_for(lambda: len(eng.asked) == 3, 10, "the third replay asked")
+        eng.make(2)  # the new engine's third batch
+        wait_for(lambda: relay(adm, "clears_total", reason="restart") == 1, 10,
+                 "a clear for the restart")
+        wait_for(lambda: reader.held() == set(router_keys(RawEngine.ids(2))), 10,
+                 "only the new engine's batch")
+        m = adm.metrics()
+        assert m['admitd_engine_kv_events_replays_total{dp_rank="0",result="restart"}'] == 1, m
+        assert m['admitd_engine_kv_events_restarts_total{dp_rank="0"}'] == 1, m
+        assert relay(adm, "clears_total", reason="gap") == 1
         assert reader.errors == [], reader.errors
     finally:
         reader.close()
@@ -260,6 +274,7 @@ if __name__ == "__main__":
             test_gap_filled_from_the_mock)
     tap.run("a gap the replay no longer covers: cleared, then the live stream",
             test_gap_not_covered_is_cleared)
-    tap.run("a replay that times out: cleared, then the held batches; two-frame replies fill",
+    tap.run("a replay that times out: cleared, then the held batches; two-frame replies "
+            "fill; an engine restart during a replay clears",
             test_timeout_then_two_frame_replies)
     tap.done()
