@@ -104,17 +104,76 @@ void kvsub_clear(struct kvsub_rank *k, enum kvrelay_why why)
     k->rs = kvrelay_stats(k->s->relay, k->rank);
 }
 
+/* The SUB's monitor: a connection made (admitd connects) or accepted (it binds) after the
+ * first is an engine that restarted, or events lost while it was down. ZMQ sends the event
+ * before any message of the connection, so reading the monitor before each batch sees it
+ * first. */
+static void read_monitor(struct kvsub_rank *k)
+{
+    zmq_msg_t f;
+    int more = 1;
+    size_t ml = sizeof more;
+
+    while (k->mon != NULL) {
+        uint16_t ev = 0;
+
+        zmq_msg_init(&f);
+        if (zmq_msg_recv(&f, k->mon, ZMQ_DONTWAIT) < 0) {
+            zmq_msg_close(&f);
+            return;
+        }
+        if (zmq_msg_size(&f) >= 2) /* the event number, 16 bits in the host's order */
+            memcpy(&ev, zmq_msg_data(&f), sizeof ev);
+        zmq_msg_close(&f);
+        while (zmq_getsockopt(k->mon, ZMQ_RCVMORE, &more, &ml) == 0 && more) {
+            zmq_msg_init(&f); /* the endpoint */
+            if (zmq_msg_recv(&f, k->mon, ZMQ_DONTWAIT) < 0)
+                more = 0;
+            zmq_msg_close(&f);
+        }
+        if ((ev == ZMQ_EVENT_CONNECTED || ev == ZMQ_EVENT_ACCEPTED) && ++k->conns > 1)
+            k->newconn = 1;
+    }
+}
+
+static void monitor_open(struct kvsub_rank *k)
+{
+    char ep[80];
+    int zero = 0;
+
+    snprintf(ep, sizeof ep, "inproc://admitd-kvsub-%u-%p", k->rank, (void *) k);
+    if (zmq_socket_monitor(k->sock, ep, ZMQ_EVENT_CONNECTED | ZMQ_EVENT_ACCEPTED) != 0 ||
+        (k->mon = zmq_socket(k->s->zctx, ZMQ_PAIR)) == NULL) {
+        log_warn("KV events rank %u: no connection monitor (%s): a restarted engine is seen "
+                 "only when its sequence goes back",
+                 k->rank, zmq_strerror(errno));
+        return;
+    }
+    zmq_setsockopt(k->mon, ZMQ_LINGER, &zero, sizeof zero);
+    if (zmq_connect(k->mon, ep) != 0) {
+        zmq_close(k->mon);
+        k->mon = NULL;
+    }
+}
+
 /* A live batch of the rank's SUB. In order, it is relayed. A jump forward (ZMQ dropped, or
  * the engine skipped) is a gap: counted, with how many are missing, and filled from the
  * replay socket when there is one (the batch waits, kvreplay.c); otherwise routers are told
  * the rank is cleared before the batch is relayed. A step back only an engine that restarted
- * makes (its sequence starts again at 0): cleared too. The sequence of a malformed batch is
- * not trusted: only a decoded batch moves it. */
+ * makes (its sequence starts again at 0), and a new connection is one too (the sequence of an
+ * engine that restarted may have passed the old one before admitd reads it): cleared, and the
+ * batch starts the rank's new life. The sequence of a malformed batch is not trusted: only a
+ * decoded batch moves it. */
 static void live(struct kvsub_rank *k, int64_t seq, const void *p, size_t len)
 {
     struct kve_out o;
-    int back = 0; /* behind a batch held for a replay: the engine went back too */
+    int back = 0; /* behind a batch held for a replay, or on a new connection: a restart */
 
+    read_monitor(k);
+    if (k->replaying && k->newconn) {
+        kvreplay_end(k, RPL_RESTART);
+        back = 1;
+    }
     if (k->replaying) {
         if (seq > kvreplay_newest(k)) {
             kvreplay_hold(k, seq, p, len);
@@ -125,6 +184,10 @@ static void live(struct kvsub_rank *k, int64_t seq, const void *p, size_t len)
     }
     if (kvsub_decode(k, p, len, &o) != 0)
         return;
+    if (k->newconn) {
+        k->newconn = 0;
+        back |= k->last_seq >= 0;
+    }
     if (!back && k->last_seq >= 0 && seq > k->last_seq + 1) {
         k->gaps++;
         k->missed += (uint64_t) (seq - k->last_seq - 1);
@@ -135,8 +198,9 @@ static void live(struct kvsub_rank *k, int64_t seq, const void *p, size_t len)
         kvsub_clear(k, KVRELAY_GAP);
     } else if (back || (k->last_seq >= 0 && seq <= k->last_seq)) {
         k->restarts++;
-        log_info("KV events rank %u: sequence went back from %lld to %lld (engine restart)",
-                 k->rank, (long long) k->last_seq, (long long) seq);
+        log_info("KV events rank %u: %s from %lld to %lld (engine restart)", k->rank,
+                 seq <= k->last_seq ? "sequence went back" : "new connection, sequence",
+                 (long long) k->last_seq, (long long) seq);
         kvsub_clear(k, KVRELAY_RESTART);
     }
     kvsub_apply(k, seq, &o);
@@ -219,6 +283,19 @@ static void on_readable(evutil_socket_t fd, short what, void *arg)
     event_active(k->ev, EV_READ, 0);
 }
 
+/* Closes what rank_open made, as far as it got, and frees k. ZMQ_LINGER 0 is set on every
+ * socket: the context's end cannot block. */
+static void rank_close(struct kvsub_rank *k)
+{
+    if (k->ev != NULL)
+        event_free(k->ev);
+    zmq_close(k->sock);
+    if (k->mon != NULL)
+        zmq_close(k->mon);
+    kvreplay_close(k);
+    free(k);
+}
+
 static struct kvsub_rank *rank_open(struct kvsub *s, unsigned r, char *err, size_t errlen)
 {
     struct kvsub_rank *k = xcalloc(1, sizeof *k);
@@ -246,6 +323,7 @@ static struct kvsub_rank *rank_open(struct kvsub *s, unsigned r, char *err, size
     zmq_setsockopt(k->sock, ZMQ_RCVHWM, &hwm, sizeof hwm);
     zmq_setsockopt(k->sock, ZMQ_MAXMSGSIZE, &maxmsg, sizeof maxmsg);
     zmq_setsockopt(k->sock, ZMQ_SUBSCRIBE, s->topic, strlen(s->topic));
+    monitor_open(k); /* before the first connection, which is not a restart */
     /* vLLM's PUB binds a wildcard (its default, port 5557 on every address) or an ipc name, and
      * connects to a concrete host: admitd mirrors it, connecting (ZMQ reconnects by itself when the
      * engine restarts) unless given a wildcard, where the engine connects to us. */
@@ -253,13 +331,11 @@ static struct kvsub_rank *rank_open(struct kvsub *s, unsigned r, char *err, size
                                           : zmq_connect(k->sock, k->endpoint)) != 0 ||
         zmq_getsockopt(k->sock, ZMQ_FD, &fd, &fl) != 0) {
         snprintf(err, errlen, "--engine-kv-events %s: %s", k->endpoint, zmq_strerror(errno));
-        zmq_close(k->sock);
-        free(k);
+        rank_close(k);
         return NULL;
     }
     if (kvreplay_open(k, err, errlen) != 0) {
-        zmq_close(k->sock);
-        free(k);
+        rank_close(k);
         return NULL;
     }
     k->ev = event_new(s->base, fd, EV_READ | EV_PERSIST, on_readable, k);
@@ -434,12 +510,8 @@ void kvsub_free(struct kvsub *s)
 {
     if (s == NULL)
         return;
-    for (unsigned r = 0; r < s->n; r++) {
-        event_free(s->r[r]->ev);
-        zmq_close(s->r[r]->sock); /* ZMQ_LINGER 0 was set: the context's end cannot block */
-        kvreplay_close(s->r[r]);
-        free(s->r[r]);
-    }
+    for (unsigned r = 0; r < s->n; r++)
+        rank_close(s->r[r]);
     zmq_ctx_term(s->zctx);
     kve_decoder_free(s->dec);
     kvrelay_free(s->relay);

@@ -64,6 +64,9 @@ struct kvsub_rank {
     uint64_t blocks[BLK__COUNT];
     uint64_t gaps, missed, restarts;
     struct kvrelay_stats rs; /* the relay's counters of the rank, as of its last change */
+    void *mon;               /* a PAIR on the SUB's monitor (connections); NULL: none */
+    unsigned conns;          /* connections made or accepted */
+    int newconn;             /* one after the first: the next batch starts a new life */
     /* the replay (kvreplay.c); dealer NULL: no replay socket */
     char replay_ep[300];
     void *dealer;
