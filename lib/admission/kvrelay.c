@@ -98,8 +98,8 @@ static struct rank *rank_of(struct kvrelay *r, unsigned rank)
 }
 
 /* Sends one message of rank: the next sequence number. */
-static void send(struct kvrelay *r, unsigned rank, enum kvm_op op, uint32_t block_size,
-                 const uint64_t *keys, uint32_t n)
+static void emit_msg(struct kvrelay *r, unsigned rank, enum kvm_op op, uint32_t block_size,
+                     const uint64_t *keys, uint32_t n)
 {
     struct rank *k = r->r[rank];
     struct kvm_msg m = {.op = op,
@@ -123,7 +123,7 @@ static void send(struct kvrelay *r, unsigned rank, enum kvm_op op, uint32_t bloc
 static void flush(struct kvrelay *r)
 {
     if (r->p.n > 0)
-        send(r, r->p.rank, r->p.op, r->p.block_size, r->p.keys, r->p.n);
+        emit_msg(r, r->p.rank, r->p.op, r->p.block_size, r->p.keys, r->p.n);
     r->p.n = 0;
 }
 
@@ -250,7 +250,7 @@ void kvrelay_clear(struct kvrelay *r, unsigned rank, enum kvrelay_why why)
     flush(r);
     kvtab_clear(k->tab);
     k->st.cleared[why]++;
-    send(r, rank, KVM_CLEARED, 0, NULL, 0);
+    emit_msg(r, rank, KVM_CLEARED, 0, NULL, 0);
 }
 
 void kvrelay_set_blocks(struct kvrelay *r, unsigned rank, uint64_t blocks)

@@ -48,7 +48,7 @@ enum kvrelay_why {
 
 /* A rank's counters since kvrelay_new. */
 struct kvrelay_stats {
-    uint64_t messages[4]; /* published, per op - 1 (stored, removed, cleared; [3] unused) */
+    uint64_t messages[3]; /* published, per op - 1: stored, removed, cleared */
     uint64_t keys[2];     /* keys published stored, removed */
     uint64_t unkeyed;     /* stored blocks that could not be keyed */
     uint64_t evicted;     /* table entries evicted by its bound */
