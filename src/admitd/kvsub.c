@@ -1,6 +1,8 @@
 /* kvsub: admitd's SUBs on its engine's KV events, read on the event loop. */
 #include "kvsub.h"
+#include "kvsub_impl.h"
 #include "admission/kvevents.h"
+#include "admission/kvrelay.h"
 #include "mock/mock_kvpub.h" /* the rank offset rule, vLLM's, that the mock publishes by */
 #include "util/log.h"
 #include "util/xmalloc.h"
@@ -13,75 +15,13 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/random.h>
+#include <time.h>
+#include <unistd.h>
 #include <zmq.h>
 
-/* Messages handled per wakeup of one rank: past it the rank yields the loop to clients and
- * comes back at once (event_active), so a flood of events never starves the proxy. */
-#define KVSUB_BURST 256
-/* Receive high-water mark, vLLM's publisher's default: past it ZMQ drops, and we see a gap. */
-#define KVSUB_HWM 100000
-/* Largest message read: ZMQ drops the connection of a peer that sends more (it reconnects;
- * the batch shows as a gap). A step of vLLM stores at most its token budget, a few hundred
- * KB of payload; the bound keeps a bad peer from making the decoder's zone and arrays
- * (about 40 bytes per payload byte together, kvevents.h) unbounded. */
-#define KVSUB_MAX_MSG (16 << 20)
-/* Room for the events of a payload that fits arrays of cap hashes and ids: an event takes
- * more than 8 bytes of payload (its tag alone has 11 or more), so cap / 8 entries do. */
-#define EVENTS_CAP(cap) ((cap) / 8 + 16)
-
-enum { RES_OK, RES_MALFORMED, RES_BAD_FRAMES, RES__COUNT };
-enum { EVT_STORED, EVT_REMOVED, EVT_CLEARED, EVT_UNKNOWN, EVT_OTHER_MEDIUM, EVT__COUNT };
-enum { BLK_STORED, BLK_REMOVED, BLK_OTHER_MEDIUM, BLK__COUNT };
-
-struct kvsub_rank {
-    struct kvsub *s;
-    unsigned rank;
-    void *sock;
-    struct event *ev;
-    char endpoint[300];
-    int64_t last_seq; /* -1: no message yet */
-    int state;        /* last batch decoded (1) or not (0); -1 before the first */
-    uint64_t batches[RES__COUNT];
-    uint64_t events[EVT__COUNT];
-    uint64_t blocks[BLK__COUNT];
-    uint64_t gaps, missed, restarts;
-};
-
-struct kvsub {
-    struct event_base *base;
-    void *zctx;
-    char endpoint[256], topic[256];
-    struct kvsub_rank *r[KVSUB_MAX_RANKS];
-    unsigned n;
-    struct kve_decoder *dec;
-    struct kve_event *events; /* decode arrays, grown when a batch does not fit */
-    uint64_t *hashes;
-    uint32_t *tokens;
-    size_t cap; /* of hashes and tokens (events: EVENTS_CAP): a payload of cap bytes fits */
-};
-
-/* The sequence of one batch: in order, a gap (ZMQ dropped or the engine skipped: counted,
- * with how many are missing) or a step back, which only an engine that restarted makes (its
- * sequence starts again at 0). */
-static void follow_seq(struct kvsub_rank *k, int64_t seq)
-{
-    if (k->last_seq >= 0 && seq != k->last_seq + 1) {
-        if (seq > k->last_seq) {
-            k->gaps++;
-            k->missed += (uint64_t) (seq - k->last_seq - 1);
-            log_debug("KV events rank %u: gap, seq %lld after %lld", k->rank, (long long) seq,
-                      (long long) k->last_seq);
-        } else {
-            k->restarts++;
-            log_info("KV events rank %u: sequence went back from %lld to %lld (engine restart)",
-                     k->rank, (long long) k->last_seq, (long long) seq);
-        }
-    }
-    k->last_seq = seq;
-}
-
 /* Said once per change, not per batch: events flowing, or no longer decodable. */
-static void set_state(struct kvsub_rank *k, int ok, const char *why)
+void kvsub_set_state(struct kvsub_rank *k, int ok, const char *why)
 {
     if (ok == k->state)
         return;
@@ -137,10 +77,138 @@ static int decode(struct kvsub *s, const void *p, size_t len, struct kve_out *o,
     }
 }
 
+int kvsub_decode(struct kvsub_rank *k, const void *p, size_t len, struct kve_out *o)
+{
+    char err[160];
+
+    if (decode(k->s, p, len, o, err, sizeof err) == KVE_OK)
+        return 0;
+    k->batches[RES_MALFORMED]++;
+    kvsub_set_state(k, 0, err);
+    return -1;
+}
+
+void kvsub_apply(struct kvsub_rank *k, int64_t seq, const struct kve_out *o)
+{
+    k->last_seq = seq;
+    k->batches[RES_OK]++;
+    count_batch(k, o);
+    kvrelay_batch(k->s->relay, k->rank, o);
+    k->rs = kvrelay_stats(k->s->relay, k->rank);
+    kvsub_set_state(k, 1, NULL);
+}
+
+void kvsub_clear(struct kvsub_rank *k, enum kvrelay_why why)
+{
+    kvrelay_clear(k->s->relay, k->rank, why);
+    k->rs = kvrelay_stats(k->s->relay, k->rank);
+}
+
+/* The SUB's monitor: a connection made (admitd connects) or accepted (it binds) after the
+ * first is an engine that restarted, or events lost while it was down. ZMQ sends the event
+ * before any message of the connection, so reading the monitor before each batch sees it
+ * first. */
+static void read_monitor(struct kvsub_rank *k)
+{
+    zmq_msg_t f;
+    int more = 1;
+    size_t ml = sizeof more;
+
+    while (k->mon != NULL) {
+        uint16_t ev = 0;
+
+        zmq_msg_init(&f);
+        if (zmq_msg_recv(&f, k->mon, ZMQ_DONTWAIT) < 0) {
+            zmq_msg_close(&f);
+            return;
+        }
+        if (zmq_msg_size(&f) >= 2) /* the event number, 16 bits in the host's order */
+            memcpy(&ev, zmq_msg_data(&f), sizeof ev);
+        zmq_msg_close(&f);
+        while (zmq_getsockopt(k->mon, ZMQ_RCVMORE, &more, &ml) == 0 && more) {
+            zmq_msg_init(&f); /* the endpoint */
+            if (zmq_msg_recv(&f, k->mon, ZMQ_DONTWAIT) < 0)
+                more = 0;
+            zmq_msg_close(&f);
+        }
+        if ((ev == ZMQ_EVENT_CONNECTED || ev == ZMQ_EVENT_ACCEPTED) && ++k->conns > 1)
+            k->newconn = 1;
+    }
+}
+
+static void monitor_open(struct kvsub_rank *k)
+{
+    char ep[80];
+    int zero = 0;
+
+    snprintf(ep, sizeof ep, "inproc://admitd-kvsub-%u-%p", k->rank, (void *) k);
+    if (zmq_socket_monitor(k->sock, ep, ZMQ_EVENT_CONNECTED | ZMQ_EVENT_ACCEPTED) != 0 ||
+        (k->mon = zmq_socket(k->s->zctx, ZMQ_PAIR)) == NULL) {
+        log_warn("KV events rank %u: no connection monitor (%s): a restarted engine is seen "
+                 "only when its sequence goes back",
+                 k->rank, zmq_strerror(errno));
+        return;
+    }
+    zmq_setsockopt(k->mon, ZMQ_LINGER, &zero, sizeof zero);
+    if (zmq_connect(k->mon, ep) != 0) {
+        zmq_close(k->mon);
+        k->mon = NULL;
+    }
+}
+
+/* A live batch of the rank's SUB. In order, it is relayed. A jump forward (ZMQ dropped, or
+ * the engine skipped) is a gap: counted, with how many are missing, and filled from the
+ * replay socket when there is one (the batch waits, kvreplay.c); otherwise routers are told
+ * the rank is cleared before the batch is relayed. A step back only an engine that restarted
+ * makes (its sequence starts again at 0), and a new connection is one too (the sequence of an
+ * engine that restarted may have passed the old one before admitd reads it): cleared, and the
+ * batch starts the rank's new life. The sequence of a malformed batch is not trusted: only a
+ * decoded batch moves it. */
+static void live(struct kvsub_rank *k, int64_t seq, const void *p, size_t len)
+{
+    struct kve_out o;
+    int back = 0; /* behind a batch held for a replay, or on a new connection: a restart */
+
+    read_monitor(k);
+    if (k->replaying && k->newconn) {
+        kvreplay_end(k, RPL_RESTART);
+        back = 1;
+    }
+    if (k->replaying) {
+        if (seq > kvreplay_newest(k)) {
+            kvreplay_hold(k, seq, p, len);
+            return;
+        }
+        kvreplay_end(k, RPL_RESTART); /* what was held is moot */
+        back = 1;
+    }
+    if (kvsub_decode(k, p, len, &o) != 0)
+        return;
+    if (k->newconn) {
+        k->newconn = 0;
+        back |= k->last_seq >= 0;
+    }
+    if (!back && k->last_seq >= 0 && seq > k->last_seq + 1) {
+        k->gaps++;
+        k->missed += (uint64_t) (seq - k->last_seq - 1);
+        log_debug("KV events rank %u: gap, seq %lld after %lld", k->rank, (long long) seq,
+                  (long long) k->last_seq);
+        if (kvreplay_start(k, seq, p, len))
+            return;
+        kvsub_clear(k, KVRELAY_GAP);
+    } else if (back || (k->last_seq >= 0 && seq <= k->last_seq)) {
+        k->restarts++;
+        log_info("KV events rank %u: %s from %lld to %lld (engine restart)", k->rank,
+                 seq <= k->last_seq ? "sequence went back" : "new connection, sequence",
+                 (long long) k->last_seq, (long long) seq);
+        kvsub_clear(k, KVRELAY_RESTART);
+    }
+    kvsub_apply(k, seq, &o);
+}
+
 /* One message of [topic, seq, payload]; anything else is counted as bad frames. */
 static void handle(struct kvsub_rank *k, zmq_msg_t *f, int nf)
 {
-    struct kve_out o;
     const unsigned char *q;
     uint64_t seq = 0;
     char err[160];
@@ -158,19 +226,10 @@ static void handle(struct kvsub_rank *k, zmq_msg_t *f, int nf)
         else
             snprintf(err, sizeof err, "a message of %d frames (sequence of %zu bytes), not 3 (8)",
                      nf, nf > 1 ? zmq_msg_size(&f[1]) : (size_t) 0);
-        set_state(k, 0, err);
+        kvsub_set_state(k, 0, err);
         return;
     }
-    if (decode(k->s, zmq_msg_data(&f[2]), zmq_msg_size(&f[2]), &o, err, sizeof err) != KVE_OK) {
-        k->batches[RES_MALFORMED]++;
-        set_state(k, 0, err);
-        return;
-    }
-    /* The sequence of a malformed batch is not trusted: only a decoded batch moves it. */
-    follow_seq(k, (int64_t) seq);
-    k->batches[RES_OK]++;
-    count_batch(k, &o);
-    set_state(k, 1, NULL);
+    live(k, (int64_t) seq, zmq_msg_data(&f[2]), zmq_msg_size(&f[2]));
 }
 
 /* Receives one whole message (its frames arrive together); 0 when none is waiting. */
@@ -224,6 +283,19 @@ static void on_readable(evutil_socket_t fd, short what, void *arg)
     event_active(k->ev, EV_READ, 0);
 }
 
+/* Closes what rank_open made, as far as it got, and frees k. ZMQ_LINGER 0 is set on every
+ * socket: the context's end cannot block. */
+static void rank_close(struct kvsub_rank *k)
+{
+    if (k->ev != NULL)
+        event_free(k->ev);
+    zmq_close(k->sock);
+    if (k->mon != NULL)
+        zmq_close(k->mon);
+    kvreplay_close(k);
+    free(k);
+}
+
 static struct kvsub_rank *rank_open(struct kvsub *s, unsigned r, char *err, size_t errlen)
 {
     struct kvsub_rank *k = xcalloc(1, sizeof *k);
@@ -251,6 +323,7 @@ static struct kvsub_rank *rank_open(struct kvsub *s, unsigned r, char *err, size
     zmq_setsockopt(k->sock, ZMQ_RCVHWM, &hwm, sizeof hwm);
     zmq_setsockopt(k->sock, ZMQ_MAXMSGSIZE, &maxmsg, sizeof maxmsg);
     zmq_setsockopt(k->sock, ZMQ_SUBSCRIBE, s->topic, strlen(s->topic));
+    monitor_open(k); /* before the first connection, which is not a restart */
     /* vLLM's PUB binds a wildcard (its default, port 5557 on every address) or an ipc name, and
      * connects to a concrete host: admitd mirrors it, connecting (ZMQ reconnects by itself when the
      * engine restarts) unless given a wildcard, where the engine connects to us. */
@@ -258,8 +331,11 @@ static struct kvsub_rank *rank_open(struct kvsub *s, unsigned r, char *err, size
                                           : zmq_connect(k->sock, k->endpoint)) != 0 ||
         zmq_getsockopt(k->sock, ZMQ_FD, &fd, &fl) != 0) {
         snprintf(err, errlen, "--engine-kv-events %s: %s", k->endpoint, zmq_strerror(errno));
-        zmq_close(k->sock);
-        free(k);
+        rank_close(k);
+        return NULL;
+    }
+    if (kvreplay_open(k, err, errlen) != 0) {
+        rank_close(k);
         return NULL;
     }
     k->ev = event_new(s->base, fd, EV_READ | EV_PERSIST, on_readable, k);
@@ -270,16 +346,30 @@ static struct kvsub_rank *rank_open(struct kvsub *s, unsigned r, char *err, size
     return k;
 }
 
+/* The epoch of this admitd's kv_events: random and nonzero, so that a reader tells a
+ * restarted admitd's sequence from the one it followed. */
+static uint64_t draw_epoch(void)
+{
+    uint64_t e = 0;
+
+    if (getrandom(&e, sizeof e, 0) != (ssize_t) sizeof e)
+        e = (uint64_t) time(NULL) * 0x9e3779b97f4a7c15ull ^ (uint64_t) getpid();
+    return e ? e : 1;
+}
+
 struct kvsub *kvsub_new(struct event_base *base, const char *endpoint, const char *topic,
-                        unsigned ranks, char *err, size_t errlen)
+                        const char *replay, unsigned ranks, kvrelay_emit_fn emit, void *arg,
+                        char *err, size_t errlen)
 {
     struct kvsub *s = xcalloc(1, sizeof *s);
 
     s->base = base;
     snprintf(s->endpoint, sizeof s->endpoint, "%s", endpoint);
     snprintf(s->topic, sizeof s->topic, "%s", topic);
+    snprintf(s->replay, sizeof s->replay, "%s", replay ? replay : "");
     s->zctx = zmq_ctx_new();
     s->dec = kve_decoder_new();
+    s->relay = kvrelay_new(draw_epoch(), emit, arg);
     s->cap = 4096;
     s->events = xmalloc(EVENTS_CAP(s->cap) * sizeof *s->events);
     s->hashes = xmalloc(s->cap * sizeof *s->hashes);
@@ -309,6 +399,25 @@ void kvsub_set_ranks(struct kvsub *s, unsigned ranks)
     }
 }
 
+void kvsub_set_model(struct kvsub *s, const char *model)
+{
+    if (s != NULL && model != NULL)
+        kvrelay_set_model(s->relay, model, strlen(model));
+}
+
+void kvsub_set_blocks(struct kvsub *s, unsigned rank, int64_t blocks)
+{
+    if (s != NULL && rank < s->n) {
+        kvrelay_set_blocks(s->relay, rank, blocks > 0 ? (uint64_t) blocks : 0);
+        s->r[rank]->rs = kvrelay_stats(s->relay, rank);
+    }
+}
+
+void kvsub_dump(const struct kvsub *s, struct buf *out)
+{
+    kvrelay_dump(s->relay, s->n, out);
+}
+
 /* One family whose samples are per rank and per value of one more label. */
 static void family(struct buf *out, const struct kvsub *s, const char *name, const char *help,
                    const char *key, const char *const *vals, int nvals, size_t off)
@@ -332,6 +441,9 @@ void kvsub_render(const struct kvsub *s, struct buf *out)
     static const char *const res[] = {"ok", "malformed", "bad_frames"};
     static const char *const evt[] = {"stored", "removed", "cleared", "unknown", "other_medium"};
     static const char *const blk[] = {"stored", "removed", "other_medium"};
+    static const char *const op[] = {"stored", "removed", "cleared"};
+    static const char *const why[] = {"engine", "restart", "gap"};
+    static const char *const rpl[] = {"filled", "unfilled", "timeout", "overflow", "restart"};
 
     if (s == NULL)
         return;
@@ -353,6 +465,37 @@ void kvsub_render(const struct kvsub *s, struct buf *out)
     family(out, s, "admitd_engine_kv_events_restarts_total",
            "Steps back of a rank's KV event sequence (the engine restarted)", NULL, NULL, 1,
            offsetof(struct kvsub_rank, restarts));
+    family(out, s, "admitd_engine_kv_events_replays_total",
+           "Gaps asked of the engine's replay socket, per rank and how it ended (filled; "
+           "unfilled: its start no longer kept, or a malformed batch; timeout; overflow: too "
+           "many live batches meanwhile; restart: the engine restarted meanwhile)",
+           "result", rpl, RPL__COUNT, offsetof(struct kvsub_rank, replays));
+    family(out, s, "admitd_engine_kv_events_replayed_batches_total",
+           "KV event batches relayed from the engine's replay socket", NULL, NULL, 1,
+           offsetof(struct kvsub_rank, replayed));
+    family(out, s, "admitd_kv_relay_messages_total",
+           "kv_events messages published, per rank and op", "op", op, 3,
+           offsetof(struct kvsub_rank, rs.messages));
+    family(out, s, "admitd_kv_relay_keys_total",
+           "Block keys published in kv_events messages, per rank and op", "op", op, 2,
+           offsetof(struct kvsub_rank, rs.keys));
+    family(out, s, "admitd_kv_relay_unkeyed_blocks_total",
+           "Stored blocks admitd could not key (base model unknown, extra keys beyond the LoRA "
+           "name, a LoRA by id alone, an unknown or unkeyable parent): not relayed",
+           NULL, NULL, 1, offsetof(struct kvsub_rank, rs.unkeyed));
+    family(out, s, "admitd_kv_relay_table_evictions_total",
+           "Blocks dropped from the rank's engine hash table by its bound (relayed as removed)",
+           NULL, NULL, 1, offsetof(struct kvsub_rank, rs.evicted));
+    family(out, s, "admitd_kv_relay_unknown_removals_total",
+           "Removals of engine hashes admitd did not hold (stored before it started, or evicted)",
+           NULL, NULL, 1, offsetof(struct kvsub_rank, rs.unknown));
+    family(out, s, "admitd_kv_relay_other_group_events_total",
+           "Events of a KV-cache group other than the first (hybrid models), not relayed", NULL,
+           NULL, 1, offsetof(struct kvsub_rank, rs.other_group));
+    family(out, s, "admitd_kv_relay_clears_total",
+           "kv_events cleared messages, per rank and reason (engine: AllBlocksCleared; restart: "
+           "the engine's sequence went back; gap: events lost and not replayed)",
+           "reason", why, KVRELAY__WHY, offsetof(struct kvsub_rank, rs.cleared));
     prom_family(out, "admitd_engine_kv_events_last_seq", "gauge",
                 "Sequence number of the rank's last decoded KV event batch (-1: none yet)");
     for (unsigned r = 0; r < s->n; r++) {
@@ -367,13 +510,11 @@ void kvsub_free(struct kvsub *s)
 {
     if (s == NULL)
         return;
-    for (unsigned r = 0; r < s->n; r++) {
-        event_free(s->r[r]->ev);
-        zmq_close(s->r[r]->sock); /* ZMQ_LINGER 0 was set: the context's end cannot block */
-        free(s->r[r]);
-    }
+    for (unsigned r = 0; r < s->n; r++)
+        rank_close(s->r[r]);
     zmq_ctx_term(s->zctx);
     kve_decoder_free(s->dec);
+    kvrelay_free(s->relay);
     free(s->events);
     free(s->hashes);
     free(s->tokens);

@@ -207,6 +207,11 @@ def test_gap_and_garbage_from_a_raw_publisher():
         # a second gap.
         assert kv(adm, "gaps_total", 0) == 2 and kv(adm, "missed_batches_total", 0) == 3 + 6
         assert kv(adm, "restarts_total", 0) == 0
+        # Relayed to routers as cleared (no replay socket): each gap, and AllBlocksCleared.
+        relay = adm.metrics()
+        assert relay['admitd_kv_relay_clears_total{dp_rank="0",reason="gap"}'] == 2, relay
+        assert relay['admitd_kv_relay_clears_total{dp_rank="0",reason="engine"}'] == 1, relay
+        assert relay['admitd_kv_relay_clears_total{dp_rank="0",reason="restart"}'] == 0, relay
         assert kv(adm, "total", 0, type="removed") == 1
         assert kv(adm, "total", 0, type="cleared") == 1
         assert kv(adm, "total", 0, type="other_medium") == 1
@@ -227,6 +232,58 @@ def test_gap_and_garbage_from_a_raw_publisher():
         pub.close()
 
 
+def bind_pub(port):
+    """A raw PUB on port, bound again as soon as the last one's close lets go of it."""
+    for _ in range(100):
+        pub = CTX.socket(zmq.PUB)
+        pub.setsockopt(zmq.LINGER, 0)
+        try:
+            pub.bind("tcp://127.0.0.1:%d" % port)
+            return pub
+        except zmq.ZMQError:
+            pub.close()
+            time.sleep(0.05)
+    raise AssertionError("port %d not free again" % port)
+
+
+def test_new_connection_is_a_restart():
+    """An engine that restarted and got past its old sequence before admitd reads it: only the
+    new connection tells. It is counted as a restart (not a gap) and relayed as cleared."""
+    port = free_base(1)
+    pub = bind_pub(port)
+    mock = Mock("--speedup-ratio", "0")
+    adm = Admitd(mock.url, "--engine-kv-events", "tcp://127.0.0.1:%d" % port)
+    try:
+        def send(p, seq):
+            p.send_multipart([b"", struct.pack(">q", seq), batch(STORE)])
+
+        seq = 0
+        for _ in range(200):
+            send(pub, seq)
+            seq += 1
+            time.sleep(0.05)
+            if kv(adm, "batches_total", 0, result="ok") > 0:
+                break
+        wait_for(lambda: kv(adm, "last_seq", 0) == seq - 1, what="the last batch read")
+        pub.close()
+        pub = bind_pub(port)
+        ahead = seq + 100
+        for i in range(200):  # until admitd is connected again and reads one
+            send(pub, ahead + i)
+            time.sleep(0.05)
+            if kv(adm, "last_seq", 0) >= ahead:
+                break
+        assert kv(adm, "last_seq", 0) >= ahead, adm.metrics()
+        assert kv(adm, "restarts_total", 0) == 1 and kv(adm, "gaps_total", 0) == 0, adm.metrics()
+        m = adm.metrics()
+        assert m['admitd_kv_relay_clears_total{dp_rank="0",reason="restart"}'] == 1, m
+        assert m['admitd_kv_relay_clears_total{dp_rank="0",reason="gap"}'] == 0, m
+    finally:
+        adm.stop()
+        mock.stop()
+        pub.close()
+
+
 def test_bad_endpoint_refused():
     p = subprocess.run([ADMITD, "--engine-kv-events", "udp://1.2.3.4:5", "--check-config"],
                        capture_output=True, text=True, timeout=30)
@@ -241,5 +298,7 @@ if __name__ == "__main__":
     tap.run("an engine restart (sequence back) is counted", test_engine_restart_counted)
     tap.run("a raw publisher's gap and junk are counted, admitd keeps serving",
             test_gap_and_garbage_from_a_raw_publisher)
+    tap.run("a new connection is an engine restart, whatever its sequence",
+            test_new_connection_is_a_restart)
     tap.run("a bad --engine-kv-events exits 2", test_bad_endpoint_refused)
     tap.done()
