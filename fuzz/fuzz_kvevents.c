@@ -26,6 +26,8 @@ static void check(const struct kve_out *o, const uint8_t *data, size_t size)
         if ((size_t) e->hash_first + e->n_hashes > o->n_hashes ||
             (size_t) e->token_first + e->n_tokens > o->n_tokens)
             abort();
+        if (e->n_plain > (e->kind == KVE_STORED ? e->n_hashes : 0))
+            abort();
         if (e->kind == KVE_STORED &&
             (e->block_size == 0 ||
              (uint64_t) e->n_tokens != (uint64_t) e->n_hashes * e->block_size))

@@ -280,20 +280,45 @@ static int read_tokens(struct ctx *c, const msgpack_object *o, uint32_t *n)
     return 0;
 }
 
+/* Block i's extra_keys entry is its LoRA name alone: [lora_name], exactly (vLLM puts the LoRA
+ * name first, then media identifiers, the cache_salt and prompt-embedding hashes). */
+static int lora_only(const msgpack_object *k, const struct kve_event *e)
+{
+    const msgpack_object *s;
+
+    if (k->type != MSGPACK_OBJECT_ARRAY || k->via.array.size != 1 || e->lora_name == NULL)
+        return 0;
+    s = &k->via.array.ptr[0];
+    return s->type == MSGPACK_OBJECT_STR && s->via.str.size == e->lora_name_len &&
+           memcmp(s->via.str.ptr, e->lora_name, e->lora_name_len) == 0;
+}
+
 /* extra_keys (an array, one entry per block, null for none) or SGLang's metadata map: does
- * anything beyond the tokens go into the engine's hash of these blocks? */
-static int read_extra(struct ctx *c, const msgpack_object *o, int *extra)
+ * anything beyond the tokens go into the engine's hash of these blocks (has_extra_keys), and
+ * from which block on is it more than the LoRA name (n_plain: the block before which every
+ * entry is null or [lora_name]; SGLang's metadata covers every block)? */
+static int read_extra(struct ctx *c, const msgpack_object *o, struct kve_event *e)
 {
     if (o == NULL || o->type == MSGPACK_OBJECT_NIL)
         return 0;
     if (o->type == MSGPACK_OBJECT_MAP) {
-        *extra |= o->via.map.size > 0;
+        if (o->via.map.size > 0) {
+            e->has_extra_keys = 1;
+            e->n_plain = 0;
+        }
         return 0;
     }
     if (o->type != MSGPACK_OBJECT_ARRAY)
         return fail(c, "extra_keys: not an array");
-    for (uint32_t i = 0; i < o->via.array.size; i++)
-        *extra |= o->via.array.ptr[i].type != MSGPACK_OBJECT_NIL;
+    for (uint32_t i = 0; i < o->via.array.size; i++) {
+        const msgpack_object *k = &o->via.array.ptr[i];
+
+        if (k->type == MSGPACK_OBJECT_NIL)
+            continue;
+        e->has_extra_keys = 1;
+        if (i < e->n_plain && !lora_only(k, e))
+            e->n_plain = i;
+    }
     return 0;
 }
 
@@ -339,12 +364,13 @@ static int read_stored(struct ctx *c, struct kve_event *e, const msgpack_object 
     e->block_size = (uint32_t) v;
     if (get_uint(c, f[F_LORA_ID], "lora_id", INT64_MAX, 1, -1, &e->lora_id))
         return KVE_EMALFORMED;
+    e->n_plain = e->n_hashes;
     if (name != NULL && name->type == MSGPACK_OBJECT_MAP) /* SGLang's metadata */
-        rv = read_extra(c, name, &e->has_extra_keys);
+        rv = read_extra(c, name, e);
     else
         rv = get_str(c, name, "lora_name", &e->lora_name, &e->lora_name_len);
-    if (rv || read_extra(c, f[F_EXTRA_KEYS], &e->has_extra_keys) ||
-        read_extra(c, f[F_METADATA], &e->has_extra_keys) ||
+    /* lora_name is read first: extra_keys entries are judged against it */
+    if (rv || read_extra(c, f[F_EXTRA_KEYS], e) || read_extra(c, f[F_METADATA], e) ||
         get_str(c, f[F_SPEC_KIND], "kv_cache_spec_kind", &e->spec_kind, &e->spec_kind_len) ||
         get_uint(c, f[F_SLIDING_WINDOW], "kv_cache_spec_sliding_window", INT64_MAX, 1, -1, &v))
         return KVE_EMALFORMED;

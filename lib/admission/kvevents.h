@@ -69,6 +69,9 @@ struct kve_event {
     const char *spec_kind; /* kv_cache_spec_kind, into the payload; NULL: absent */
     size_t spec_kind_len;
     int has_extra_keys; /* 1: extra_keys (salt, LoRA, media) or SGLang's cache_salt */
+    uint32_t n_plain;   /* stored: the leading blocks whose extra_keys entry is null or exactly
+                           [lora_name]; the engine's hash of every later block covers more than
+                           its tokens and LoRA name (a cache_salt, media); removed: 0 */
 };
 
 /** what kve_decode fills: the arrays are the caller's, the counts and the batch's fields its */

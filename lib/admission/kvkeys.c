@@ -208,6 +208,18 @@ size_t kvk_ids(const struct kvk_params *p, const uint64_t *ids, size_t n, uint64
     return r.n;
 }
 
+uint64_t kvk_block32(uint64_t parent, const uint32_t *ids, unsigned n)
+{
+    struct kvk_params p = {.seed = parent, .block_tokens = n};
+    struct kvk_run r;
+    uint64_t key = 0;
+
+    kvk_run_init(&r, parent, &key, 1);
+    for (unsigned i = 0; i < n && kvk_mode(&r, &p, KVK_IDS); i++)
+        kvk_run_id(&r, ids[i]);
+    return key;
+}
+
 size_t kvk_text(const struct kvk_params *p, const char *text, size_t len, uint64_t *keys,
                 size_t cap)
 {

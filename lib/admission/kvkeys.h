@@ -69,6 +69,11 @@ size_t kvk_body_counted(const struct kvk_params *p, const char *body, size_t len
 size_t kvk_ids(const struct kvk_params *p, const uint64_t *ids, size_t n, uint64_t *keys,
                size_t cap);
 
+/** the key of one block of n (> 0) token ids chained from parent (the block before's key, or
+    for a prompt's first block its seed): what kvk_ids gives for these ids as uint64 words with
+    seed parent and block_tokens n. How admitd keys an engine's stored blocks (kvrelay) */
+uint64_t kvk_block32(uint64_t parent, const uint32_t *ids, unsigned n);
+
 /** the keys of a canonical text's full pieces (at most cap); their count */
 size_t kvk_text(const struct kvk_params *p, const char *text, size_t len, uint64_t *keys,
                 size_t cap);

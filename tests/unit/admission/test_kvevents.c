@@ -170,8 +170,10 @@ static void check_positional(void)
     assert_int_equal(events[0].group_idx, 0);
     assert_int_equal(events[0].spec_kind_len, 14);
     assert_int_equal(events[0].has_extra_keys, 0);
+    assert_int_equal(events[0].n_plain, 2);
     assert_int_equal(events[1].kind, KVE_REMOVED);
     assert_int_equal(events[1].n_hashes, 1);
+    assert_int_equal(events[1].n_plain, 0);
     assert_int_equal(hashes[events[1].hash_first], 12);
     assert_int_equal(events[2].kind, KVE_CLEARED);
     assert_int_equal(events[2].n_hashes, 0);
@@ -280,6 +282,7 @@ static void check_map(void)
     assert_int_equal(events[0].lora_id, 4);
     assert_null(events[0].lora_name);
     assert_int_equal(events[0].has_extra_keys, 1);
+    assert_int_equal(events[0].n_plain, 0); /* the first block is salted */
     assert_int_equal(events[0].group_idx, 1);
     assert_int_equal(events[0].spec_kind_len, strlen("sliding_window"));
     assert_memory_equal(events[0].spec_kind, "sliding_window", events[0].spec_kind_len);
@@ -511,8 +514,10 @@ static void test_sglang_metadata(void **state)
     assert_int_equal(decode(), KVE_OK);
     assert_int_equal(out.n_events, 2);
     assert_int_equal(events[0].has_extra_keys, 1);
+    assert_int_equal(events[0].n_plain, 0);
     assert_null(events[0].lora_name);
     assert_int_equal(events[1].has_extra_keys, 1);
+    assert_int_equal(events[1].n_plain, 0);
     assert_int_equal(out.unknown_fields, 0);
     assert_int_equal(out.dp_rank, 1);
 
@@ -524,6 +529,91 @@ static void test_sglang_metadata(void **state)
     str("block_hashes");
     u64s((const uint64_t[]){1}, 1);
     malformed("map BlockStored without token_ids");
+}
+
+/* A positional store of four blocks with lora_name (NULL: nil) and the extra_keys entries the
+ * caller packs next (four of them). */
+static void stored_with_extras(const char *lora)
+{
+    batch(2, 1);
+    msgpack_pack_array(&pk, 9);
+    str("BlockStored");
+    u64s((const uint64_t[]){1, 2, 3, 4}, 4);
+    msgpack_pack_nil(&pk);
+    ids(8);
+    msgpack_pack_uint32(&pk, 2);
+    msgpack_pack_nil(&pk);
+    str("GPU");
+    if (lora)
+        str(lora);
+    else
+        msgpack_pack_nil(&pk);
+    msgpack_pack_array(&pk, 4);
+}
+
+/* n_plain: the leading blocks whose extra keys are nothing or the LoRA name alone. A salt
+ * that happens to equal the LoRA name, media beside it, or a name without a lora_name to
+ * match end the plain part; nil entries after it do not bring it back. */
+static void test_plain_blocks(void **state)
+{
+    (void) state;
+    stored_with_extras("lo");
+    msgpack_pack_array(&pk, 1);
+    str("lo");
+    msgpack_pack_nil(&pk);
+    msgpack_pack_array(&pk, 1);
+    str("lo");
+    msgpack_pack_array(&pk, 1);
+    str("lo");
+    assert_int_equal(decode(), KVE_OK);
+    assert_int_equal(events[0].has_extra_keys, 1);
+    assert_int_equal(events[0].n_plain, 4);
+
+    stored_with_extras("lo");
+    msgpack_pack_array(&pk, 1);
+    str("lo");
+    msgpack_pack_array(&pk, 2); /* the LoRA name and a media identifier */
+    str("lo");
+    str("mm-hash");
+    msgpack_pack_nil(&pk);
+    msgpack_pack_nil(&pk);
+    assert_int_equal(decode(), KVE_OK);
+    assert_int_equal(events[0].n_plain, 1);
+
+    stored_with_extras("lo");
+    msgpack_pack_nil(&pk);
+    msgpack_pack_nil(&pk);
+    msgpack_pack_array(&pk, 1);
+    str("l"); /* another string: a salt */
+    msgpack_pack_nil(&pk);
+    assert_int_equal(decode(), KVE_OK);
+    assert_int_equal(events[0].n_plain, 2);
+
+    stored_with_extras("lo");
+    msgpack_pack_array(&pk, 1);
+    msgpack_pack_uint32(&pk, 7); /* not a string */
+    msgpack_pack_nil(&pk);
+    msgpack_pack_nil(&pk);
+    msgpack_pack_nil(&pk);
+    assert_int_equal(decode(), KVE_OK);
+    assert_int_equal(events[0].n_plain, 0);
+
+    stored_with_extras(NULL); /* a salt alone: no lora_name to be */
+    msgpack_pack_array(&pk, 1);
+    str("lo");
+    msgpack_pack_nil(&pk);
+    msgpack_pack_nil(&pk);
+    msgpack_pack_nil(&pk);
+    assert_int_equal(decode(), KVE_OK);
+    assert_int_equal(events[0].has_extra_keys, 1);
+    assert_int_equal(events[0].n_plain, 0);
+
+    stored_with_extras(NULL);
+    for (int i = 0; i < 4; i++)
+        msgpack_pack_nil(&pk);
+    assert_int_equal(decode(), KVE_OK);
+    assert_int_equal(events[0].has_extra_keys, 0);
+    assert_int_equal(events[0].n_plain, 4);
 }
 
 /* Every prefix of a good payload, and the payload with a byte more, are malformed. */
@@ -785,7 +875,7 @@ int main(void)
         cmocka_unit_test(test_medium),         cmocka_unit_test(test_sglang_metadata),
         cmocka_unit_test(test_truncations),    cmocka_unit_test(test_wrong_types),
         cmocka_unit_test(test_hostile),        cmocka_unit_test(test_full),
-        cmocka_unit_test(test_all_or_nothing),
+        cmocka_unit_test(test_all_or_nothing), cmocka_unit_test(test_plain_blocks),
     };
 
     return cmocka_run_group_tests(tests, setup, teardown);

@@ -83,6 +83,36 @@ static void test_ids_chain_and_cut(void **state)
     assert_int_equal(kvk_ids(&p, ids, 8, b, 0), 0);
 }
 
+/* One block at a time from its parent's key (admitd's way, kvk_block32) gives the keys of
+ * kvk_ids over the whole prompt, for blocks of 1, 3 and 16 ids and ids past 2^31. */
+static void test_block_by_block(void **state)
+{
+    static const unsigned sizes[] = {1, 3, 16};
+
+    (void) state;
+    for (size_t s = 0; s < sizeof sizes / sizeof *sizes; s++) {
+        unsigned bs = sizes[s];
+        struct kvk_params p = {.seed = kvk_seed("model-x", 7, "", 0), .block_tokens = bs};
+        uint64_t ids[48], keys[48];
+        uint32_t ids32[48];
+        uint64_t parent = p.seed;
+        size_t n;
+
+        for (size_t i = 0; i < 48; i++) {
+            ids32[i] = (uint32_t) (i * 2654435761u);
+            ids[i] = ids32[i];
+        }
+        n = kvk_ids(&p, ids, 48, keys, 48);
+        assert_int_equal(n, 48 / bs);
+        for (size_t b = 0; b < n; b++) {
+            uint64_t k = kvk_block32(parent, ids32 + b * bs, bs);
+
+            assert_true(k == keys[b]);
+            parent = k;
+        }
+    }
+}
+
 static void test_seed_separates(void **state)
 {
     struct kvk_params p = params(4, 0), q = p;
@@ -390,6 +420,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_ids_chain_and_cut),
         cmocka_unit_test(test_seed_separates),
+        cmocka_unit_test(test_block_by_block),
         cmocka_unit_test(test_text_pieces),
         cmocka_unit_test(test_body_ids_match_kvk_ids),
         cmocka_unit_test(test_body_text_match_kvk_text),
