@@ -203,6 +203,34 @@ void pub_now(struct publisher *p)
         publish(p, 1);
 }
 
+void pub_set_queue(struct publisher *p, unsigned n)
+{
+    int rv;
+
+    if (p == NULL)
+        return;
+    if (p->sp != NULL) {
+        sppub_set_queue(p->sp, n);
+        return;
+    }
+    if ((rv = nng_socket_set_int(p->sock, NNG_OPT_SENDBUF, (int) n)) != 0)
+        log_warn("load publisher: cannot set its send buffer to %u messages: %s", n,
+                 nng_strerror(rv));
+}
+
+int pub_send_raw(struct publisher *p, const void *msg, size_t len)
+{
+    int rv;
+
+    if (p == NULL || len > ADMIT_LOAD_MSG_MAX)
+        return -1;
+    if ((rv = send_msg(p, msg, len)) != 0) {
+        log_debug("publish failed: %s", nng_strerror(rv));
+        return -1;
+    }
+    return 0;
+}
+
 int64_t pub_seq(const struct publisher *p)
 {
     return p ? p->seq : 0;

@@ -4,8 +4,11 @@
  * A message goes out for each rank whose load changed (changes within about a millisecond
  * are coalesced into one message) and for every rank on each heartbeat, so subscribers can
  * tell a quiet worker from a dead one. Publishing never blocks the event loop: either PUB
- * drops the oldest queued message for a slow subscriber, which is harmless because each
- * message is a full snapshot. */
+ * drops the oldest queued message for a slow subscriber, which is harmless for load messages
+ * because each is a full snapshot. admitd relaying its engine's KV events sends kv_events
+ * messages on the same PUB (pub_send_raw); those are not snapshots, so it lets subscribers
+ * queue PUB_KV_QUEUE messages (pub_set_queue), and a reader that still loses some sees the
+ * gap in their sequence and fetches a dump. */
 #ifndef ADMIT_PUBLISH_H
 #define ADMIT_PUBLISH_H
 
@@ -35,6 +38,16 @@ enum pub_via {
 struct publisher *pub_new(struct event_base *base, const char *url, enum pub_via via,
                           const char *worker_id, unsigned heartbeat_ms, pub_fill_fn fill, void *arg,
                           char *bound, size_t boundlen, char *err, size_t errlen);
+/* Messages queued per subscriber when kv_events are relayed: about 2 s of a busy engine's
+ * events (a few hundred batches a second, each one or two messages). */
+#define PUB_KV_QUEUE 4096
+
+/** lets each subscriber queue up to n messages (ours: sppub_set_queue; nng's: its send buffer,
+ *  NNG_OPT_SENDBUF, for pipes opened from now on); NULL is a no-op */
+void pub_set_queue(struct publisher *p, unsigned n);
+/** sends one message of len bytes (<= ADMIT_LOAD_MSG_MAX) as it is, at once (a kv_events
+ *  message); 0, or -1 when p is NULL or the message is refused */
+int pub_send_raw(struct publisher *p, const void *msg, size_t len);
 /** something changed: publish the ranks that differ within about a millisecond */
 void pub_changed(struct publisher *p);
 /** publishes every rank now (used when the state changes, e.g. to draining) */

@@ -30,9 +30,11 @@
 #include <sys/un.h>
 #include <unistd.h>
 
+/* A framed message waiting for one subscriber: an allocation of its own length (only a peer
+ * that is behind queues, and kv_events messages are mostly far shorter than the maximum). */
 struct qmsg {
     size_t len;
-    unsigned char b[SPFRAME_PREFIX_MAX + SPPUB_MSG_MAX];
+    unsigned char b[];
 };
 
 struct peer {
@@ -42,8 +44,9 @@ struct peer {
     struct event rd, wr, timer;
     size_t hello_sent, hello_have; /* bytes of our header sent, of theirs read */
     unsigned char hello_in[SPFRAME_HELLO_LEN];
-    struct qmsg *q; /* SPPUB_QUEUE slots, allocated the first time the peer falls behind */
-    unsigned qhead, qlen;
+    struct qmsg **q; /* a ring of qcap slots (up to the publisher's queue length), made the
+                        first time the peer falls behind and doubled as it falls further */
+    unsigned qcap, qhead, qlen;
     size_t qoff; /* bytes of the head message written */
 };
 
@@ -57,6 +60,7 @@ struct sppub {
     struct peer *peers;
     unsigned npeers;       /* in the list, open or not */
     unsigned handshake_ms; /* SPPUB_HANDSHAKE_MS unless a test says otherwise */
+    unsigned queue;        /* messages queued per subscriber at most: SPPUB_QUEUE or more */
     int bound;             /* the address is bound (ipc: the socket file is ours) */
     struct sppub_stats st;
     unsigned char hello[SPFRAME_HELLO_LEN];
@@ -82,6 +86,8 @@ static void peer_drop(struct peer *c, enum log_level level, const char *why)
         p->peers = c->next;
     if (c->next != NULL)
         c->next->prev = c->prev;
+    for (unsigned i = 0; i < c->qlen; i++)
+        free(c->q[(c->qhead + i) % c->qcap]);
     free(c->q);
     free(c);
 }
@@ -99,7 +105,7 @@ static void peer_drop_errno(struct peer *c, const char *what, int err)
 static int peer_flush(struct peer *c)
 {
     while (c->hello_sent < SPFRAME_HELLO_LEN || c->qlen > 0) {
-        struct iovec iov[SPPUB_QUEUE + 1];
+        struct iovec iov[SPPUB_IOV + 1];
         int n = 0;
         ssize_t w;
 
@@ -107,8 +113,8 @@ static int peer_flush(struct peer *c)
             iov[n].iov_base = c->pub->hello + c->hello_sent;
             iov[n++].iov_len = SPFRAME_HELLO_LEN - c->hello_sent;
         }
-        for (unsigned i = 0; i < c->qlen; i++) {
-            struct qmsg *m = &c->q[(c->qhead + i) % SPPUB_QUEUE];
+        for (unsigned i = 0; i < c->qlen && i < SPPUB_IOV; i++) {
+            struct qmsg *m = c->q[(c->qhead + i) % c->qcap];
             size_t skip = i == 0 ? c->qoff : 0;
 
             iov[n].iov_base = m->b + skip;
@@ -139,7 +145,7 @@ static int peer_flush(struct peer *c)
             left -= t;
         }
         while (left > 0 && c->qlen > 0) {
-            struct qmsg *m = &c->q[c->qhead];
+            struct qmsg *m = c->q[c->qhead];
             size_t t = m->len - c->qoff;
 
             if (left < t) {
@@ -149,7 +155,8 @@ static int peer_flush(struct peer *c)
             }
             left -= t;
             c->qoff = 0;
-            c->qhead = (c->qhead + 1) % SPPUB_QUEUE;
+            free(m);
+            c->qhead = (c->qhead + 1) % c->qcap;
             c->qlen--;
         }
     }
@@ -164,19 +171,35 @@ static void peer_queue(struct peer *c, const unsigned char *pre, size_t plen, co
 {
     struct qmsg *m;
 
-    if (c->q == NULL)
-        c->q = xmalloc(SPPUB_QUEUE * sizeof *c->q);
-    if (c->qlen == SPPUB_QUEUE) {
-        unsigned second = (c->qhead + 1) % SPPUB_QUEUE;
+    if (c->qlen == c->qcap && c->qcap < c->pub->queue) {
+        unsigned cap = c->qcap ? c->qcap * 2 : SPPUB_QUEUE;
+        struct qmsg **q;
+
+        cap = cap < c->pub->queue ? cap : c->pub->queue;
+        q = xmalloc(cap * sizeof *q);
+        for (unsigned i = 0; i < c->qlen; i++)
+            q[i] = c->q[(c->qhead + i) % c->qcap];
+        free(c->q);
+        c->q = q;
+        c->qcap = cap;
+        c->qhead = 0;
+    }
+    if (c->qlen == c->qcap) {
+        unsigned second = (c->qhead + 1) % c->qcap;
 
         /* A started head moves over the one after it, which is the one dropped. */
-        if (c->qoff > 0)
+        if (c->qoff > 0) {
+            free(c->q[second]);
             c->q[second] = c->q[c->qhead];
+        } else {
+            free(c->q[c->qhead]);
+        }
         c->qhead = second;
         c->qlen--;
         c->pub->st.dropped++;
     }
-    m = &c->q[(c->qhead + c->qlen) % SPPUB_QUEUE];
+    m = xmalloc(sizeof *m + plen + len);
+    c->q[(c->qhead + c->qlen) % c->qcap] = m;
     memcpy(m->b, pre, plen);
     memcpy(m->b + plen, msg, len);
     m->len = plen + len;
@@ -433,6 +456,7 @@ struct sppub *sppub_new(struct event_base *base, const char *url, char *bound, s
     p->base = base;
     p->lfd = -1;
     p->handshake_ms = SPPUB_HANDSHAKE_MS;
+    p->queue = SPPUB_QUEUE;
     snprintf(p->url, sizeof p->url, "%s", url);
     if (listen_addr(p, url, &sa, &salen, why, sizeof why) != 0)
         goto fail;
@@ -462,6 +486,12 @@ fail:
         unlink(p->path);
     free(p);
     return NULL;
+}
+
+void sppub_set_queue(struct sppub *p, unsigned n)
+{
+    /* peers' rings only grow up to it: one longer than a lowered bound empties as it drains */
+    p->queue = n < SPPUB_QUEUE ? SPPUB_QUEUE : n > SPPUB_QUEUE_MAX ? SPPUB_QUEUE_MAX : n;
 }
 
 void sppub_set_handshake_ms(struct sppub *p, unsigned ms)

@@ -8,10 +8,13 @@
  *   SPPUB_HANDSHAKE_MS and say SUB0. Only then does it get messages (as nng's PUB: a message
  *   sent before a subscriber is open is not kept for it).
  * - A message goes to every open subscriber as it is sent, in one sendmsg each. What a
- *   subscriber's kernel does not take is queued whole for it, up to SPPUB_QUEUE messages;
- *   past that the oldest not yet started is dropped (nng's PUB drops the oldest too): each
- *   message is a full snapshot, so the newest matter and a slow subscriber costs a bounded
- *   amount of memory and never delays the others.
+ *   subscriber's kernel does not take is queued whole for it (a copy of its own length), up
+ *   to the publisher's queue length, SPPUB_QUEUE messages unless sppub_set_queue says more;
+ *   past that the oldest not yet started is dropped (nng's PUB drops the oldest too). A load
+ *   message is a full snapshot, so the newest matter; a kv_events message is not, and a
+ *   reader that sees a gap in its sequence fetches a dump, so admitd relaying KV events
+ *   queues more (PUB_KV_QUEUE, pubsub/publish.h). A slow subscriber costs a bounded amount of
+ *   memory and never delays the others.
  * - A SUB0 peer never sends after its header (nng's PUB closes a pipe that does): a byte
  *   more, a hang-up or an error drops the subscriber.
  * - At most SPPUB_PEERS_MAX subscribers at once; one more is accepted and closed at once.
@@ -28,8 +31,13 @@
 struct event_base;
 struct sppub;
 
-/* Messages queued for one subscriber that is behind, at most (nng's PUB0 queue depth). */
+/* Messages queued for one subscriber that is behind, at most (nng's PUB0 queue depth), unless
+ * sppub_set_queue says more. */
 #define SPPUB_QUEUE 16
+/* The longest queue sppub_set_queue takes (nng's NNG_OPT_SENDBUF maximum). */
+#define SPPUB_QUEUE_MAX 8192
+/* Queued messages written by one sendmsg at most. */
+#define SPPUB_IOV 64
 /* The longest message sent: a load message's. */
 #define SPPUB_MSG_MAX ADMIT_LOAD_MSG_MAX
 /* How long a subscriber has to send its header. */
@@ -54,6 +62,8 @@ struct sppub *sppub_new(struct event_base *base, const char *url, char *bound, s
 /** sends msg to every open subscriber, or queues it for those that are behind; never blocks;
  *  0, or -1 when len is over SPPUB_MSG_MAX */
 int sppub_send(struct sppub *p, const void *msg, size_t len);
+/** messages queued per subscriber at most, from now on (SPPUB_QUEUE .. SPPUB_QUEUE_MAX) */
+void sppub_set_queue(struct sppub *p, unsigned n);
 /** how long subscribers accepted from now on have to send their header (tests) */
 void sppub_set_handshake_ms(struct sppub *p, unsigned ms);
 /** the counters so far */

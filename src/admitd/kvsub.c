@@ -1,6 +1,7 @@
 /* kvsub: admitd's SUBs on its engine's KV events, read on the event loop. */
 #include "kvsub.h"
 #include "admission/kvevents.h"
+#include "admission/kvrelay.h"
 #include "mock/mock_kvpub.h" /* the rank offset rule, vLLM's, that the mock publishes by */
 #include "util/log.h"
 #include "util/xmalloc.h"
@@ -13,6 +14,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/random.h>
+#include <time.h>
+#include <unistd.h>
 #include <zmq.h>
 
 /* Messages handled per wakeup of one rank: past it the rank yields the loop to clients and
@@ -45,6 +49,7 @@ struct kvsub_rank {
     uint64_t events[EVT__COUNT];
     uint64_t blocks[BLK__COUNT];
     uint64_t gaps, missed, restarts;
+    struct kvrelay_stats rs; /* the relay's counters of the rank, as of its last batch */
 };
 
 struct kvsub {
@@ -58,11 +63,13 @@ struct kvsub {
     uint64_t *hashes;
     uint32_t *tokens;
     size_t cap; /* of hashes and tokens (events: EVENTS_CAP): a payload of cap bytes fits */
+    struct kvrelay *relay; /* keys the events and makes the kv_events messages */
 };
 
 /* The sequence of one batch: in order, a gap (ZMQ dropped or the engine skipped: counted,
  * with how many are missing) or a step back, which only an engine that restarted makes (its
- * sequence starts again at 0). */
+ * sequence starts again at 0). Either way what routers hold of the rank can no longer be
+ * followed: they are told it is cleared, before this batch is relayed. */
 static void follow_seq(struct kvsub_rank *k, int64_t seq)
 {
     if (k->last_seq >= 0 && seq != k->last_seq + 1) {
@@ -71,10 +78,12 @@ static void follow_seq(struct kvsub_rank *k, int64_t seq)
             k->missed += (uint64_t) (seq - k->last_seq - 1);
             log_debug("KV events rank %u: gap, seq %lld after %lld", k->rank, (long long) seq,
                       (long long) k->last_seq);
+            kvrelay_clear(k->s->relay, k->rank, KVRELAY_GAP);
         } else {
             k->restarts++;
             log_info("KV events rank %u: sequence went back from %lld to %lld (engine restart)",
                      k->rank, (long long) k->last_seq, (long long) seq);
+            kvrelay_clear(k->s->relay, k->rank, KVRELAY_RESTART);
         }
     }
     k->last_seq = seq;
@@ -170,6 +179,8 @@ static void handle(struct kvsub_rank *k, zmq_msg_t *f, int nf)
     follow_seq(k, (int64_t) seq);
     k->batches[RES_OK]++;
     count_batch(k, &o);
+    kvrelay_batch(k->s->relay, k->rank, &o);
+    k->rs = kvrelay_stats(k->s->relay, k->rank);
     set_state(k, 1, NULL);
 }
 
@@ -270,8 +281,19 @@ static struct kvsub_rank *rank_open(struct kvsub *s, unsigned r, char *err, size
     return k;
 }
 
+/* The epoch of this admitd's kv_events: random and nonzero, so that a reader tells a
+ * restarted admitd's sequence from the one it followed. */
+static uint64_t draw_epoch(void)
+{
+    uint64_t e = 0;
+
+    if (getrandom(&e, sizeof e, 0) != (ssize_t) sizeof e)
+        e = (uint64_t) time(NULL) * 0x9e3779b97f4a7c15ull ^ (uint64_t) getpid();
+    return e ? e : 1;
+}
+
 struct kvsub *kvsub_new(struct event_base *base, const char *endpoint, const char *topic,
-                        unsigned ranks, char *err, size_t errlen)
+                        unsigned ranks, kvrelay_emit_fn emit, void *arg, char *err, size_t errlen)
 {
     struct kvsub *s = xcalloc(1, sizeof *s);
 
@@ -280,6 +302,7 @@ struct kvsub *kvsub_new(struct event_base *base, const char *endpoint, const cha
     snprintf(s->topic, sizeof s->topic, "%s", topic);
     s->zctx = zmq_ctx_new();
     s->dec = kve_decoder_new();
+    s->relay = kvrelay_new(draw_epoch(), emit, arg);
     s->cap = 4096;
     s->events = xmalloc(EVENTS_CAP(s->cap) * sizeof *s->events);
     s->hashes = xmalloc(s->cap * sizeof *s->hashes);
@@ -309,6 +332,25 @@ void kvsub_set_ranks(struct kvsub *s, unsigned ranks)
     }
 }
 
+void kvsub_set_model(struct kvsub *s, const char *model)
+{
+    if (s != NULL && model != NULL)
+        kvrelay_set_model(s->relay, model, strlen(model));
+}
+
+void kvsub_set_blocks(struct kvsub *s, unsigned rank, int64_t blocks)
+{
+    if (s != NULL && rank < s->n) {
+        kvrelay_set_blocks(s->relay, rank, blocks > 0 ? (uint64_t) blocks : 0);
+        s->r[rank]->rs = kvrelay_stats(s->relay, rank);
+    }
+}
+
+void kvsub_dump(const struct kvsub *s, struct buf *out)
+{
+    kvrelay_dump(s->relay, s->n, out);
+}
+
 /* One family whose samples are per rank and per value of one more label. */
 static void family(struct buf *out, const struct kvsub *s, const char *name, const char *help,
                    const char *key, const char *const *vals, int nvals, size_t off)
@@ -332,6 +374,8 @@ void kvsub_render(const struct kvsub *s, struct buf *out)
     static const char *const res[] = {"ok", "malformed", "bad_frames"};
     static const char *const evt[] = {"stored", "removed", "cleared", "unknown", "other_medium"};
     static const char *const blk[] = {"stored", "removed", "other_medium"};
+    static const char *const op[] = {"stored", "removed", "cleared"};
+    static const char *const why[] = {"engine", "restart", "gap"};
 
     if (s == NULL)
         return;
@@ -353,6 +397,29 @@ void kvsub_render(const struct kvsub *s, struct buf *out)
     family(out, s, "admitd_engine_kv_events_restarts_total",
            "Steps back of a rank's KV event sequence (the engine restarted)", NULL, NULL, 1,
            offsetof(struct kvsub_rank, restarts));
+    family(out, s, "admitd_kv_relay_messages_total",
+           "kv_events messages published, per rank and op", "op", op, 3,
+           offsetof(struct kvsub_rank, rs.messages));
+    family(out, s, "admitd_kv_relay_keys_total",
+           "Block keys published in kv_events messages, per rank and op", "op", op, 2,
+           offsetof(struct kvsub_rank, rs.keys));
+    family(out, s, "admitd_kv_relay_unkeyed_blocks_total",
+           "Stored blocks admitd could not key (base model unknown, extra keys beyond the LoRA "
+           "name, a LoRA by id alone, an unknown or unkeyable parent): not relayed",
+           NULL, NULL, 1, offsetof(struct kvsub_rank, rs.unkeyed));
+    family(out, s, "admitd_kv_relay_table_evictions_total",
+           "Blocks dropped from the rank's engine hash table by its bound (relayed as removed)",
+           NULL, NULL, 1, offsetof(struct kvsub_rank, rs.evicted));
+    family(out, s, "admitd_kv_relay_unknown_removals_total",
+           "Removals of engine hashes admitd did not hold (stored before it started, or evicted)",
+           NULL, NULL, 1, offsetof(struct kvsub_rank, rs.unknown));
+    family(out, s, "admitd_kv_relay_other_group_events_total",
+           "Events of a KV-cache group other than the first (hybrid models), not relayed", NULL,
+           NULL, 1, offsetof(struct kvsub_rank, rs.other_group));
+    family(out, s, "admitd_kv_relay_clears_total",
+           "kv_events cleared messages, per rank and reason (engine: AllBlocksCleared; restart: "
+           "the engine's sequence went back; gap: events lost and not replayed)",
+           "reason", why, KVRELAY__WHY, offsetof(struct kvsub_rank, rs.cleared));
     prom_family(out, "admitd_engine_kv_events_last_seq", "gauge",
                 "Sequence number of the rank's last decoded KV event batch (-1: none yet)");
     for (unsigned r = 0; r < s->n; r++) {
@@ -374,6 +441,7 @@ void kvsub_free(struct kvsub *s)
     }
     zmq_ctx_term(s->zctx);
     kve_decoder_free(s->dec);
+    kvrelay_free(s->relay);
     free(s->events);
     free(s->hashes);
     free(s->tokens);

@@ -7,13 +7,17 @@
  * ZMQ_FD on the libevent loop (no thread of ours; ZMQ's own I/O thread does the network).
  * Per rank it follows the sequence (a jump forward is a gap, a step back the engine's
  * restart) and counts batches, events and blocks for /metrics. A malformed batch is counted
- * and dropped. Nothing is indexed or republished yet: that is item 2 of the issue. */
+ * and dropped. Each decoded batch goes to the relay (admission/kvrelay.h), which keys its
+ * blocks and hands kv_events messages to the caller's emit function (admitd's publisher); a
+ * gap or a restart of the engine's sequence is relayed as `cleared` first. */
 #ifndef ADMIT_KVSUB_H
 #define ADMIT_KVSUB_H
 
+#include "admission/kvrelay.h"
 #include "util/buf.h"
 
 #include <stddef.h>
+#include <stdint.h>
 
 struct event_base;
 struct kvsub;
@@ -22,9 +26,17 @@ struct kvsub;
 #define KVSUB_MAX_RANKS 64
 
 /** opens a ZMQ context and SUBs for ranks 0 .. ranks-1 of endpoint, subscribed to topic
-    ("" = every message); NULL with err set if an endpoint is invalid */
+    ("" = every message), relaying kv_events messages to emit(arg, ...) under a random epoch;
+    NULL with err set if an endpoint is invalid */
 struct kvsub *kvsub_new(struct event_base *base, const char *endpoint, const char *topic,
-                        unsigned ranks, char *err, size_t errlen);
+                        unsigned ranks, kvrelay_emit_fn emit, void *arg, char *err, size_t errlen);
+/** the engine's base model (the first of its /v1/models list): the seed of blocks without a
+    LoRA name; NULL keeps the one known */
+void kvsub_set_model(struct kvsub *s, const char *model);
+/** rank's engine has `blocks` KV blocks (<= 0: unknown): bounds the rank's table */
+void kvsub_set_blocks(struct kvsub *s, unsigned rank, int64_t blocks);
+/** appends the dump of every rank read (GET /admitd/kv_blocks's body) to out */
+void kvsub_dump(const struct kvsub *s, struct buf *out);
 /** reads ranks up to `ranks` too (the engine reported more than at start); never fewer */
 void kvsub_set_ranks(struct kvsub *s, unsigned ranks);
 /** appends the admitd_engine_kv_events_* families to out */

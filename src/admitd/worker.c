@@ -130,6 +130,9 @@ static void on_models(void *arg, int status, const char *body, size_t len)
                  l.n == 1 ? "" : "s", l.n ? ": " : "", names);
     }
     w->models_seen = (int) r;
+    /* vLLM lists its served model first, its LoRA adapters after */
+    if (r == ENGINE_MODELS_OK)
+        kvsub_set_model(w->kv, admit_load_models_next(&l, NULL));
     if (!admit_load_models_equal(&l, &w->models)) {
         w->models = l;
         pub_changed(w->pub);
@@ -154,6 +157,8 @@ static void on_scrape(void *arg, int status, const char *body, size_t len)
         w->engine = snap;
         if (w->cfg->data_parallel_size == 0)
             kvsub_set_ranks(w->kv, snap.nranks); /* ranks the engine reports are read too */
+        for (unsigned r = 0; r < snap.nranks; r++)
+            kvsub_set_blocks(w->kv, r, snap.ranks[r].num_gpu_blocks);
         w->m.scrapes_ok++;
         book_configure(admission_book(w->gate), ranks ? ranks : 1,
                        bs > 0 && bs <= 1048576 ? (unsigned) bs : w->cfg->block_size);
@@ -180,6 +185,15 @@ static void fill_load(void *arg, struct admit_load *msgs, unsigned *n)
     };
 
     loadsrc_fill(&in, msgs, PUB_MAX_RANKS, n);
+}
+
+/* A kv_events message of the relay: on the publisher, beside the load messages. */
+static void on_kv_message(void *arg, unsigned rank, const unsigned char *msg, size_t len)
+{
+    struct worker *w = arg;
+
+    (void) rank;
+    pub_send_raw(w->pub, msg, len);
 }
 
 static void on_load_change(void *arg)
@@ -534,9 +548,11 @@ struct worker *worker_start(struct event_base *base, struct cfg *cfg, char *err,
     }
     if (cfg->engine_kv_events[0] != '\0') {
         w->kv = kvsub_new(base, cfg->engine_kv_events, cfg->engine_kv_events_topic,
-                          cfg->data_parallel_size, err, errlen);
+                          cfg->data_parallel_size, on_kv_message, w, err, errlen);
         if (w->kv == NULL)
             goto fail;
+        /* kv_events are not snapshots: a subscriber that is behind keeps more of them */
+        pub_set_queue(w->pub, PUB_KV_QUEUE);
     }
     admission_set_change_cb(w->gate, on_load_change, w);
     w->ready = poller_new(base, &cfg->upstream, cfg->health_path, cfg->health_interval_ms,

@@ -1,10 +1,8 @@
-/* kvk_keys: the router's exact block keys (lib/admission/kvkeys) of token-id prompts, for the
- * tests that play admitd's kv_events publisher (test_router_kv_events.py): what an engine's
- * events would carry for the blocks of those prompts, as admitd relays them.
+/* kvk_keys: the router's block keys of token ids (lib/admission/kvkeys: kvk_ids with the seed
+ * kvk_seed(model, "")), for tests that check what admitd relays against what a router computes.
  *
- * Usage: kvk_keys MODEL BLOCK_TOKENS; reads one prompt per line of stdin, its token ids in
- * decimal separated by spaces, and writes one line per prompt: the keys of its full blocks in
- * decimal, separated by spaces (kvk_seed(MODEL, no salt), then kvk_ids). */
+ * Reads lines "MODEL BLOCK_SIZE ID ID ..." on stdin and writes, per line, the keys of the ids'
+ * full blocks in decimal, separated by spaces. */
 #include "admission/kvkeys.h"
 
 #include <inttypes.h>
@@ -12,37 +10,30 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define MAX_IDS 65536
+#define MAX_IDS (1 << 16)
 
-int main(int argc, char **argv)
+int main(void)
 {
-    static uint64_t ids[MAX_IDS], keys[MAX_IDS];
     static char line[1 << 20];
-    struct kvk_params p = {0};
+    static uint64_t ids[MAX_IDS], keys[MAX_IDS];
 
-    if (argc != 3) {
-        fprintf(stderr, "usage: kvk_keys MODEL BLOCK_TOKENS < prompts\n");
-        return 2;
-    }
-    p.seed = kvk_seed(argv[1], strlen(argv[1]), "", 0);
-    p.block_tokens = (unsigned) strtoul(argv[2], NULL, 10);
     while (fgets(line, sizeof line, stdin) != NULL) {
+        char *save = NULL, *model = strtok_r(line, " \r\n", &save), *t;
+        char *bs = strtok_r(NULL, " \r\n", &save);
+        struct kvk_params p = {0};
         size_t n = 0, k;
-        char *s = line, *end;
 
-        for (;;) {
-            unsigned long long v = strtoull(s, &end, 10);
-
-            if (end == s || n == MAX_IDS)
-                break;
-            ids[n++] = v;
-            s = end;
-        }
+        if (model == NULL || bs == NULL)
+            return 2;
+        p.seed = kvk_seed(model, strlen(model), "", 0);
+        p.block_tokens = (unsigned) strtoul(bs, NULL, 10);
+        while ((t = strtok_r(NULL, " \r\n", &save)) != NULL && n < MAX_IDS)
+            ids[n++] = strtoull(t, NULL, 10);
         k = kvk_ids(&p, ids, n, keys, MAX_IDS);
         for (size_t i = 0; i < k; i++)
-            printf(i ? " %" PRIu64 : "%" PRIu64, keys[i]);
+            printf("%s%" PRIu64, i ? " " : "", keys[i]);
         printf("\n");
-        fflush(stdout);
     }
+    fflush(stdout);
     return 0;
 }

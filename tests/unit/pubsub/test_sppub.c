@@ -359,6 +359,72 @@ static void test_slow_subscriber_drops_oldest_keeps_framing(void **state)
     event_base_free(base);
 }
 
+/* Counts the messages read and checks they rise; remembers the first of the run that ends
+ * with the newest (what the queue kept after its last drop). */
+struct rising {
+    unsigned prev, n, run_start, wrong;
+};
+
+static void rising_one(const struct spframe_unit *u, void *arg)
+{
+    struct rising *r = arg;
+    unsigned n = 0;
+
+    if (sscanf((const char *) u->body, "kv_metrics %u", &n) != 1 || (r->n > 0 && n <= r->prev))
+        r->wrong++;
+    if (r->n == 0 || n != r->prev + 1)
+        r->run_start = n;
+    r->prev = n;
+    r->n++;
+}
+
+/* A longer queue (sppub_set_queue, as admitd relaying KV events sets it): a subscriber that
+ * does not read for a while still gets at least the queue's length of the newest messages,
+ * with no gap among them, and what it lost is counted. Past the maximum the length is the
+ * maximum. The messages are short (a kv_events message of a few keys): each is queued as a
+ * copy of its own length. */
+static void test_longer_queue(void **state)
+{
+    struct event_base *base = event_base_new();
+    char bound[300], body[120];
+    struct sppub *p = start(base, "tcp://127.0.0.1:0", bound, sizeof bound);
+    static struct rx slow;
+    struct rising r = {0, 0, 0, 0};
+    struct sppub_stats st;
+    int sfd = dial(port_of(bound), 4096);
+    unsigned total = 60000, queue = 3000;
+    int64_t end;
+
+    (void) state;
+    sppub_set_queue(p, queue);
+    rx_init(&slow);
+    send_hello(sfd, SPFRAME_PROTO_SUB0);
+    wait_subscribers(base, p, 1);
+    memset(body, 'k', sizeof body);
+    for (unsigned i = 0; i < total; i++) {
+        int n = snprintf(body, sizeof body, "kv_metrics %u ", i);
+
+        body[n] = 'k';
+        assert_int_equal(sppub_send(p, body, sizeof body), 0);
+    }
+    stats(p, &st);
+    assert_true(st.dropped > 0);
+    end = mono_ms() + DEADLINE_MS;
+    do {
+        pump(base, 5);
+        rx_read(&slow, sfd, rising_one, &r);
+    } while (r.prev != total - 1 && mono_ms() < end);
+    stats(p, &st);
+    assert_int_equal(r.wrong, 0);
+    assert_int_equal(r.prev, total - 1);
+    assert_true(total - r.run_start >= queue);
+    assert_int_equal(r.n + st.dropped, total);
+    sppub_set_queue(p, 1u << 30); /* clamped, not refused */
+    close(sfd);
+    sppub_free(p);
+    event_base_free(base);
+}
+
 /* Pumps until fd reads EOF (or a reset): the publisher closed it. */
 static void wait_closed(struct event_base *base, int fd)
 {
@@ -558,6 +624,7 @@ int main(void)
         cmocka_unit_test(test_slow_subscriber_drops_oldest_keeps_framing),
         cmocka_unit_test(test_bad_subscribers_are_dropped),
         cmocka_unit_test(test_reset_with_queue),
+        cmocka_unit_test(test_longer_queue),
         cmocka_unit_test(test_subscribers_over_the_limit_are_closed),
         cmocka_unit_test(test_accept_resumes_after_emfile),
         cmocka_unit_test(test_listen_urls),
