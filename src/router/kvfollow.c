@@ -50,6 +50,12 @@ static void on_dump(void *arg, int status, const char *body, size_t len);
 static void take(struct kvfollow *f, struct kvf_rank *r, unsigned rank, const struct kvm_msg *m,
                  const void *raw, size_t len);
 
+/* The big-endian 32-bit length before a dump's record, and before a kept message. */
+static size_t be32(const unsigned char *p)
+{
+    return (size_t) p[0] << 24 | (size_t) p[1] << 16 | (size_t) p[2] << 8 | p[3];
+}
+
 /* A dump attempt now: the poller is made at the first, and kicked after. */
 static void on_retry(evutil_socket_t fd, short what, void *arg)
 {
@@ -225,9 +231,9 @@ struct dumped {
     int seen;
 };
 
-/* Walks body's records, calling each snapshot record's rank when ranks is NULL, else checking
- * them into ranks[]: 0, or -1 with why (a bad length, a record that does not decode or is not
- * a snapshot, a rank whose records disagree on epoch and seq). */
+/* Walks body's records: with ranks, checks them and notes each rank's epoch and seq there;
+ * without, inserts each waiting rank's keys: 0, or -1 with why (a bad length, a record that does
+ * not decode or is not a snapshot, a rank whose records disagree on epoch and seq). */
 static int walk(struct kvfollow *f, const unsigned char *b, size_t len, struct dumped *ranks,
                 char *why, size_t whylen)
 {
@@ -239,8 +245,7 @@ static int walk(struct kvfollow *f, const unsigned char *b, size_t len, struct d
         size_t l;
         struct kvf_rank *r;
 
-        if (len - off < 4 || (l = (size_t) b[off] << 24 | (size_t) b[off + 1] << 16 |
-                                  (size_t) b[off + 2] << 8 | b[off + 3]) > len - off - 4) {
+        if (len - off < 4 || (l = be32(b + off)) > len - off - 4) {
             snprintf(why, whylen, "a record's length passes the body's end");
             return -1;
         }
@@ -286,7 +291,7 @@ static void replay(struct kvfollow *f, struct kvf_rank *r, unsigned rank, const 
     r->gen = kvr_generation(f->kv);
     while (off + 4 <= kept.len) {
         const unsigned char *p = (const unsigned char *) kept.data + off;
-        size_t l = (size_t) p[0] << 24 | (size_t) p[1] << 16 | (size_t) p[2] << 8 | p[3];
+        size_t l = be32(p);
         struct kvm_msg m;
 
         off += 4 + l;
@@ -309,10 +314,10 @@ static void on_dump(void *arg, int status, const char *body, size_t len)
     if (!kvf_waiting(f))
         return; /* unasked (the poller's own interval) */
     memset(d, 0, sizeof d);
-    if (status != 200) {
-        snprintf(why, sizeof why, "%s", status == 0 ? poller_error(f->dump) : "");
-        if (status != 0)
-            snprintf(why, sizeof why, "status %d", status);
+    if (status == 0) {
+        snprintf(why, sizeof why, "%s", poller_error(f->dump));
+    } else if (status != 200) {
+        snprintf(why, sizeof why, "status %d", status);
     } else if (kvr_events_on(f->kv) == 0) {
         forget_all(f); /* the index went off meanwhile: nothing to apply to */
         return;
@@ -332,8 +337,10 @@ static void on_dump(void *arg, int status, const char *body, size_t len)
         return;
     }
     f->st->dumps_failed++;
-    log_warn("worker %s: GET /admitd/kv_blocks failed (%s); again in %u ms", f->url.hostport,
-             LOG_ESC(why), f->backoff_ms);
+    /* the first failure of a series at warn, the tries after it at debug */
+    log_msg(f->backoff_ms == KVF_RETRY_MIN_MS ? LOG_WARN : LOG_DEBUG,
+            "worker %s: GET /admitd/kv_blocks failed (%s); tried again every %u to %u ms",
+            f->url.hostport, LOG_ESC(why), KVF_RETRY_MIN_MS, KVF_RETRY_MAX_MS);
     want_dump(f, f->backoff_ms);
     f->backoff_ms = f->backoff_ms * 2 > KVF_RETRY_MAX_MS ? KVF_RETRY_MAX_MS : f->backoff_ms * 2;
 }

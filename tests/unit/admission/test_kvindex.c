@@ -388,16 +388,25 @@ static void test_correct_drops_tail(void **state)
     kvi_free(x);
 }
 
-static void test_forget_worker(void **state)
+/* An index of 3 workers of 2 ranks where worker 1's ranks hold a[0 .. 4) and a[0 .. 3), and
+ * worker 2's rank 0 a[0 .. 4). */
+static struct kvindex *three_holders(const uint64_t *a)
 {
     struct kvindex *x = new_index(3, 2, 64, 0);
-    uint64_t a[4] = {1, 2, 3, 4};
-    struct kvi_stats s;
 
-    (void) state;
     kvi_insert(x, 1, 0, a, 4, 1);
     kvi_insert(x, 1, 1, a, 3, 1);
     kvi_insert(x, 2, 0, a, 4, 1);
+    return x;
+}
+
+static void test_forget_worker(void **state)
+{
+    uint64_t a[4] = {1, 2, 3, 4};
+    struct kvindex *x = three_holders(a);
+    struct kvi_stats s;
+
+    (void) state;
     kvi_forget_worker(x, 1);
     assert_int_equal(kvi_held(x, 1, 0), 0);
     assert_int_equal(kvi_held(x, 1, 1), 0);
@@ -446,14 +455,11 @@ static void test_remove_keys(void **state)
 
 static void test_forget_rank(void **state)
 {
-    struct kvindex *x = new_index(3, 2, 64, 0);
     uint64_t a[4] = {1, 2, 3, 4};
+    struct kvindex *x = three_holders(a);
     struct kvi_stats s;
 
     (void) state;
-    kvi_insert(x, 1, 0, a, 4, 1);
-    kvi_insert(x, 1, 1, a, 3, 1);
-    kvi_insert(x, 2, 0, a, 4, 1);
     assert_int_equal(kvi_forget_rank(x, 1, 0), 4);
     assert_int_equal(kvi_held(x, 1, 0), 0);
     assert_int_equal(depth_of(x, a, 4, 2, 1, 0), 0);
