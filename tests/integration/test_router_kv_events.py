@@ -18,6 +18,7 @@ router's own exact keys of the prompts' token ids (kvk_keys, built beside the te
 import json
 import os
 import random
+import shutil
 import signal
 import struct
 import subprocess
@@ -26,7 +27,7 @@ import threading
 import time
 
 from harness import (LoopbackServer, Tap, fake_reply_head, marker, own_completion, own_request,
-                     wait_for)
+                     request, wait_for)
 from loadpub import LoadPub, load_message
 from test_engine_replies import read_request
 from test_router import MODEL, Router
@@ -219,6 +220,12 @@ def test_stored_routes_there():
         assert m['admit_router_kv_events_keys_total{op="snapshot"}'] == 16, m
         assert m["admit_router_kv_events_index_blocks"] == 16, m
         assert m["admit_router_kv_events_received_total"] == 2, m
+        # the new families pass promtool's lint, as the others do (test_interop)
+        if shutil.which("promtool"):
+            _, _, text = request(rt.maddr, "GET", "/metrics")
+            p = subprocess.run(["promtool", "check", "metrics"], input=text,
+                               capture_output=True, timeout=60)
+            assert p.returncode == 0, (p.stdout + p.stderr).decode()
     finally:
         stop(fakes, rt)
 
