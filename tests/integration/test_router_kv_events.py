@@ -19,6 +19,7 @@ import json
 import os
 import random
 import shutil
+import socket
 import signal
 import struct
 import subprocess
@@ -26,8 +27,8 @@ import tempfile
 import threading
 import time
 
-from harness import (LoopbackServer, Tap, fake_reply_head, marker, own_completion, own_request,
-                     request, wait_for)
+from harness import (Admitd, LoopbackServer, Mock, Tap, fake_reply_head, marker, own_completion,
+                     own_request, request, wait_for)
 from loadpub import LoadPub, load_message
 from test_engine_replies import read_request
 from test_router import MODEL, Router
@@ -454,6 +455,81 @@ def test_two_routers_agree():
         stop(fakes, *rts)
 
 
+def free_port():
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    port = s.getsockname()[1]
+    s.close()
+    return port
+
+
+def real_worker(i):
+    """admit-mock-engine publishing its KV events (vLLM's format, ZMQ) and a real admitd
+    relaying them (--engine-kv-events) as worker w<i>."""
+    port = free_port()
+    mock = Mock("--speedup-ratio", "0", "--block-size", str(BLOCK), "--kv-events-endpoint",
+                "tcp://*:%d" % port, "--enable-prompt-tokens-details")
+    ad = Admitd(mock.url, "--engine-kv-events", "tcp://127.0.0.1:%d" % port,
+                "--engine-metrics-interval-ms", "50", "--heartbeat-ms", "100",
+                "--worker-id", "w%d" % i)
+    return mock, ad
+
+
+def dump_served():
+    """Whether this admitd answers GET /admitd/kv_blocks itself when it relays KV events."""
+    mock, ad = real_worker(0)
+    try:
+        status, hdrs, _ = request(ad.addr, "GET", "/admitd/kv_blocks")
+        return status == 200 and hdrs.get("content-type") == "application/octet-stream"
+    finally:
+        ad.stop()
+        mock.stop()
+
+
+def cached_via(addr, ids):
+    """One completion of token ids at addr (a router or an admitd): its cached tokens."""
+    status, _, data = own_request(addr, "/v1/completions",
+                                  {"model": MODEL, "prompt": ids, "max_tokens": 1}, marker())
+    assert status == 200, (status, data)
+    return (json.loads(data)["usage"].get("prompt_tokens_details") or {}).get("cached_tokens", 0)
+
+
+def test_real_admitd():
+    """On real admitd relaying admit-mock-engine's events: a prompt an engine cached from a
+    request the router never saw (sent to its admitd directly) is routed to that engine, and
+    finds its prefix cached there."""
+    pairs = [real_worker(i) for i in range(2)]
+    rt = Router([("http://%s:%d" % ad.addr, ad.publish) for _, ad in pairs],
+                "--kv-block-size", str(BLOCK))
+    try:
+        rt.wait_routable(2)
+        # each engine's events reach the router (ZMQ's slow joiner, and the model list
+        # admitd reads before it can key a block)
+        for i, (_, ad) in enumerate(pairs):
+            url = "http://%s:%d" % ad.addr
+            for n in range(300):
+                cached_via(ad.addr, prompt("warm-%d-%d" % (i, n), 1))
+                if events_blocks(rt, url)[1] > 0:
+                    break
+                time.sleep(0.05)
+            assert events_blocks(rt, url)[1] > 0, "no events of worker %d" % i
+        for i, (_, ad) in enumerate(pairs):
+            ids = prompt("real-%d" % i, 8)
+            url = "http://%s:%d" % ad.addr
+            before = events_blocks(rt, url)[1]
+            assert cached_via(ad.addr, ids) == 0
+            wait_for(lambda: events_blocks(rt, url)[1] >= before + 8, 10, "its blocks heard")
+            # through the router: to the engine that holds it, whose answer says so
+            assert cached_via(rt.addr, ids + prompt("more-%d" % i, 2)) == 8 * BLOCK, i
+        assert metric(rt, "admit_router_kv_events_gaps_total") == 0
+        assert metric(rt, "admit_router_kv_events_dumps_total", 'result="failed"') == 0
+    finally:
+        rt.stop()
+        for mock, ad in pairs:
+            ad.stop()
+            mock.stop()
+
+
 if __name__ == "__main__":
     t = Tap()
     t.run("stored blocks route there, the dump first", test_stored_routes_there)
@@ -464,4 +540,8 @@ if __name__ == "__main__":
     t.run("hostile kv_events messages are counted", test_hostile_messages)
     t.run("a retired worker's blocks go", test_retired_worker_blocks_go)
     t.run("two routers agree", test_two_routers_agree)
+    if dump_served():
+        t.run("on real admitd and engines", test_real_admitd)
+    else:
+        t.skip("on real admitd and engines", "this admitd serves no /admitd/kv_blocks yet")
     t.done()
