@@ -142,6 +142,10 @@ static const struct opt_def opts[] = {
         OPT_AT(struct cfg, engine_kv_events_topic), 0, 0, NULL,
         "the topic of the engine's KV events (default: empty, vLLM's)", NULL, NULL,
         engine_kv_topic),
+    OPT("engine-kv-events-replay", "ADMITD_ENGINE_KV_EVENTS_REPLAY", OPT_PUBURL,
+        OPT_AT(struct cfg, engine_kv_events_replay), 0, 0, NULL,
+        "the engine's KV events replay socket (vLLM's --kv-events-config replay_endpoint; "
+        "rank r at PORT + r): a gap is filled from it; unset = a gap is relayed as cleared"),
     OPT("chars-per-token", "ADMITD_CHARS_PER_TOKEN", OPT_DOUBLE,
         OPT_AT(struct cfg, chars_per_token), 0.5, 1000, "4",
         "bytes of prompt text per token, for requests that do not send token ids"),

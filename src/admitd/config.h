@@ -52,6 +52,7 @@ struct cfg {
     unsigned data_parallel_size;        /* ranks; 0 = as the engine reports, else 1 */
     char engine_kv_events[256];         /* the engine's KV events PUB; "" = not read */
     char engine_kv_events_topic[256];   /* their topic ("" = all, vLLM's default) */
+    char engine_kv_events_replay[256];  /* the engine's replay ROUTER; "" = none */
     double chars_per_token;             /* prompt text estimate when no token ids are sent */
     /* Operations. */
     unsigned queue_timeout_ms; /* a request waiting longer leaves the queue; 0 = never */

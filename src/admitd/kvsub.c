@@ -1,5 +1,6 @@
 /* kvsub: admitd's SUBs on its engine's KV events, read on the event loop. */
 #include "kvsub.h"
+#include "kvsub_impl.h"
 #include "admission/kvevents.h"
 #include "admission/kvrelay.h"
 #include "mock/mock_kvpub.h" /* the rank offset rule, vLLM's, that the mock publishes by */
@@ -19,78 +20,8 @@
 #include <unistd.h>
 #include <zmq.h>
 
-/* Messages handled per wakeup of one rank: past it the rank yields the loop to clients and
- * comes back at once (event_active), so a flood of events never starves the proxy. */
-#define KVSUB_BURST 256
-/* Receive high-water mark, vLLM's publisher's default: past it ZMQ drops, and we see a gap. */
-#define KVSUB_HWM 100000
-/* Largest message read: ZMQ drops the connection of a peer that sends more (it reconnects;
- * the batch shows as a gap). A step of vLLM stores at most its token budget, a few hundred
- * KB of payload; the bound keeps a bad peer from making the decoder's zone and arrays
- * (about 40 bytes per payload byte together, kvevents.h) unbounded. */
-#define KVSUB_MAX_MSG (16 << 20)
-/* Room for the events of a payload that fits arrays of cap hashes and ids: an event takes
- * more than 8 bytes of payload (its tag alone has 11 or more), so cap / 8 entries do. */
-#define EVENTS_CAP(cap) ((cap) / 8 + 16)
-
-enum { RES_OK, RES_MALFORMED, RES_BAD_FRAMES, RES__COUNT };
-enum { EVT_STORED, EVT_REMOVED, EVT_CLEARED, EVT_UNKNOWN, EVT_OTHER_MEDIUM, EVT__COUNT };
-enum { BLK_STORED, BLK_REMOVED, BLK_OTHER_MEDIUM, BLK__COUNT };
-
-struct kvsub_rank {
-    struct kvsub *s;
-    unsigned rank;
-    void *sock;
-    struct event *ev;
-    char endpoint[300];
-    int64_t last_seq; /* -1: no message yet */
-    int state;        /* last batch decoded (1) or not (0); -1 before the first */
-    uint64_t batches[RES__COUNT];
-    uint64_t events[EVT__COUNT];
-    uint64_t blocks[BLK__COUNT];
-    uint64_t gaps, missed, restarts;
-    struct kvrelay_stats rs; /* the relay's counters of the rank, as of its last batch */
-};
-
-struct kvsub {
-    struct event_base *base;
-    void *zctx;
-    char endpoint[256], topic[256];
-    struct kvsub_rank *r[KVSUB_MAX_RANKS];
-    unsigned n;
-    struct kve_decoder *dec;
-    struct kve_event *events; /* decode arrays, grown when a batch does not fit */
-    uint64_t *hashes;
-    uint32_t *tokens;
-    size_t cap; /* of hashes and tokens (events: EVENTS_CAP): a payload of cap bytes fits */
-    struct kvrelay *relay; /* keys the events and makes the kv_events messages */
-};
-
-/* The sequence of one batch: in order, a gap (ZMQ dropped or the engine skipped: counted,
- * with how many are missing) or a step back, which only an engine that restarted makes (its
- * sequence starts again at 0). Either way what routers hold of the rank can no longer be
- * followed: they are told it is cleared, before this batch is relayed. */
-static void follow_seq(struct kvsub_rank *k, int64_t seq)
-{
-    if (k->last_seq >= 0 && seq != k->last_seq + 1) {
-        if (seq > k->last_seq) {
-            k->gaps++;
-            k->missed += (uint64_t) (seq - k->last_seq - 1);
-            log_debug("KV events rank %u: gap, seq %lld after %lld", k->rank, (long long) seq,
-                      (long long) k->last_seq);
-            kvrelay_clear(k->s->relay, k->rank, KVRELAY_GAP);
-        } else {
-            k->restarts++;
-            log_info("KV events rank %u: sequence went back from %lld to %lld (engine restart)",
-                     k->rank, (long long) k->last_seq, (long long) seq);
-            kvrelay_clear(k->s->relay, k->rank, KVRELAY_RESTART);
-        }
-    }
-    k->last_seq = seq;
-}
-
 /* Said once per change, not per batch: events flowing, or no longer decodable. */
-static void set_state(struct kvsub_rank *k, int ok, const char *why)
+void kvsub_set_state(struct kvsub_rank *k, int ok, const char *why)
 {
     if (ok == k->state)
         return;
@@ -146,10 +77,72 @@ static int decode(struct kvsub *s, const void *p, size_t len, struct kve_out *o,
     }
 }
 
+int kvsub_decode(struct kvsub_rank *k, const void *p, size_t len, struct kve_out *o)
+{
+    char err[160];
+
+    if (decode(k->s, p, len, o, err, sizeof err) == KVE_OK)
+        return 0;
+    k->batches[RES_MALFORMED]++;
+    kvsub_set_state(k, 0, err);
+    return -1;
+}
+
+void kvsub_apply(struct kvsub_rank *k, int64_t seq, const struct kve_out *o)
+{
+    k->last_seq = seq;
+    k->batches[RES_OK]++;
+    count_batch(k, o);
+    kvrelay_batch(k->s->relay, k->rank, o);
+    k->rs = kvrelay_stats(k->s->relay, k->rank);
+    kvsub_set_state(k, 1, NULL);
+}
+
+void kvsub_clear(struct kvsub_rank *k, enum kvrelay_why why)
+{
+    kvrelay_clear(k->s->relay, k->rank, why);
+    k->rs = kvrelay_stats(k->s->relay, k->rank);
+}
+
+/* A live batch of the rank's SUB. In order, it is relayed. A jump forward (ZMQ dropped, or
+ * the engine skipped) is a gap: counted, with how many are missing, and filled from the
+ * replay socket when there is one (the batch waits, kvreplay.c); otherwise routers are told
+ * the rank is cleared before the batch is relayed. A step back only an engine that restarted
+ * makes (its sequence starts again at 0): cleared too. The sequence of a malformed batch is
+ * not trusted: only a decoded batch moves it. */
+static void live(struct kvsub_rank *k, int64_t seq, const void *p, size_t len)
+{
+    struct kve_out o;
+
+    if (k->replaying) {
+        if (seq > kvreplay_newest(k)) {
+            kvreplay_hold(k, seq, p, len);
+            return;
+        }
+        kvreplay_end(k, RPL_RESTART); /* the engine went back: what was held is moot */
+    }
+    if (kvsub_decode(k, p, len, &o) != 0)
+        return;
+    if (k->last_seq >= 0 && seq > k->last_seq + 1) {
+        k->gaps++;
+        k->missed += (uint64_t) (seq - k->last_seq - 1);
+        log_debug("KV events rank %u: gap, seq %lld after %lld", k->rank, (long long) seq,
+                  (long long) k->last_seq);
+        if (kvreplay_start(k, seq, p, len))
+            return;
+        kvsub_clear(k, KVRELAY_GAP);
+    } else if (k->last_seq >= 0 && seq <= k->last_seq) {
+        k->restarts++;
+        log_info("KV events rank %u: sequence went back from %lld to %lld (engine restart)",
+                 k->rank, (long long) k->last_seq, (long long) seq);
+        kvsub_clear(k, KVRELAY_RESTART);
+    }
+    kvsub_apply(k, seq, &o);
+}
+
 /* One message of [topic, seq, payload]; anything else is counted as bad frames. */
 static void handle(struct kvsub_rank *k, zmq_msg_t *f, int nf)
 {
-    struct kve_out o;
     const unsigned char *q;
     uint64_t seq = 0;
     char err[160];
@@ -167,21 +160,10 @@ static void handle(struct kvsub_rank *k, zmq_msg_t *f, int nf)
         else
             snprintf(err, sizeof err, "a message of %d frames (sequence of %zu bytes), not 3 (8)",
                      nf, nf > 1 ? zmq_msg_size(&f[1]) : (size_t) 0);
-        set_state(k, 0, err);
+        kvsub_set_state(k, 0, err);
         return;
     }
-    if (decode(k->s, zmq_msg_data(&f[2]), zmq_msg_size(&f[2]), &o, err, sizeof err) != KVE_OK) {
-        k->batches[RES_MALFORMED]++;
-        set_state(k, 0, err);
-        return;
-    }
-    /* The sequence of a malformed batch is not trusted: only a decoded batch moves it. */
-    follow_seq(k, (int64_t) seq);
-    k->batches[RES_OK]++;
-    count_batch(k, &o);
-    kvrelay_batch(k->s->relay, k->rank, &o);
-    k->rs = kvrelay_stats(k->s->relay, k->rank);
-    set_state(k, 1, NULL);
+    live(k, (int64_t) seq, zmq_msg_data(&f[2]), zmq_msg_size(&f[2]));
 }
 
 /* Receives one whole message (its frames arrive together); 0 when none is waiting. */
@@ -273,6 +255,11 @@ static struct kvsub_rank *rank_open(struct kvsub *s, unsigned r, char *err, size
         free(k);
         return NULL;
     }
+    if (kvreplay_open(k, err, errlen) != 0) {
+        zmq_close(k->sock);
+        free(k);
+        return NULL;
+    }
     k->ev = event_new(s->base, fd, EV_READ | EV_PERSIST, on_readable, k);
     event_add(k->ev, NULL);
     event_active(k->ev, EV_READ, 0); /* an edge may have passed during the setup */
@@ -293,13 +280,15 @@ static uint64_t draw_epoch(void)
 }
 
 struct kvsub *kvsub_new(struct event_base *base, const char *endpoint, const char *topic,
-                        unsigned ranks, kvrelay_emit_fn emit, void *arg, char *err, size_t errlen)
+                        const char *replay, unsigned ranks, kvrelay_emit_fn emit, void *arg,
+                        char *err, size_t errlen)
 {
     struct kvsub *s = xcalloc(1, sizeof *s);
 
     s->base = base;
     snprintf(s->endpoint, sizeof s->endpoint, "%s", endpoint);
     snprintf(s->topic, sizeof s->topic, "%s", topic);
+    snprintf(s->replay, sizeof s->replay, "%s", replay ? replay : "");
     s->zctx = zmq_ctx_new();
     s->dec = kve_decoder_new();
     s->relay = kvrelay_new(draw_epoch(), emit, arg);
@@ -376,6 +365,7 @@ void kvsub_render(const struct kvsub *s, struct buf *out)
     static const char *const blk[] = {"stored", "removed", "other_medium"};
     static const char *const op[] = {"stored", "removed", "cleared"};
     static const char *const why[] = {"engine", "restart", "gap"};
+    static const char *const rpl[] = {"filled", "unfilled", "timeout", "overflow", "restart"};
 
     if (s == NULL)
         return;
@@ -397,6 +387,14 @@ void kvsub_render(const struct kvsub *s, struct buf *out)
     family(out, s, "admitd_engine_kv_events_restarts_total",
            "Steps back of a rank's KV event sequence (the engine restarted)", NULL, NULL, 1,
            offsetof(struct kvsub_rank, restarts));
+    family(out, s, "admitd_engine_kv_events_replays_total",
+           "Gaps asked of the engine's replay socket, per rank and how it ended (filled; "
+           "unfilled: its start no longer kept, or a malformed batch; timeout; overflow: too "
+           "many live batches meanwhile; restart: the engine restarted meanwhile)",
+           "result", rpl, RPL__COUNT, offsetof(struct kvsub_rank, replays));
+    family(out, s, "admitd_engine_kv_events_replayed_batches_total",
+           "KV event batches relayed from the engine's replay socket", NULL, NULL, 1,
+           offsetof(struct kvsub_rank, replayed));
     family(out, s, "admitd_kv_relay_messages_total",
            "kv_events messages published, per rank and op", "op", op, 3,
            offsetof(struct kvsub_rank, rs.messages));
@@ -437,6 +435,7 @@ void kvsub_free(struct kvsub *s)
     for (unsigned r = 0; r < s->n; r++) {
         event_free(s->r[r]->ev);
         zmq_close(s->r[r]->sock); /* ZMQ_LINGER 0 was set: the context's end cannot block */
+        kvreplay_close(s->r[r]);
         free(s->r[r]);
     }
     zmq_ctx_term(s->zctx);

@@ -8,8 +8,11 @@
  * Per rank it follows the sequence (a jump forward is a gap, a step back the engine's
  * restart) and counts batches, events and blocks for /metrics. A malformed batch is counted
  * and dropped. Each decoded batch goes to the relay (admission/kvrelay.h), which keys its
- * blocks and hands kv_events messages to the caller's emit function (admitd's publisher); a
- * gap or a restart of the engine's sequence is relayed as `cleared` first. */
+ * blocks and hands kv_events messages to the caller's emit function (admitd's publisher). A
+ * gap in the engine's sequence is filled from its replay socket when admitd has one
+ * (kvreplay.c: a ZMQ DEALER per rank asks vLLM's ROUTER for the batches after the last one
+ * relayed, for at most KVREPLAY_MS); a gap not filled, and a restart of the engine, are
+ * relayed as `cleared` before the batches after them. */
 #ifndef ADMIT_KVSUB_H
 #define ADMIT_KVSUB_H
 
@@ -26,10 +29,12 @@ struct kvsub;
 #define KVSUB_MAX_RANKS 64
 
 /** opens a ZMQ context and SUBs for ranks 0 .. ranks-1 of endpoint, subscribed to topic
-    ("" = every message), relaying kv_events messages to emit(arg, ...) under a random epoch;
-    NULL with err set if an endpoint is invalid */
+    ("" = every message), with a DEALER per rank on the replay endpoint (NULL or "": none),
+    relaying kv_events messages to emit(arg, ...) under a random epoch; NULL with err set if
+    an endpoint is invalid */
 struct kvsub *kvsub_new(struct event_base *base, const char *endpoint, const char *topic,
-                        unsigned ranks, kvrelay_emit_fn emit, void *arg, char *err, size_t errlen);
+                        const char *replay, unsigned ranks, kvrelay_emit_fn emit, void *arg,
+                        char *err, size_t errlen);
 /** the engine's base model (the first of its /v1/models list): the seed of blocks without a
     LoRA name; NULL keeps the one known */
 void kvsub_set_model(struct kvsub *s, const char *model);

@@ -382,6 +382,7 @@ static const struct opt_field fixed_fields[] = {
     OPT_FIELD(struct cfg, data_parallel_size),
     OPT_FIELD(struct cfg, engine_kv_events),
     OPT_FIELD(struct cfg, engine_kv_events_topic),
+    OPT_FIELD(struct cfg, engine_kv_events_replay),
     OPT_FIELD(struct cfg, admin_token),
 };
 
@@ -548,7 +549,8 @@ struct worker *worker_start(struct event_base *base, struct cfg *cfg, char *err,
     }
     if (cfg->engine_kv_events[0] != '\0') {
         w->kv = kvsub_new(base, cfg->engine_kv_events, cfg->engine_kv_events_topic,
-                          cfg->data_parallel_size, on_kv_message, w, err, errlen);
+                          cfg->engine_kv_events_replay, cfg->data_parallel_size, on_kv_message, w,
+                          err, errlen);
         if (w->kv == NULL)
             goto fail;
         /* kv_events are not snapshots: a subscriber that is behind keeps more of them */

@@ -181,8 +181,13 @@ static void test_bad_addresses_and_options(void **state)
  * endpoint; the topic is any text that fits. */
 static void test_engine_kv_events(void **state)
 {
-    static const char *const env[] = {"ADMITD_ENGINE_KV_EVENTS", "tcp://10.0.0.1:5557",
-                                      "ADMITD_ENGINE_KV_EVENTS_TOPIC", "kv@", NULL};
+    static const char *const env[] = {"ADMITD_ENGINE_KV_EVENTS",
+                                      "tcp://10.0.0.1:5557",
+                                      "ADMITD_ENGINE_KV_EVENTS_TOPIC",
+                                      "kv@",
+                                      "ADMITD_ENGINE_KV_EVENTS_REPLAY",
+                                      "tcp://10.0.0.1:5600",
+                                      NULL};
     char err[512], long_topic[300];
     struct cfg c;
 
@@ -193,12 +198,20 @@ static void test_engine_kv_events(void **state)
     assert_int_equal(parse(&c, env, err, sizeof err, 1), CFG_RUN);
     assert_string_equal(c.engine_kv_events, "tcp://10.0.0.1:5557");
     assert_string_equal(c.engine_kv_events_topic, "kv@");
+    assert_string_equal(c.engine_kv_events_replay, "tcp://10.0.0.1:5600");
     assert_int_equal(parse(&c, env, err, sizeof err, 2, "--engine-kv-events=tcp://*:6000"),
                      CFG_RUN);
     assert_string_equal(c.engine_kv_events, "tcp://*:6000");
     assert_int_equal(parse(&c, NULL, err, sizeof err, 2, "--engine-kv-events=udp://h:1"),
                      CFG_ERROR);
     assert_non_null(strstr(err, "--engine-kv-events"));
+    assert_int_equal(
+        parse(&c, NULL, err, sizeof err, 2, "--engine-kv-events-replay=ipc:///run/vllm-replay"),
+        CFG_RUN);
+    assert_string_equal(c.engine_kv_events_replay, "ipc:///run/vllm-replay");
+    assert_int_equal(parse(&c, NULL, err, sizeof err, 2, "--engine-kv-events-replay=http://h:1"),
+                     CFG_ERROR);
+    assert_non_null(strstr(err, "--engine-kv-events-replay"));
     memset(long_topic, 'x', sizeof long_topic - 1);
     long_topic[sizeof long_topic - 1] = '\0';
     assert_int_equal(parse(&c, NULL, err, sizeof err, 3, "--engine-kv-events-topic", long_topic),
