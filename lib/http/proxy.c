@@ -274,13 +274,15 @@ void px_close_client(struct pxreq *x, enum outcome o)
 
 /* ---- arrival -------------------------------------------------------------------------- */
 
-/* The router answers some requests itself (/busy_threshold). */
+/* The daemon answers some requests itself: admitd /admitd/kv_blocks, the router
+ * /busy_threshold. Outside admission: they never reach an engine or a slot. */
 static int answer_locally(struct pxreq *x)
 {
     struct proxy *px = x->px;
     struct http_reply rep = {200, "application/json", {NULL, 0, 0}};
 
-    if (px->route.local == NULL || !px->route.local(px->route.arg, &x->req, &rep)) {
+    if ((px->local == NULL || !px->local(px->local_arg, &x->req, &rep)) &&
+        (px->route.local == NULL || !px->route.local(px->route.arg, &x->req, &rep))) {
         buf_free(&rep.body);
         return 0;
     }
@@ -384,6 +386,12 @@ int proxy_bind(struct proxy *px, const struct hostport *hp, char *bound, size_t 
 void proxy_set_admission(struct proxy *px, const struct proxy_admission *a)
 {
     px->adm = *a;
+}
+
+void proxy_set_local(struct proxy *px, proxy_local_fn local, void *arg)
+{
+    px->local = local;
+    px->local_arg = arg;
 }
 
 void proxy_set_route(struct proxy *px, const struct proxy_route *r)

@@ -150,6 +150,12 @@ struct proxy *proxy_new(struct event_base *base, const struct proxy_opts *o,
 /** binds the client listener; writes the bound "host:port" into bound; 0 or -1 with err */
 int proxy_bind(struct proxy *px, const struct hostport *hp, char *bound, size_t boundlen, char *err,
                size_t errlen);
+/* Answers a request the daemon handles itself: fills rep and returns 1, else 0. */
+typedef int (*proxy_local_fn)(void *arg, const struct http_req *r, struct http_reply *rep);
+
+/** installs the daemon's own answers (admitd's GET /admitd/kv_blocks), tried on every
+ *  request before admission's verdict, in either mode (before the router's route.local) */
+void proxy_set_local(struct proxy *px, proxy_local_fn local, void *arg);
 /** installs the admission hooks; before any request arrives */
 void proxy_set_admission(struct proxy *px, const struct proxy_admission *a);
 /** switches to router mode: every request goes to the engine r->pick chooses */

@@ -106,8 +106,10 @@ struct proxy {
     int closing;
     struct proxy_admission adm;
     struct proxy_route route; /* router mode when route.pick is set */
-    int draining;             /* new requests get 503; the rest finish */
-    const char *drain_msg;    /* what those 503s say (static storage) */
+    proxy_local_fn local;     /* the daemon's own answers (proxy_set_local); NULL: none */
+    void *local_arg;
+    int draining;          /* new requests get 503; the rest finish */
+    const char *drain_msg; /* what those 503s say (static storage) */
     /* Request and reply heads and error bodies are built in buffers lent from here, one per
      * use: never in one buffer that every exchange shares. A head is built, then hooks run
      * (an admission hook may start another exchange, which builds a head of its own), then

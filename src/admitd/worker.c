@@ -196,6 +196,29 @@ static void on_kv_message(void *arg, unsigned rank, const unsigned char *msg, si
     pub_send_raw(w->pub, msg, len);
 }
 
+/* What admitd answers on its client listener itself, outside the gate: GET /admitd/kv_blocks,
+ * the relay's dump (docs/load-message.md, "The kv_events topic"). */
+static int on_local(void *arg, const struct http_req *r, struct http_reply *rep)
+{
+    struct worker *w = arg;
+
+    if (!http_req_path_is(r, "/admitd/kv_blocks"))
+        return 0;
+    if (w->kv == NULL) {
+        rep->status = 404;
+        httpu_error_json(&rep->body, 404, "not_found_error",
+                         "Not found: KV events are not relayed (no --engine-kv-events)");
+    } else if (r->method != HTTP_GET) {
+        rep->status = 405;
+        httpu_error_json(&rep->body, 405, "invalid_request_error",
+                         "Method not allowed: /admitd/kv_blocks answers GET only");
+    } else {
+        rep->content_type = "application/octet-stream";
+        kvsub_dump(w->kv, &rep->body);
+    }
+    return 1;
+}
+
 static void on_load_change(void *arg)
 {
     struct worker *w = arg;
@@ -556,6 +579,7 @@ struct worker *worker_start(struct event_base *base, struct cfg *cfg, char *err,
         /* kv_events are not snapshots: a subscriber that is behind keeps more of them */
         pub_set_queue(w->pub, PUB_KV_QUEUE);
     }
+    proxy_set_local(w->px, on_local, w);
     admission_set_change_cb(w->gate, on_load_change, w);
     w->ready = poller_new(base, &cfg->upstream, cfg->health_path, cfg->health_interval_ms,
                           cfg->health_interval_ms < 1000 ? 1000 : cfg->health_interval_ms,

@@ -5,6 +5,7 @@ keys a router computes from the prompt's token ids (kvk_keys, on lib/admission/k
 engine's evictions are relayed as removals; an engine restart as `cleared`; each rank's
 sequence rises by one under one epoch. On a real admit-mock-engine, with either publisher."""
 
+import json
 import os
 import socket
 import struct
@@ -16,7 +17,7 @@ import time
 # python3 on PATH (pyenv's) has no zmq or msgpack.
 from test_mock_kv_events import free_base, prompt_of, tokenize
 
-from harness import Admitd, Mock, Tap, marker, own_request, wait_for
+from harness import Admitd, Mock, Tap, marker, own_request, request, wait_for
 
 BLOCK = 16
 MODEL = "mock-model"
@@ -252,7 +253,6 @@ def test_engine_restart_clears():
         # A new engine on the same KV port: its sequence starts again from 0.
         mock2 = Mock("--speedup-ratio", "0", "--block-size", str(BLOCK),
                      "--kv-events-endpoint", "tcp://*:%d" % port)
-        from harness import request
         for i in range(100):
             body = {"model": MODEL, "prompt": prompt_of("after%d" % i, 1), "max_tokens": 1}
             assert request(mock2.addr, "POST", "/v1/completions", body)[0] == 200
@@ -277,10 +277,100 @@ def test_engine_restart_clears():
         mock.stop()
 
 
+def dump(adm):
+    """GET /admitd/kv_blocks: {rank: (epoch, seq, block_size, set of keys)}, every record
+    checked (op snapshot, one epoch and seq per rank)."""
+    status, hdrs, body = request(adm.addr, "GET", "/admitd/kv_blocks")
+    assert status == 200, (status, body[:200])
+    assert hdrs.get("content-type") == "application/octet-stream", hdrs
+    out, off = {}, 0
+    while off < len(body):
+        (n,) = struct.unpack(">I", body[off:off + 4])
+        m = decode(body[off + 4:off + 4 + n])
+        off += 4 + n
+        assert m["op"] == "snapshot", m
+        epoch, seq, bs, keys = out.setdefault(m["rank"], (m["epoch"], m["seq"], m["block_size"],
+                                                          set()))
+        assert (epoch, seq) == (m["epoch"], m["seq"]), (epoch, seq, m)
+        keys.update(m["keys"])
+    assert off == len(body)
+    return out
+
+
+def settled(adm, reader, ranks):
+    """Until the reader has every message admitd counts as published, for every rank."""
+    def done():
+        for r in range(ranks):
+            sent = sum(relay(adm, "messages_total", r, op=op) for op in ("stored", "removed",
+                                                                          "cleared"))
+            if sent != len([m for m in reader.messages() if m["rank"] == r]):
+                return False
+        return True
+    wait_for(done, 15, "every published message read")
+
+
+def test_dump():
+    ranks = 2
+    mock, adm, _ = start("--num-gpu-blocks", "12", ranks=ranks)
+    reader = KvReader(adm.publish)
+    try:
+        joined(adm, reader, "wd", ranks)
+        for i in range(6):
+            complete(adm, prompt_of("dump%d" % i, 3))
+        settled(adm, reader, ranks)
+        d = dump(adm)
+        assert sorted(d) == list(range(ranks)), d
+        for r in range(ranks):
+            epoch, seq, bs, keys = d[r]
+            assert (epoch, seq) == reader.last[r], (r, epoch, seq, reader.last[r])
+            assert bs == BLOCK and keys == reader.held(r), (r, bs, len(keys), len(reader.held(r)))
+        # A router that starts now: the dump, then the messages after its seq (the first of
+        # them its seq + 1), gives what the reader that saw everything holds.
+        n = len(reader.messages())
+        for i in range(6):
+            complete(adm, prompt_of("later%d" % i, 3))
+        settled(adm, reader, ranks)
+        for r in range(ranks):
+            epoch, seq, _, keys = d[r]
+            late = [m for m in reader.messages()[n:] if m["rank"] == r]
+            assert late and late[0]["seq"] == seq + 1 and late[0]["epoch"] == epoch, late[:1]
+            for m in late:
+                if m["op"] == "stored":
+                    keys |= set(m["keys"])
+                elif m["op"] == "removed":
+                    keys -= set(m["keys"])
+                else:
+                    keys.clear()
+            assert keys == reader.held(r), r
+        # Only GET; the dump is admitd's own answer, never the engine's, outside the gate.
+        status, _, body = request(adm.addr, "POST", "/admitd/kv_blocks", {})
+        assert status == 405 and json.loads(body)["error"]["code"] == 405, (status, body)
+        assert reader.errors == [], reader.errors
+    finally:
+        reader.close()
+        adm.stop()
+        mock.stop()
+
+
+def test_dump_without_events():
+    mock = Mock("--speedup-ratio", "0")
+    adm = Admitd(mock.url)
+    try:
+        status, _, body = request(adm.addr, "GET", "/admitd/kv_blocks")
+        assert status == 404 and "--engine-kv-events" in json.loads(body)["error"]["message"], (
+            status, body)
+    finally:
+        adm.stop()
+        mock.stop()
+
+
 if __name__ == "__main__":
     tap = Tap()
     tap.run("the relayed keys are the router's keys of the prompt's ids (our PUB)", test_keys_auto)
     tap.run("the same through nng's PUB", test_keys_nng)
     tap.run("evictions are relayed as removals, per rank", test_evictions_relayed)
     tap.run("an engine restart is relayed as cleared", test_engine_restart_clears)
+    tap.run("GET /admitd/kv_blocks: the key set the messages imply, at the last seq",
+            test_dump)
+    tap.run("GET /admitd/kv_blocks without --engine-kv-events: 404", test_dump_without_events)
     tap.done()

@@ -228,6 +228,17 @@ def out_of_memory():
     return status, hdrs, data
 
 
+def kv_blocks(method, *args):
+    """admitd's own answer on /admitd/kv_blocks (the KV block dump), never the engine's."""
+    mock = Mock("--speedup-ratio", "0")
+    ad = Admitd(mock.url, *args)
+    try:
+        return request(ad.addr, method, "/admitd/kv_blocks", {} if method == "POST" else None)
+    finally:
+        ad.stop()
+        mock.stop()
+
+
 SCENARIOS = {
     "queue-full": queue_full,
     "queue-timeout": queue_timeout,
@@ -257,6 +268,9 @@ SCENARIOS = {
     "expectation": lambda: refused_by_parser(data=post_bytes(extra=b"Expect: 200-ok\r\n")),
     "head-timeout": head_timeout,
     "out-of-memory": out_of_memory,
+    "kv-blocks-off": lambda: kv_blocks("GET"),
+    # A KV events endpoint nothing publishes on: the dump exists, and takes GET only.
+    "kv-blocks-method": lambda: kv_blocks("POST", "--engine-kv-events", "tcp://127.0.0.1:9"),
 }
 
 
