@@ -217,7 +217,10 @@ void kvf_message(struct kvfollow *f, const void *msg, size_t len)
         forget_all(f);
         return;
     }
-    kvr_ev_worker(f->kv, f->worker);
+    /* an event worker once its events can match the router's keys: one of another block size
+     * keeps its decisions in the history, where they last */
+    if (m.op == KVM_CLEARED || m.block_size == kvr_block_tokens(f->kv))
+        kvr_ev_worker(f->kv, f->worker);
     if (f->r[m.dp_rank] == NULL)
         f->r[m.dp_rank] = xcalloc(1, sizeof *f->r[m.dp_rank]);
     take(f, f->r[m.dp_rank], m.dp_rank, &m, msg, len);

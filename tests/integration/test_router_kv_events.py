@@ -324,6 +324,30 @@ def test_dump_keeps_live_messages():
         stop(fakes, rt)
 
 
+def test_dump_overflow():
+    """More live messages than a rank keeps come while its dump is fetched: what was kept goes,
+    the continuity check after the dump sees the hole, and a second dump catches up."""
+    fakes, rt = fleet()
+    try:
+        f = fakes[1]
+        ka = keys_of(prompt("v"))
+        f.dump_delay = 1.0
+        f.publish(STORED, ka[:1])  # the first: the dump is asked for
+        wait_for(lambda: f.dumps == 1, 10, "the dump asked for")
+        f.dump_delay = 0
+        for i in range(3000):  # 6,000 messages of 52 bytes kept: over 256 KiB
+            f.publish(STORED, ka[1:2])
+            f.publish(REMOVED, ka[1:2])
+        f.publish(STORED, ka[1:3])
+        wait_for(lambda: f.dumps == 2, 10, "a second dump")
+        wait_blocks(rt, f, 3)
+        assert metric(rt, "admit_router_kv_events_overflows_total") >= 1
+        assert metric(rt, "admit_router_kv_events_gaps_total") >= 1
+        assert served_by(rt, prompt("v")) == "w1"
+    finally:
+        stop(fakes, rt)
+
+
 def test_predicted_ttl():
     """An event worker's decision of token ids holds for --kv-predicted-ttl-ms only: after it,
     the worker whose events hold a part of the prompt wins."""
@@ -399,6 +423,11 @@ def test_hostile_messages():
         f.dump_body = None
         wait_blocks(rt, f, 8)
         assert served_by(rt, prompt("z")) == "w1"
+        # a worker whose events are all of another block size is no event worker
+        fakes[0].pub.send(kv_msg(STORED, ka, fakes[0].epoch, 1, block_size=32))
+        wait_for(lambda: metric(rt, "admit_router_kv_events_refused_total",
+                                'reason="block_size"') == 2, 10, "block size refused")
+        assert events_blocks(rt, fakes[0].server.url) == (False, 0)
         assert rt.proc.alive()
     finally:
         stop(fakes, rt)
@@ -537,6 +566,7 @@ if __name__ == "__main__":
     t.run("removed and cleared take them away", test_removed_and_cleared_take_it_away)
     t.run("a gap or a new epoch fetches the dump", test_gap_fetches_the_dump)
     t.run("live messages kept during the dump", test_dump_keeps_live_messages)
+    t.run("more live messages than kept during the dump", test_dump_overflow)
     t.run("the side table holds for --kv-predicted-ttl-ms", test_predicted_ttl)
     t.run("hostile kv_events messages are counted", test_hostile_messages)
     t.run("a retired worker's blocks go", test_retired_worker_blocks_go)
