@@ -59,7 +59,7 @@ struct kvi_holder {
 };
 
 /* Why an entry goes, for the counters. */
-enum { KVI_TTL, KVI_CAPACITY, KVI_GLOBAL, KVI_CORRECT, KVI_FORGET };
+enum { KVI_TTL, KVI_CAPACITY, KVI_GLOBAL, KVI_CORRECT, KVI_FORGET, KVI_REMOVED };
 
 struct kvindex {
     struct kvi_config c;
@@ -230,7 +230,7 @@ static void kvi_unlink_lru(struct kvindex *x, uint32_t i)
 }
 
 /* Unlinks entry i from all three lists, frees it, and its node when it was the last. */
-static void kvi_remove(struct kvindex *x, uint32_t i, int why)
+static void kvi_drop(struct kvindex *x, uint32_t i, int why)
 {
     struct kvi_entry *e = &x->e[i];
     struct kvi_node *nd = &x->n[e->node];
@@ -271,6 +271,9 @@ static void kvi_remove(struct kvindex *x, uint32_t i, int why)
     case KVI_CORRECT:
         x->s.dropped_correct++;
         break;
+    case KVI_REMOVED:
+        x->s.dropped_removed++;
+        break;
     default:
         x->s.dropped_forget++;
     }
@@ -305,7 +308,7 @@ static uint32_t kvi_now(struct kvindex *x, uint64_t now_ms)
         now_ms = x->last_ms; /* time does not go back for the index */
     if (now_ms - x->last_ms >= (uint64_t) INT32_MAX)
         while (x->gtail != KVI_NIL)
-            kvi_remove(x, x->gtail, KVI_TTL);
+            kvi_drop(x, x->gtail, KVI_TTL);
     x->last_ms = now_ms;
     return (uint32_t) now_ms;
 }
@@ -315,7 +318,7 @@ void kvi_expire(struct kvindex *x, uint64_t now_ms)
     uint32_t now = kvi_now(x, now_ms);
 
     while (x->gtail != KVI_NIL && kvi_old(x, x->gtail, now))
-        kvi_remove(x, x->gtail, KVI_TTL);
+        kvi_drop(x, x->gtail, KVI_TTL);
 }
 
 void kvi_set_capacity(struct kvindex *x, uint32_t worker, uint32_t rank, uint32_t blocks)
@@ -326,7 +329,7 @@ void kvi_set_capacity(struct kvindex *x, uint32_t worker, uint32_t rank, uint32_
         return;
     x->h[hi].cap = blocks;
     while (blocks && x->h[hi].count > blocks)
-        kvi_remove(x, x->h[hi].tail, KVI_CAPACITY);
+        kvi_drop(x, x->h[hi].tail, KVI_CAPACITY);
 }
 
 /* The entry of key node ni held by holder hi, or KVI_NIL. Most keys have one holder (all but
@@ -374,9 +377,9 @@ static void kvi_put(struct kvindex *x, uint32_t hi, uint64_t key, uint32_t ni, u
     }
     /* room first: an eviction may free this very key's node, so look it up again after */
     if (x->h[hi].cap && x->h[hi].count >= x->h[hi].cap)
-        kvi_remove(x, x->h[hi].tail, KVI_CAPACITY);
+        kvi_drop(x, x->h[hi].tail, KVI_CAPACITY);
     else if (x->efree == KVI_NIL)
-        kvi_remove(x, x->gtail, KVI_GLOBAL);
+        kvi_drop(x, x->gtail, KVI_GLOBAL);
     if ((ni = kvi_find(x, key)) == KVI_NIL) {
         uint32_t *slot = kvi_slot(x, key);
 
@@ -478,12 +481,12 @@ void kvi_insert(struct kvindex *x, uint32_t worker, uint32_t rank, const uint64_
                 KVI_PREFETCH(kvi_pslot(x, b, hi));
         }
         /* A holder at its capacity (or an index at its cap) evicts an entry for each new key,
-         * the least recently used, which is cold. What kvi_remove reads of a victim is loaded
+         * the least recently used, which is cold. What kvi_drop reads of a victim is loaded
          * in stages, one victim further each: the entry of the victim KVI_VICTIMS_AHEAD + 2
          * on, the node of the one before it (its entry came in the step before), and the two
          * buckets of the one before that (its key's, from the node that came in the step
          * before, and its (key, holder) bucket): two misses at random per victim, each loaded
-         * KVI_VICTIMS_AHEAD steps before the remove that reads it. The victims to come are
+         * KVI_VICTIMS_AHEAD steps before the drop that reads it. The victims to come are
          * those at the list's end now, and the walk to them reads entries loaded the steps
          * before. (Here, not in a function of its own: GCC takes a function that only
          * prefetches for one without effects, and drops its calls.) */
@@ -644,20 +647,43 @@ size_t kvi_correct(struct kvindex *x, uint32_t worker, uint32_t rank, const uint
      * another holder of the head with that tail. */
     for (b = cached_tokens / x->c.block_tokens; b < n; b++)
         if ((ni = kvi_find(x, keys[b])) != KVI_NIL && (i = kvi_entry_of(x, ni, hi)) != KVI_NIL) {
-            kvi_remove(x, i, KVI_CORRECT);
+            kvi_drop(x, i, KVI_CORRECT);
             dropped++;
         }
     return dropped;
 }
 
+size_t kvi_remove(struct kvindex *x, uint32_t worker, uint32_t rank, const uint64_t *keys, size_t n)
+{
+    uint32_t hi = kvi_holder(x, worker, rank), ni, i;
+    size_t dropped = 0;
+
+    if (hi == KVI_NIL)
+        return 0;
+    for (size_t b = 0; b < n; b++)
+        if ((ni = kvi_find(x, keys[b])) != KVI_NIL && (i = kvi_entry_of(x, ni, hi)) != KVI_NIL) {
+            kvi_drop(x, i, KVI_REMOVED);
+            dropped++;
+        }
+    return dropped;
+}
+
+size_t kvi_forget_rank(struct kvindex *x, uint32_t worker, uint32_t rank)
+{
+    uint32_t hi = kvi_holder(x, worker, rank);
+    size_t dropped = 0;
+
+    if (hi == KVI_NIL)
+        return 0;
+    for (; x->h[hi].tail != KVI_NIL; dropped++)
+        kvi_drop(x, x->h[hi].tail, KVI_FORGET);
+    return dropped;
+}
+
 void kvi_forget_worker(struct kvindex *x, uint32_t worker)
 {
-    uint32_t r, hi;
-
-    for (r = 0; r < x->c.ranks; r++)
-        if ((hi = kvi_holder(x, worker, r)) != KVI_NIL)
-            while (x->h[hi].tail != KVI_NIL)
-                kvi_remove(x, x->h[hi].tail, KVI_FORGET);
+    for (uint32_t r = 0; r < x->c.ranks; r++)
+        kvi_forget_rank(x, worker, r);
 }
 
 uint32_t kvi_held(const struct kvindex *x, uint32_t worker, uint32_t rank)

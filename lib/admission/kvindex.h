@@ -60,7 +60,8 @@ struct kvi_stats {
     uint64_t evicted_capacity; /* ... by their holder's capacity */
     uint64_t evicted_global;   /* ... by the global cap */
     uint64_t dropped_correct;  /* ... by kvi_correct */
-    uint64_t dropped_forget;   /* ... by kvi_forget_worker */
+    uint64_t dropped_forget;   /* ... by kvi_forget_worker or kvi_forget_rank */
+    uint64_t dropped_removed;  /* ... by kvi_remove (an engine's eviction) */
     uint64_t blocks;           /* entries held now */
     uint64_t bytes;            /* memory the index took at kvi_new (all of it) */
     uint64_t bytes_per_block;  /* bytes / cap_blocks, rounded up */
@@ -93,6 +94,12 @@ size_t kvi_match(struct kvindex *idx, const uint64_t *keys, size_t n, uint64_t n
     count dropped. Counts predicted and confirmed tokens */
 size_t kvi_correct(struct kvindex *idx, uint32_t worker, uint32_t rank, const uint64_t *keys,
                    size_t n, size_t depth, uint64_t cached_tokens);
+/** drops worker's rank's entries of keys[0 .. n) (its engine evicted those blocks); the count
+    dropped */
+size_t kvi_remove(struct kvindex *idx, uint32_t worker, uint32_t rank, const uint64_t *keys,
+                  size_t n);
+/** drops every entry of worker's rank (its engine's cache cleared); the count dropped */
+size_t kvi_forget_rank(struct kvindex *idx, uint32_t worker, uint32_t rank);
 /** drops every entry of every rank of worker (an engine restarted, a worker removed) */
 void kvi_forget_worker(struct kvindex *idx, uint32_t worker);
 /** drops the entries older than the TTL (inserts and lookups do it too) */

@@ -16,6 +16,7 @@
 #include "util/log.h"
 #include "util/netaddr.h"
 #include "wire/spframe.h"
+#include "wire/kvmsg.h"
 #include "util/xmalloc.h"
 #include "pubsub/spaddr.h"
 #include "pubsub/sppoll.h"
@@ -42,6 +43,7 @@ struct spsub {
     struct event_base *base;
     char *url;
     spsub_cb cb;
+    spsub_cb events;           /* the kv_events topic's; NULL: filtered as any other */
     spsub_lost_cb lost;        /* NULL: nobody asked */
     spsub_lost_cb unreachable; /* NULL: nobody asked */
     void *arg;
@@ -290,24 +292,31 @@ static int take_other(struct spsub *s, enum spframe_result r, const struct spfra
     }
 }
 
-/* A message: the load topic's go to the callback, as SUB's subscription would let them. */
+/* A message: the load topic's go to the callback, as SUB's subscription would let them, and
+ * the kv_events topic's to its own when one was set. */
 static void take_message(struct spsub *s, const struct spframe_unit *u)
 {
     static const char topic[] = ADMIT_LOAD_TOPIC " ";
+    spsub_cb cb = s->cb;
 
-    if (u->len < sizeof topic - 1 || memcmp(u->body, topic, sizeof topic - 1) != 0) {
+    if (u->len >= sizeof topic - 1 && memcmp(u->body, topic, sizeof topic - 1) == 0) {
+        s->st.messages++;
+        s->st.bytes += u->len;
+    } else if (s->events != NULL && u->len >= KVM_TOPIC_LEN &&
+               memcmp(u->body, KVM_TOPIC, KVM_TOPIC_LEN) == 0) {
+        s->st.events++;
+        cb = s->events;
+    } else {
         s->st.filtered++;
         return;
     }
-    s->st.messages++;
-    s->st.bytes += u->len;
     if (!s->delivered) {
         s->delivered = 1;
         s->logged = LOG_DEBUG;
         s->backoff_ms = s->min_ms;
     }
     s->in_cb = 1;
-    s->cb(s->arg, u->body, u->len);
+    cb(s->arg, u->body, u->len);
     s->in_cb = 0;
 }
 
@@ -481,6 +490,11 @@ struct spsub *spsub_new(struct event_base *base, const char *url, spsub_cb cb, v
     evtimer_assign(&s->timer, base, on_timer, s);
     arm_timer(s, 0);
     return s;
+}
+
+void spsub_set_events(struct spsub *s, spsub_cb cb)
+{
+    s->events = cb;
 }
 
 void spsub_set_lost(struct spsub *s, spsub_lost_cb cb)

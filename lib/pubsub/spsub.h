@@ -12,7 +12,9 @@
  * hangs up on a peer that is not SUB0), 00 00; then PUB sends messages, tcp: 8-byte
  * big-endian length and body; ipc: 0x01, the length, the body. SUB sends nothing after its
  * header. As nng's SUB, the topic is matched here: a message that does not start with
- * "kv_metrics " is dropped (counted as filtered), the others reach the callback.
+ * "kv_metrics " is dropped (counted as filtered), the others reach the callback; those of
+ * the "kv_events " topic (wire/kvmsg.h) reach a callback of their own when one is set
+ * (spsub_set_events), and are filtered as any other topic's when none is.
  *
  * URLs (spsub_supported): tcp://A.B.C.D:PORT, tcp://[V6]:PORT and ipc://PATH. The host must
  * be numeric: resolving a name here would block the loop (getaddrinfo) or need a resolver
@@ -65,6 +67,7 @@ typedef void (*spsub_lost_cb)(void *arg, const char *why);
 /* What a subscription has seen, for metrics. Counters only grow; connected is a gauge. */
 struct spsub_stats {
     uint64_t messages;    /* messages passed to the callback */
+    uint64_t events;      /* kv_events messages passed to theirs (spsub_set_events) */
     uint64_t bytes;       /* their bodies' bytes */
     uint64_t filtered;    /* messages of another topic, dropped */
     uint64_t oversized;   /* messages announced over ADMIT_LOAD_MSG_MAX: connection dropped */
@@ -86,6 +89,9 @@ int spsub_supported(const char *url, char *err, size_t errlen);
  *  with err ("cannot subscribe to URL: why") when url is not supported */
 struct spsub *spsub_new(struct event_base *base, const char *url, spsub_cb cb, void *arg, char *err,
                         size_t errlen);
+/** passes the kv_events topic's messages to cb (with the message callback's arg) from now on
+ *  (NULL: filtered, the default); the same rules as spsub_cb */
+void spsub_set_events(struct spsub *s, spsub_cb cb);
 /** tells cb of each session lost from now on (NULL: none, the default) */
 void spsub_set_lost(struct spsub *s, spsub_lost_cb cb);
 /** tells cb, once, when an attempt fails before any session was ever open: the publisher is

@@ -37,6 +37,7 @@
 #include "pubsub/nngclose.h"
 #include "pubsub/nngrecv.h"
 #include "pubsub/sppoll.h"
+#include "wire/kvmsg.h"
 #include "util/xmalloc.h"
 
 #include <event2/event.h>
@@ -61,8 +62,10 @@ struct subscriber {
     int id; /* the dialer's id, the demux key */
     char *url;
     sub_cb cb;
+    sub_cb events; /* the kv_events topic's (sub_set_events); NULL: dropped */
     void *arg;
     uint64_t msgs, bytes; /* what the demux handed on */
+    uint64_t nevents;     /* ... of them, kv_events messages */
 };
 
 /* The SUB socket of one event base. */
@@ -71,6 +74,7 @@ struct shared {
     nng_socket sock;
     struct event *ev;
     size_t refs;
+    int events; /* subscribed to the kv_events topic too (a subscriber asked) */
     /* dialer id -> subscriber, open addressing; id 0 (never a dialer's) is an empty slot,
      * TOMBSTONE a freed one */
     int *ids;
@@ -166,11 +170,19 @@ static void on_readable(evutil_socket_t fd, short what, void *arg)
 
         if (nngrecv_from(sh->sock, buf, &len, &from) != 0)
             break; /* EAGAIN: drained */
-        if ((s = demux(sh, nng_dialer_id(from))) != NULL) {
-            s->msgs++;
-            s->bytes += len;
-            s->cb(s->arg, buf, len);
+        if ((s = demux(sh, nng_dialer_id(from))) == NULL)
+            continue;
+        /* the socket takes both topics once one subscriber asked for kv_events */
+        if (len >= KVM_TOPIC_LEN && memcmp(buf, KVM_TOPIC, KVM_TOPIC_LEN) == 0) {
+            if (s->events != NULL) {
+                s->nevents++;
+                s->events(s->arg, buf, len);
+            }
+            continue;
         }
+        s->msgs++;
+        s->bytes += len;
+        s->cb(s->arg, buf, len);
     }
     pthread_mutex_lock(&shared_mu);
     shared_put(sh);
@@ -297,6 +309,27 @@ struct subscriber *sub_new(struct event_base *base, const char *url, const struc
     return nng_new(base, url, cb, arg, err, errlen);
 }
 
+void sub_set_events(struct subscriber *s, sub_cb cb)
+{
+    int rv;
+
+    if (s->sp != NULL) {
+        spsub_set_events(s->sp, cb);
+        return;
+    }
+    s->events = cb;
+    pthread_mutex_lock(&shared_mu);
+    if (cb != NULL && !s->sh->events) {
+        /* the topic with its space, as the load topic's: a prefix match on the body */
+        if ((rv = nng_socket_set(s->sh->sock, NNG_OPT_SUB_SUBSCRIBE, KVM_TOPIC, KVM_TOPIC_LEN)) ==
+            0)
+            s->sh->events = 1;
+        else
+            log_warn("cannot subscribe to the kv_events topic: %s", nng_strerror(rv));
+    }
+    pthread_mutex_unlock(&shared_mu);
+}
+
 void sub_set_lost(struct subscriber *s, sub_lost_cb cb)
 {
     if (s->sp != NULL)
@@ -323,6 +356,7 @@ void sub_get_stats(const struct subscriber *s, struct spsub_stats *out)
     memset(out, 0, sizeof *out);
     out->messages = s->msgs;
     out->bytes = s->bytes;
+    out->events = s->nevents;
 }
 
 /* An spsub goes at once, its connection closed (from its own callback too: spsub.h). */

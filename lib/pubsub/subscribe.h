@@ -42,6 +42,10 @@ typedef void (*sub_lost_cb)(void *arg, const char *why);
  *  on failure */
 struct subscriber *sub_new(struct event_base *base, const char *url, const struct sub_opts *o,
                            sub_cb cb, void *arg, char *err, size_t errlen);
+/** passes the kv_events topic's messages (wire/kvmsg.h) to cb (with sub_new's arg) from now
+ *  on; without it they are dropped (nng's: subscribed on the shared socket at the first
+ *  call, then dropped by the demux for subscribers that did not ask) */
+void sub_set_events(struct subscriber *s, sub_cb cb);
 /** tells cb (with sub_new's arg) of each lost connection: spsub's at once; nng's SUB does
  *  not say, so with it a publisher gone is noticed by its silence alone */
 void sub_set_lost(struct subscriber *s, sub_lost_cb cb);

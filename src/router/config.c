@@ -139,6 +139,10 @@ static const struct opt_def opts[] = {
     OPT("router-ttl-secs", "ADMIT_ROUTER_TTL_SECS", OPT_UINT, AT(router_ttl_secs), 1, 86400, "120",
         "a block the prefix index holds is forgotten this long after it was last routed "
         "(Dynamo's --router-ttl-secs)"),
+    OPT("kv-predicted-ttl-ms", "ADMIT_ROUTER_KV_PREDICTED_TTL_MS", OPT_UINT,
+        AT(kv_predicted_ttl_ms), 1, 3600000, "5000",
+        "for a worker that sends KV events, a routing decision of token ids is held this long, "
+        "until the engine's events say (Dynamo's --router-predicted-ttl-secs)"),
     OPT("missed-heartbeats", "ADMIT_ROUTER_MISSED_HEARTBEATS", OPT_UINT, AT(missed_heartbeats), 1,
         1000, "3", "a worker silent this many heartbeats is not routable"),
     OPT("max-heartbeat-ms", "ADMIT_ROUTER_MAX_HEARTBEAT_MS", OPT_UINT, AT(max_heartbeat_ms), 10,
@@ -282,7 +286,8 @@ static const struct opt_field restart_fields[] = {
     OPT_FIELD(struct router_cfg, metrics_listen),
     OPT_FIELD(struct router_cfg, dns_nameserver),
     OPT_FIELD(struct router_cfg, kv_block_size),
-    OPT_FIELD(struct router_cfg, router_ttl_secs), /* the index is sized with it */
+    OPT_FIELD(struct router_cfg, router_ttl_secs),     /* the index is sized with it */
+    OPT_FIELD(struct router_cfg, kv_predicted_ttl_ms), /* ... and the side table */
     OPT_FIELD(struct router_cfg, missed_heartbeats),
     OPT_FIELD(struct router_cfg, upstream_timeout_ms),
     OPT_FIELD(struct router_cfg, upstream_keepalive),

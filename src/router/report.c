@@ -2,6 +2,7 @@
  * report.h). */
 #include "report.h"
 #include "admission/bt_api.h"
+#include "kvfollow.h"
 #include "kvroute.h"
 #include "model_route.h"
 #include "select.h"
@@ -165,17 +166,18 @@ static int worker_busy(struct report *rp, int k, const struct busy_thresholds *t
 /* The prefix index's counters and size (kvroute.h). */
 static void render_prefix(const struct report *rp, struct buf *out)
 {
-    static const char *const evict_names[] = {"ttl", "capacity", "global", "corrected",
-                                              "forgotten"};
+    static const char *const evict_names[] = {"ttl",       "capacity",  "global",
+                                              "corrected", "forgotten", "removed"};
     struct kvi_stats s;
-    uint64_t ev[5];
+    uint64_t ev[6], events_blocks;
 
-    kvr_stats(rp->kv, &s);
+    kvr_stats(rp->kv, &s, &events_blocks);
     ev[0] = s.evicted_ttl;
     ev[1] = s.evicted_capacity;
     ev[2] = s.evicted_global;
     ev[3] = s.dropped_correct;
     ev[4] = s.dropped_forget;
+    ev[5] = s.dropped_removed;
     prom_counter(out, "admit_router_prefix_lookups_total",
                  "Prefix index lookups (one per selection of a request with block keys)",
                  s.lookups);
@@ -187,15 +189,19 @@ static void render_prefix(const struct report *rp, struct buf *out)
     prom_counter(out, "admit_router_prefix_confirmed_cached_tokens_total",
                  "Of those, the tokens the answers' cached_tokens confirmed", s.confirmed_tokens);
     prom_gauge(out, "admit_router_prefix_index_blocks",
-               "Blocks (key, worker rank) the prefix index holds", (double) s.blocks);
+               "Blocks (key, worker rank) the prefix index predicts (its history and side table)",
+               (double) s.blocks);
     prom_gauge(out, "admit_router_prefix_index_bytes",
                "Memory the prefix index took (preallocated; 0 with weight 0)", (double) s.bytes);
     prom_labelled(out, "admit_router_prefix_evictions_total", "counter",
                   "Blocks that left the prefix index, by why (ttl; capacity: the worker rank's "
                   "published KV capacity; global: the index's cap; corrected: an answer's "
-                  "cached_tokens said the engine lacked them; forgotten: the worker retired, or "
-                  "the index was dropped)",
+                  "cached_tokens said the engine lacked them; forgotten: the worker retired, its "
+                  "engine cleared its cache or its events broke, or the index was dropped; "
+                  "removed: its engine's events said it evicted them)",
                   "reason", evict_names, ev, sizeof ev / sizeof *ev);
+    kvf_render_metrics(workers_kvf_stats(rp->ws), events_blocks, workers_event_workers(rp->ws),
+                       out);
 }
 
 void report_render_metrics(struct report *rp, struct buf *out)
@@ -370,6 +376,9 @@ void report_render_workers(struct report *rp, struct buf *out)
             buf_puts(out, "null");
         render_models(out, mroute_list(rp->models, k));
         buf_printf(out, ",\"prefix_index_blocks\":%llu", (unsigned long long) kvr_held(rp->kv, k));
+        buf_printf(out, ",\"kv_events\":%s,\"kv_events_blocks\":%llu",
+                   kvr_event_worker(rp->kv, k) ? "true" : "false",
+                   (unsigned long long) kvr_events_held(rp->kv, k));
         buf_puts(out, ",\"ranks\":[");
         for (unsigned i = 0; i < sel_ranks(rp->sel, k); i++) {
             struct sel_rank_view v;

@@ -52,6 +52,7 @@ struct rreq {
     /* Prefix-aware selection: the prompt's block keys, read with the rest, and what the
      * index predicted on the rank chosen (cached tokens), for the answer's correction. */
     uint32_t nkeys;
+    int exact; /* the keys are of token ids (the engines' KV events can hold them) */
     int64_t predicted;
     /* Not zeroed at arrival (hooks.zeroed): 4.4 KiB a request. keys[0 .. nkeys) are written
      * by read_request() before anything reads them, the tail is reset by pick() before
@@ -165,7 +166,7 @@ static void read_request(struct router *r, struct rreq *q, const struct http_req
     model_of(req, q->model, sizeof q->model);
     if (!q->bypass) {
         q->nkeys = (uint32_t) kvr_keys(r->kv, q->model, req->body, req->body_len,
-                                       r->cfg->chars_per_token, &tc, q->keys);
+                                       r->cfg->chars_per_token, &tc, q->keys, &q->exact);
         q->tokens = tc.tokens > INT64_MAX ? INT64_MAX : (int64_t) tc.tokens;
     }
     if ((pin = http_req_header(req, ROUTER_PIN_HEADER)) != NULL) {
@@ -290,7 +291,8 @@ static void on_finish(void *arg, struct pxreq *x, enum outcome o)
         int64_t c = usage_cached_tokens(q->tail.b, q->tail.len);
 
         if (c >= 0 || c == USAGE_CACHED_UNSAID)
-            kvr_correct(r->kv, q->bk.worker, q->bk.rank, q->keys, q->nkeys, q->predicted, c);
+            kvr_correct(r->kv, q->bk.worker, q->bk.rank, q->keys, q->nkeys, q->exact, q->predicted,
+                        c);
     }
     sel_release(r->sel, &q->bk);
     cq_finish(r->cq, &q->cq);
@@ -357,7 +359,7 @@ static struct upstream *pick(void *arg, struct pxreq *x, const struct http_req *
         if (!q->bypass) {
             /* Only what the rank has not cached is prefill; it holds the whole prompt next. */
             sel_book_cached(r->sel, &q->bk, w, rank, q->tokens, cached);
-            kvr_routed(r->kv, w, rank, q->keys, q->nkeys, now);
+            kvr_routed(r->kv, w, rank, q->keys, q->nkeys, q->exact, now);
             q->predicted = cached;
         }
         return hold(r, q, w);

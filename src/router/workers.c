@@ -292,6 +292,7 @@ void workers_free(struct workers *ws)
     event_free(ws->reap);
     for (size_t k = 0; k < ws->n; k++) {
         sub_free(ws->w[k]->sub);
+        kvf_free(ws->w[k]->kvf);
         upstream_free(ws->w[k]->up);
         free(ws->w[k]);
     }

@@ -34,6 +34,7 @@ struct sel;
 struct upstream;
 struct workers;
 struct kvroute;
+struct kvf_stats;
 
 /* Where a worker is in its life (above). */
 enum worker_state { WORKER_ACTIVE, WORKER_RETIRED, WORKER_FREE };
@@ -109,5 +110,9 @@ void workers_answered(struct workers *ws, int k);
 
 /** appends the load intake's families (admit_router_load_*) */
 void workers_render_metrics(const struct workers *ws, struct buf *out);
+/** active workers that send KV events */
+unsigned workers_event_workers(const struct workers *ws);
+/** the kv_events streams' counters (kvfollow.h), of every worker since the start */
+const struct kvf_stats *workers_kvf_stats(const struct workers *ws);
 
 #endif

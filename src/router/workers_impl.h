@@ -5,6 +5,7 @@
 #define ADMIT_ROUTER_WORKERS_IMPL_H
 
 #include "admit/load.h"
+#include "kvfollow.h"
 #include "pubsub/spsub.h"
 #include "util/netaddr.h"
 #include "workers.h"
@@ -28,7 +29,8 @@ struct worker {
     char worker_id[ADMIT_LOAD_WORKER_ID_MAX + 1]; /* from its newest message ("" = none yet) */
     struct upstream *up;
     struct subscriber *sub;
-    int64_t last_ms; /* monotonic time of the newest message; 0 = never heard */
+    struct kvfollow *kvf; /* its kv_events stream, with its subscriber */
+    int64_t last_ms;      /* monotonic time of the newest message; 0 = never heard */
     int bad_messages;
     int unresolved_said; /* logged that its engine's name is not looked up yet */
     int lost;            /* lose() logged it lost; its next message brings it back */
@@ -54,6 +56,7 @@ struct workers {
     uint64_t load_invalid;        /* load messages that did not decode */
     uint64_t load_bad_id;         /* ... whose worker_id breaks admitd's rule */
     uint64_t load_id_taken;       /* ... whose worker_id another live worker holds */
+    struct kvf_stats kvf;         /* the kv_events streams' (kvfollow.h), of every worker */
 };
 
 /* ---- workers_load.c: each worker's load messages ------------------------------------------ */

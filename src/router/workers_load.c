@@ -28,6 +28,7 @@
 static void stats_add(struct spsub_stats *sum, const struct spsub_stats *add)
 {
     sum->messages += add->messages;
+    sum->events += add->events;
     sum->bytes += add->bytes;
     sum->filtered += add->filtered;
     sum->oversized += add->oversized;
@@ -199,6 +200,19 @@ static void on_message(void *arg, const void *msg, size_t len)
     ws->room(ws->room_arg); /* its room may have changed */
 }
 
+/* A kv_events message of worker arg: to its stream's follower. Not before its first load
+ * message was taken (the table's checks of its worker id, its engine's name looked up). */
+static void on_events(void *arg, const void *msg, size_t len)
+{
+    struct worker *w = arg;
+
+    if (w->state != WORKER_ACTIVE || w->last_ms == 0)
+        return;
+    if (w->kvf == NULL) /* made at its first: most fleets send none */
+        w->kvf = kvf_new(w->ws->base, w->ws->kv, w->idx, w->proxy_url, &w->ws->kvf);
+    kvf_message(w->kvf, msg, len);
+}
+
 int wl_subscribe(struct workers *ws, struct worker *w, const char *pub_url, char *err,
                  size_t errlen)
 {
@@ -207,6 +221,7 @@ int wl_subscribe(struct workers *ws, struct worker *w, const char *pub_url, char
     w->sub = sub_new(ws->base, pub_url, &o, on_message, w, err, errlen);
     if (w->sub == NULL)
         return -1;
+    sub_set_events(w->sub, on_events);
     sub_set_lost(w->sub, on_lost);
     sub_set_unreachable(w->sub, on_unreachable);
     return 0;
@@ -223,6 +238,8 @@ void wl_unsubscribe(struct workers *ws, struct worker *w)
     stats_add(&ws->load_gone, &st);
     sub_close(w->sub, SUB_CLOSE_MS);
     w->sub = NULL;
+    kvf_free(w->kvf);
+    w->kvf = NULL;
 }
 
 /* The load messages' intake: every worker's subscriber, and those of the workers retired
@@ -275,4 +292,21 @@ void workers_render_metrics(const struct workers *ws, struct buf *out)
     prom_gauge(out, "admit_router_load_connected",
                "Workers whose publisher our reader is connected to now (nng's are not seen)",
                t.connected);
+    prom_counter(out, "admit_router_kv_events_received_total",
+                 "kv_events messages received from the workers' publishers (before decoding)",
+                 t.events);
+}
+
+unsigned workers_event_workers(const struct workers *ws)
+{
+    unsigned n = 0;
+
+    for (size_t k = 0; k < ws->n; k++)
+        n += ws->w[k]->state == WORKER_ACTIVE && kvr_event_worker(ws->kv, ws->w[k]->idx);
+    return n;
+}
+
+const struct kvf_stats *workers_kvf_stats(const struct workers *ws)
+{
+    return &ws->kvf;
 }

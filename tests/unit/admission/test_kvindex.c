@@ -431,16 +431,25 @@ static void test_correct_drops_tail(void **state)
     kvi_free(x);
 }
 
-static void test_forget_worker(void **state)
+/* An index of 3 workers of 2 ranks where worker 1's ranks hold a[0 .. 4) and a[0 .. 3), and
+ * worker 2's rank 0 a[0 .. 4). */
+static struct kvindex *three_holders(const uint64_t *a)
 {
     struct kvindex *x = new_index(3, 2, 64, 0);
-    uint64_t a[4] = {1, 2, 3, 4};
-    struct kvi_stats s;
 
-    (void) state;
     kvi_insert(x, 1, 0, a, 4, 1);
     kvi_insert(x, 1, 1, a, 3, 1);
     kvi_insert(x, 2, 0, a, 4, 1);
+    return x;
+}
+
+static void test_forget_worker(void **state)
+{
+    uint64_t a[4] = {1, 2, 3, 4};
+    struct kvindex *x = three_holders(a);
+    struct kvi_stats s;
+
+    (void) state;
     kvi_forget_worker(x, 1);
     assert_int_equal(kvi_held(x, 1, 0), 0);
     assert_int_equal(kvi_held(x, 1, 1), 0);
@@ -450,6 +459,64 @@ static void test_forget_worker(void **state)
     assert_int_equal(s.dropped_forget, 7);
     assert_int_equal(s.blocks, 4);
     kvi_forget_worker(x, 99); /* out of range: nothing */
+    kvi_free(x);
+}
+
+static void test_remove_keys(void **state)
+{
+    struct kvindex *x = new_index(3, 2, 64, 0);
+    uint64_t a[6] = {1, 2, 3, 4, 5, 6}, tail[2] = {5, 6}, mid[1] = {3}, none[2] = {77, 78};
+    struct kvi_stats s;
+
+    (void) state;
+    kvi_insert(x, 1, 0, a, 6, 1);
+    kvi_insert(x, 1, 1, a, 6, 1);
+    kvi_insert(x, 2, 0, a, 6, 1);
+    /* the engine evicted the chain's last two blocks: that rank alone loses them */
+    assert_int_equal(kvi_remove(x, 1, 0, tail, 2), 2);
+    assert_int_equal(kvi_held(x, 1, 0), 4);
+    assert_int_equal(depth_of(x, a, 6, 2, 1, 0), 4);
+    assert_int_equal(depth_of(x, a, 6, 2, 1, 1), 6);
+    assert_int_equal(depth_of(x, a, 6, 2, 2, 0), 6);
+    /* a block of the middle: the prefix held ends before it */
+    assert_int_equal(kvi_remove(x, 1, 0, mid, 1), 1);
+    assert_int_equal(depth_of(x, a, 6, 2, 1, 0), 2);
+    /* keys it does not hold, again or never: nothing */
+    assert_int_equal(kvi_remove(x, 1, 0, tail, 2), 0);
+    assert_int_equal(kvi_remove(x, 1, 0, none, 2), 0);
+    assert_int_equal(kvi_remove(x, 99, 0, a, 6), 0);
+    assert_int_equal(kvi_remove(x, 1, 9, a, 6), 0);
+    /* the first block: no prefix at all */
+    assert_int_equal(kvi_remove(x, 2, 0, a, 1), 1);
+    assert_int_equal(depth_of(x, a, 6, 2, 2, 0), 0);
+    kvi_stats(x, &s);
+    assert_int_equal(s.dropped_removed, 4);
+    assert_int_equal(s.blocks, 18 - 4);
+    assert_int_equal(s.inserted_blocks, s.blocks + s.dropped_removed);
+    kvi_free(x);
+}
+
+static void test_forget_rank(void **state)
+{
+    uint64_t a[4] = {1, 2, 3, 4};
+    struct kvindex *x = three_holders(a);
+    struct kvi_stats s;
+
+    (void) state;
+    assert_int_equal(kvi_forget_rank(x, 1, 0), 4);
+    assert_int_equal(kvi_held(x, 1, 0), 0);
+    assert_int_equal(depth_of(x, a, 4, 2, 1, 0), 0);
+    assert_int_equal(depth_of(x, a, 4, 2, 1, 1), 3); /* the worker's other rank keeps its own */
+    assert_int_equal(depth_of(x, a, 4, 2, 2, 0), 4);
+    assert_int_equal(kvi_forget_rank(x, 1, 0), 0);
+    assert_int_equal(kvi_forget_rank(x, 1, 5), 0); /* out of range: nothing */
+    assert_int_equal(kvi_forget_rank(x, 7, 0), 0);
+    kvi_stats(x, &s);
+    assert_int_equal(s.dropped_forget, 4);
+    assert_int_equal(s.blocks, 7);
+    /* the rank takes blocks again after */
+    kvi_insert(x, 1, 0, a, 2, 3);
+    assert_int_equal(depth_of(x, a, 4, 3, 1, 0), 2);
     kvi_free(x);
 }
 
@@ -476,9 +543,13 @@ static void test_churn_keeps_invariants(void **state)
             kvi_insert(x, w, r, keys, (size_t) (rand() % 24), now);
         else if (k < 9)
             (void) kvi_match(x, keys, 24, now, hits, HITS);
-        else if (rand() % 20)
+        else if (rand() % 20 > 3)
             (void) kvi_correct(x, w, r, keys, 24, (size_t) (rand() % 25),
                                (uint64_t) (rand() % 400));
+        else if (rand() % 3 == 0)
+            (void) kvi_remove(x, w, r, keys + rand() % 12, (size_t) (rand() % 12));
+        else if (rand() % 2)
+            (void) kvi_forget_rank(x, w, r);
         else
             kvi_forget_worker(x, w);
         if (k >= 6 && k < 9)
@@ -492,7 +563,7 @@ static void test_churn_keeps_invariants(void **state)
         assert_true(s.blocks <= 200);
         assert_int_equal(s.inserted_blocks, s.blocks + s.evicted_ttl + s.evicted_capacity +
                                                 s.evicted_global + s.dropped_correct +
-                                                s.dropped_forget);
+                                                s.dropped_forget + s.dropped_removed);
     }
     kvi_free(x);
 }
@@ -584,6 +655,8 @@ int main(void)
         cmocka_unit_test(test_correct),
         cmocka_unit_test(test_correct_drops_tail),
         cmocka_unit_test(test_forget_worker),
+        cmocka_unit_test(test_remove_keys),
+        cmocka_unit_test(test_forget_rank),
         cmocka_unit_test(test_churn_keeps_invariants),
     };
 

@@ -984,11 +984,12 @@ static void test_refused(void **state)
     event_base_free(base);
 }
 
-/* Another topic is dropped as SUB's subscription would; an empty message too. */
+/* Another topic is dropped as SUB's subscription would; an empty message too, and the
+ * kv_events topic's when no callback asked for them. */
 static void test_other_topic(void **state)
 {
     static struct script s;
-    static const char other[] = "kv_metricsX {}";
+    static const char other[] = "kv_metricsX {}", events[] = "kv_events \1\1";
     struct bout *b;
 
     (void) state;
@@ -996,13 +997,57 @@ static void test_other_topic(void **state)
     add_hello(&s, SPFRAME_PROTO_PUB0, 0, 8);
     add_msg(&s, 0, sizeof other - 1, other, sizeof other - 1, 0, 64);
     add_msg(&s, 0, 0, "", 0, 0, 64);
+    add_msg(&s, 0, sizeof events - 1, events, sizeof events - 1, 0, 64);
     add_msg(&s, 0, sizeof body1 - 1, body1, sizeof body1 - 1, 0, 64);
     b = bout_start(0, &s, NULL);
     wait_messages(b->base, &b->rx, 1, 5000);
     spsub_get_stats(b->sp, &b->st);
-    assert_int_equal(b->st.filtered, 2);
+    assert_int_equal(b->st.filtered, 3);
     assert_int_equal(b->st.messages, 1);
+    assert_int_equal(b->st.events, 0);
     assert_got(&b->rx, 0, body1);
+    bout_end(b);
+}
+
+static struct rx events_rx;
+
+static void on_events(void *arg, const void *body, size_t len)
+{
+    (void) arg; /* the message callback's: the bout's rx */
+    on_msg(&events_rx, body, len);
+}
+
+/* With an events callback, the kv_events topic's messages reach it, in order, and the load
+ * topic's the message callback; a topic that only starts alike is filtered still. */
+static void test_events_topic(void **state)
+{
+    static struct script s;
+    static const char ev1[] = "kv_events \1\1one", ev2[] = "kv_events \1\2two",
+                      near[] = "kv_eventsX", cut[] = "kv_event";
+    struct bout *b;
+
+    (void) state;
+    memset(&s, 0, sizeof s);
+    memset(&events_rx, 0, sizeof events_rx);
+    add_hello(&s, SPFRAME_PROTO_PUB0, 0, 8);
+    add_msg(&s, 0, sizeof ev1 - 1, ev1, sizeof ev1 - 1, 0, 64);
+    add_msg(&s, 0, sizeof near - 1, near, sizeof near - 1, 0, 64);
+    add_msg(&s, 0, sizeof cut - 1, cut, sizeof cut - 1, 0, 64);
+    add_msg(&s, 0, sizeof body1 - 1, body1, sizeof body1 - 1, 0, 64);
+    add_msg(&s, 0, sizeof ev2 - 1, ev2, sizeof ev2 - 1, 0, 64);
+    add_msg(&s, 0, sizeof body2 - 1, body2, sizeof body2 - 1, 0, 64);
+    b = bout_start(0, &s, NULL);
+    spsub_set_events(b->sp, on_events);
+    wait_messages(b->base, &b->rx, 2, 5000);
+    spsub_get_stats(b->sp, &b->st);
+    assert_int_equal(b->st.messages, 2);
+    assert_int_equal(b->st.events, 2);
+    assert_int_equal(b->st.filtered, 2);
+    assert_got(&b->rx, 0, body1);
+    assert_got(&b->rx, 1, body2);
+    assert_int_equal(events_rx.n, 2);
+    assert_got(&events_rx, 0, ev1);
+    assert_got(&events_rx, 1, ev2);
     bout_end(b);
 }
 
@@ -1067,6 +1112,7 @@ int main(void)
         cmocka_unit_test(test_silent_peer),
         cmocka_unit_test(test_refused),
         cmocka_unit_test(test_other_topic),
+        cmocka_unit_test(test_events_topic),
         cmocka_unit_test(test_free_in_callback),
         cmocka_unit_test(test_free_during_handshake),
     };

@@ -219,6 +219,57 @@ static void loop_until_count(struct event_base *base, atomic_int *n, int want)
     assert_true(atomic_load(n) >= want);
 }
 
+/* The events each of test_events_reach_who_asked's subscribers heard, by its heard struct. */
+static struct heard events_h[2];
+static unsigned events_heard[2];
+
+static void on_events(void *arg, const void *msg, size_t len)
+{
+    struct heard *h = arg;
+
+    if (len == 12 && memcmp(msg, "kv_events ", 10) == 0)
+        events_heard[h == &events_h[1]]++;
+    else
+        h->wrong++;
+}
+
+/* nng's SUB takes the kv_events topic once a subscriber asks, and hands its messages to that
+ * subscriber's events callback only: another of the same socket hears the load topic alone. */
+static void test_events_reach_who_asked(void **state)
+{
+    struct event_base *base = event_base_new();
+    struct heard *h = events_h;
+    static struct raw_pub r; /* its pipe callbacks may run until the exit */
+    struct subscriber *s[2];
+    char err[256];
+    int64_t end;
+
+    (void) state;
+    memset(events_h, 0, sizeof events_h);
+    memset(events_heard, 0, sizeof events_heard);
+    raw_open(&r);
+    for (int i = 0; i < 2; i++) {
+        snprintf(h[i].want, sizeof h[i].want, "w");
+        s[i] = sub_new(base, r.url, &via_nng, on_msg, &h[i], err, sizeof err);
+        assert_non_null(s[i]);
+    }
+    sub_set_events(s[1], on_events);
+    loop_until_count(base, &r.added, 2);
+    end = mono_ms() + DEADLINE_MS;
+    while ((h[0].msgs < 3 || h[1].msgs < 3 || events_heard[1] < 3) && mono_ms() < end) {
+        assert_int_equal(nng_send(r.sock, "kv_events \1\2", 12, 0), 0);
+        raw_send(&r, "w", 1);
+        loop_for(base, 20);
+    }
+    assert_true(h[0].msgs >= 3 && h[1].msgs >= 3);
+    assert_true(events_heard[1] >= 3);
+    assert_int_equal(events_heard[0], 0); /* the first asked for none */
+    assert_int_equal(h[0].wrong + h[1].wrong, 0);
+    sub_free(s[0]);
+    sub_free(s[1]);
+    event_base_free(base); /* the publisher's socket is left to the exit, as nng's are */
+}
+
 static void test_closed_dialer_goes_alone_and_its_queue_reaches_nobody(void **state)
 {
     struct event_base *base = event_base_new();
@@ -544,6 +595,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_each_message_reaches_its_subscriber_nng),
         cmocka_unit_test(test_closed_dialer_goes_alone_and_its_queue_reaches_nobody_nng),
+        cmocka_unit_test(test_events_reach_who_asked),
         cmocka_unit_test(test_many_subscribers_of_one_publisher_nng),
         cmocka_unit_test(test_two_bases_have_their_own_sockets_nng),
         cmocka_unit_test(test_bad_url_fails_and_leaves_no_socket_behind),
