@@ -27,8 +27,8 @@
  * pairs, each pair mixed with a secret of its place and multiplied into 128 bits, the halves
  * folded and summed (one multiply per 16 bytes, none waiting for another), the sum chained to
  * the previous key by a multiply-xorshift; it is for spreading, not for adversaries (a client
- * that forges a collision only misroutes its own requests). Keys are the same from run to run of one
- * version, not across versions (nothing keeps them). */
+ * that forges a collision only misroutes its own requests). Keys are the same from run to run of
+ * one version, not across versions (nothing keeps them). */
 #ifndef ADMIT_KVKEYS_H
 #define ADMIT_KVKEYS_H
 

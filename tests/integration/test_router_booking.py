@@ -591,7 +591,8 @@ def test_load_shape_and_rejections():
     rt.wait_routable(1)
     ws = rt.workers()
     worker_keys = {"url", "publish", "state", "in_flight", "worker_id", "alive", "routable",
-                   "busy", "age_ms", "models", "prefix_index_blocks", "ranks"}
+                   "busy", "age_ms", "models", "prefix_index_blocks", "kv_events",
+                   "kv_events_blocks", "ranks"}
     rank_keys = {"dp_rank", "alive", "booked", "published", "capacity", "block_size", "room"}
     assert [set(x) for x in ws] == [worker_keys] * 2, ws
     live, dead = ws
