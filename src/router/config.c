@@ -139,6 +139,10 @@ static const struct opt_def opts[] = {
     OPT("router-ttl-secs", "ADMIT_ROUTER_TTL_SECS", OPT_UINT, AT(router_ttl_secs), 1, 86400, "120",
         "a block the prefix index holds is forgotten this long after it was last routed "
         "(Dynamo's --router-ttl-secs)"),
+    OPT("router-max-tree-size", "ADMIT_ROUTER_MAX_TREE_SIZE", OPT_UINT, AT(router_max_tree_size),
+        1024, 1u << 30, "262144",
+        "blocks the prefix index holds at most, and the KV events index apart, least recently "
+        "used out first (each preallocated: 64 bytes a block; Dynamo's --router-max-tree-size)"),
     OPT("kv-predicted-ttl-ms", "ADMIT_ROUTER_KV_PREDICTED_TTL_MS", OPT_UINT,
         AT(kv_predicted_ttl_ms), 1, 3600000, "5000",
         "for a worker that sends KV events, a routing decision of token ids is held this long, "
@@ -286,8 +290,9 @@ static const struct opt_field restart_fields[] = {
     OPT_FIELD(struct router_cfg, metrics_listen),
     OPT_FIELD(struct router_cfg, dns_nameserver),
     OPT_FIELD(struct router_cfg, kv_block_size),
-    OPT_FIELD(struct router_cfg, router_ttl_secs),     /* the index is sized with it */
-    OPT_FIELD(struct router_cfg, kv_predicted_ttl_ms), /* ... and the side table */
+    OPT_FIELD(struct router_cfg, router_ttl_secs),      /* the index is sized with it */
+    OPT_FIELD(struct router_cfg, kv_predicted_ttl_ms),  /* ... and the side table */
+    OPT_FIELD(struct router_cfg, router_max_tree_size), /* ... and both are preallocated */
     OPT_FIELD(struct router_cfg, missed_heartbeats),
     OPT_FIELD(struct router_cfg, upstream_timeout_ms),
     OPT_FIELD(struct router_cfg, upstream_keepalive),

@@ -49,6 +49,7 @@ struct router_cfg {
     double kv_overlap_weight;       /* prefill's weight in the cost; 0: load only, no index */
     unsigned router_ttl_secs;       /* an indexed block's life since it was last routed */
     unsigned kv_predicted_ttl_ms;   /* ... an event worker's exact one's (the side table) */
+    unsigned router_max_tree_size;  /* blocks each prefix index holds at most */
     unsigned missed_heartbeats;     /* a worker silent this many heartbeats is not routable */
     unsigned max_heartbeat_ms;      /* a heartbeat_ms above this counts as this */
     unsigned upstream_timeout_ms;   /* a worker silent this long: 504 (or a cut stream) */

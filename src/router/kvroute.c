@@ -11,8 +11,9 @@
 /* The index's first size in workers (made again twice as large when one beyond is added). */
 #define KVR_WORKERS_MIN 64
 
-/* The global cap in blocks: 2^18 entries, 16 MiB at 64 bytes a block (Dynamo's
- * --router-max-tree-size is 2^20; ours is preallocated, so it is a quarter of it). */
+/* The global cap in blocks when the configuration has none: 2^18 entries, 16 MiB at 64 bytes
+ * a block (Dynamo's --router-max-tree-size is 2^20; ours is preallocated, so by default a
+ * quarter of it). */
 #define KVR_CAP_BLOCKS (1u << 18)
 
 /* The side table's global cap: the decisions of its TTL (5 s by default) at a fleet's rate. */
@@ -30,6 +31,7 @@ struct kvroute {
     uint32_t gen;          /* changes whenever ev is made again or dropped (kvr_generation) */
     unsigned block_tokens; /* the keys' block: --kv-block-size */
     unsigned ttl_ms;
+    uint32_t cap_blocks;  /* --router-max-tree-size: of the history, and of the events index */
     unsigned pred_ttl_ms; /* --kv-predicted-ttl-ms */
     /* Each rank's newest capacity, so that an index made again (larger) starts with them:
      * cap[worker * SEL_MAX_RANKS + rank], for the workers idx is sized for. */
@@ -135,7 +137,7 @@ static void kvr_start(struct kvroute *kv, uint32_t workers)
     kvr_drop_index(kv, kv->idx);
     kvr_drop_events(kv);
     kv->workers = workers;
-    kv->idx = kvr_index(kv, KVR_CAP_BLOCKS, kv->ttl_ms);
+    kv->idx = kvr_index(kv, kv->cap_blocks, kv->ttl_ms);
     if (had_events) /* empty: each follower fetches its worker's blocks again (kvfollow.h) */
         kvr_events_on(kv);
 }
@@ -170,6 +172,7 @@ struct kvroute *kvr_new(const struct router_cfg *cfg)
 
     kv->block_tokens = cfg->kv_block_size ? cfg->kv_block_size : 16;
     kv->ttl_ms = cfg->router_ttl_secs ? cfg->router_ttl_secs * 1000u : KVI_TTL_MS_DEFAULT;
+    kv->cap_blocks = cfg->router_max_tree_size ? cfg->router_max_tree_size : KVR_CAP_BLOCKS;
     kv->pred_ttl_ms = cfg->kv_predicted_ttl_ms ? cfg->kv_predicted_ttl_ms : KVR_PRED_TTL_MS;
     kv->workers = KVR_WORKERS_MIN;
     kvr_reconfigure(kv, cfg);
@@ -427,7 +430,7 @@ uint32_t kvr_events_on(struct kvroute *kv)
     if (kv->idx == NULL)
         return 0;
     if (kv->ev == NULL) {
-        kv->ev = kvr_index(kv, KVR_CAP_BLOCKS, KVR_EVENTS_TTL_MS);
+        kv->ev = kvr_index(kv, kv->cap_blocks, KVR_EVENTS_TTL_MS);
         kv->pred = kvr_index(kv, KVR_PRED_CAP_BLOCKS, kv->pred_ttl_ms);
         kv->gen++;
     }

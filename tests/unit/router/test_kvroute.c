@@ -163,6 +163,38 @@ static void test_forgotten_everywhere(void **state)
     kvr_free(kv);
 }
 
+/* --router-max-tree-size bounds the history and the events index, each apart: the blocks
+ * past it push out the least recently used, and each index is allocated for it. */
+static void test_max_tree_size(void **state)
+{
+    struct router_cfg c = cfg_of(1);
+    struct kvroute *kv;
+    struct kvi_stats s, big;
+    uint64_t ev_blocks, many[600];
+
+    (void) state;
+    for (size_t i = 0; i < 600; i++)
+        many[i] = 1000 + i;
+    kv = kvr_new(&c);
+    kvr_stats(kv, &big, &ev_blocks);
+    kvr_free(kv);
+    c.router_max_tree_size = 1024;
+    kv = kvr_new(&c);
+    for (int w = 0; w < 3; w++) /* 1,800 blocks of history into 1,024 */
+        kvr_routed(kv, w, 0, many, 600, 0, 1);
+    kvr_stats(kv, &s, &ev_blocks);
+    assert_int_equal(s.blocks, 1024);
+    assert_true(s.evicted_global >= 1800 - 1024);
+    assert_true(s.bytes < big.bytes / 64); /* 1,024 blocks, not the default 262,144 */
+    assert_true(kvr_events_on(kv) != 0);
+    kvr_ev_worker(kv, 5);
+    for (int w = 5; w < 7; w++) /* 1,200 of events into their own 1,024 */
+        kvr_ev_stored(kv, w, 0, many, 600, 1);
+    kvr_stats(kv, &s, &ev_blocks);
+    assert_int_equal(ev_blocks, 1024);
+    kvr_free(kv);
+}
+
 static void test_generation(void **state)
 {
     struct kvroute *kv = new_kv();
@@ -201,6 +233,7 @@ int main(void)
         cmocka_unit_test(test_deepest_of_three),
         cmocka_unit_test(test_removed_and_cleared),
         cmocka_unit_test(test_forgotten_everywhere),
+        cmocka_unit_test(test_max_tree_size),
         cmocka_unit_test(test_generation),
     };
 
