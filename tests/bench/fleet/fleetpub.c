@@ -16,14 +16,31 @@
  *   build-rel/tests/bench/fleetpub [--workers 1000] [--rate 10] [--out FILE]
  *                                  [--ipc DIR] [--http HOST:PORT] [--prefix sim-]
  *                                  [--publisher auto|nng]
+ *                                  [--kv-rate 0] [--kv-keys 16] [--kv-blocks 1000]
  *
  * --ipc DIR publishes on ipc://DIR/w0000... instead of tcp://127.0.0.1:(a free port).
+ *
+ * --kv-rate R adds the KV events admitd relays (docs/load-message.md, "The kv_events topic"):
+ * each worker sends R kv_events messages a second on its publisher, each storing --kv-keys new
+ * blocks (keys drawn from the worker's number and a counter) and, once it holds --kv-blocks,
+ * removing as many of its oldest: a cache that turns over at a steady size. The block dump a
+ * router fetches (GET /admitd/kv_blocks) is served on one HTTP port on every address
+ * (printed as `kv-http PORT`): the address a connection came to names the worker, as
+ * tests/bench/fleet.py lays them out (worker i at 127.0.(i / 250).(i % 250 + 1)).
+ *
  * tests/bench/fleet.py drives it. */
 #include "admit/load.h"
 #include "pubsub/publish.h"
 #include "util/clock.h"
+#include "wire/kvmsg.h"
 
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <event2/buffer.h>
+#include <event2/bufferevent.h>
 #include <event2/event.h>
+#include <event2/http.h>
 #include <signal.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -35,13 +52,18 @@ struct sim {
     uint64_t rng;
     int64_t kv_used;
     struct publisher *pub;
+    uint64_t kv_lo, kv_hi; /* the blocks held: keys of counters kv_lo .. kv_hi */
+    uint64_t kv_seq;       /* the last kv_events message's sequence */
+    struct event *kv_timer;
 };
 
 static struct {
-    unsigned workers, rate;
+    unsigned workers, rate, kv_rate, kv_keys, kv_blocks;
     const char *out, *ipc, *http, *prefix;
     enum pub_via via;
-} opt = {1000, 10, NULL, NULL, "127.0.0.1:9", "sim-", PUB_AUTO};
+} opt = {1000, 10, 0, 16, 1000, NULL, NULL, "127.0.0.1:9", "sim-", PUB_AUTO};
+
+static uint64_t kv_events_sent, kv_dumps;
 
 static struct sim *sims;
 static unsigned started;
@@ -79,6 +101,91 @@ static void fill(void *arg, struct admit_load *m, unsigned *n)
     *n = 1;
 }
 
+/* The key of worker i's block number c (any well-spread function will do). */
+static uint64_t kv_key(unsigned i, uint64_t c)
+{
+    uint64_t x = ((uint64_t) i << 40 ^ c) * 0x9e3779b97f4a7c15ULL;
+
+    return x ^ x >> 31;
+}
+
+/* Encodes op for worker i over its blocks lo .. lo + n (n <= KVM_KEYS_MAX) into out. */
+static size_t kv_encode(unsigned i, enum kvm_op op, uint64_t seq, uint64_t lo, unsigned n,
+                        unsigned char *buf)
+{
+    uint64_t keys[KVM_KEYS_MAX];
+    struct kvm_msg m = {.op = op, .block_size = 16, .n = n, .epoch = i + 1, .seq = seq};
+
+    for (unsigned k = 0; k < n; k++)
+        keys[k] = kv_key(i, lo + k);
+    return kvm_encode(&m, keys, buf, KVM_MSG_MAX);
+}
+
+/* One kv_events message of a worker: blocks stored, or (once it holds --kv-blocks) its oldest
+ * removed, in turn. */
+static void kv_tick(evutil_socket_t fd, short what, void *arg)
+{
+    struct sim *s = arg;
+    unsigned i = (unsigned) (s - sims), n = opt.kv_keys;
+    unsigned char msg[KVM_MSG_MAX];
+    size_t len;
+
+    (void) fd;
+    (void) what;
+    if (s->kv_hi - s->kv_lo >= opt.kv_blocks) {
+        len = kv_encode(i, KVM_REMOVED, ++s->kv_seq, s->kv_lo, n, msg);
+        s->kv_lo += n;
+    } else {
+        len = kv_encode(i, KVM_STORED, ++s->kv_seq, s->kv_hi, n, msg);
+        s->kv_hi += n;
+    }
+    pub_send_raw(s->pub, msg, len);
+    kv_events_sent++;
+}
+
+/* GET /admitd/kv_blocks: the snapshot of the worker the connection came to (its address). */
+static void kv_dump(struct evhttp_request *req, void *arg)
+{
+    struct sockaddr_in sin;
+    socklen_t sl = sizeof sin;
+    struct evhttp_connection *c = evhttp_request_get_connection(req);
+    struct bufferevent *bev = c ? evhttp_connection_get_bufferevent(c) : NULL;
+    struct evbuffer *body;
+    unsigned char msg[KVM_MSG_MAX];
+    uint32_t a, i;
+    struct sim *s;
+
+    (void) arg;
+    if (bev == NULL || getsockname(bufferevent_getfd(bev), (struct sockaddr *) &sin, &sl) != 0 ||
+        sin.sin_family != AF_INET) {
+        evhttp_send_error(req, 500, "no local address");
+        return;
+    }
+    a = ntohl(sin.sin_addr.s_addr);
+    i = (a >> 8 & 0xff) * 250 + (a & 0xff) - 1;
+    if ((a >> 24) != 127 || (a & 0xff) == 0 || i >= started) {
+        evhttp_send_error(req, 404, "no such worker");
+        return;
+    }
+    s = &sims[i];
+    body = evhttp_request_get_output_buffer(req);
+    for (uint64_t lo = s->kv_lo;;) {
+        unsigned n = s->kv_hi - lo < KVM_KEYS_MAX ? (unsigned) (s->kv_hi - lo) : KVM_KEYS_MAX;
+        size_t len = kv_encode(i, KVM_SNAPSHOT, s->kv_seq, lo, n, msg);
+        uint32_t be = htonl((uint32_t) len);
+
+        evbuffer_add(body, &be, 4);
+        evbuffer_add(body, msg, len);
+        lo += n;
+        if (lo >= s->kv_hi)
+            break;
+    }
+    evhttp_add_header(evhttp_request_get_output_headers(req), "Content-Type",
+                      "application/octet-stream");
+    evhttp_send_reply(req, 200, "OK", NULL);
+    kv_dumps++;
+}
+
 static void start_one(evutil_socket_t fd, short what, void *arg)
 {
     unsigned i = started++;
@@ -99,6 +206,12 @@ static void start_one(evutil_socket_t fd, short what, void *arg)
     if (sims[i].pub == NULL) {
         fprintf(stderr, "fleetpub: worker %u: %s\n", i, err);
         exit(1);
+    }
+    if (opt.kv_rate) {
+        struct timeval tv = {0, (suseconds_t) (1000000 / opt.kv_rate)};
+
+        sims[i].kv_timer = event_new(base, -1, EV_PERSIST, kv_tick, &sims[i]);
+        event_add(sims[i].kv_timer, &tv);
     }
     fprintf(out, "http://%s=%s\n", opt.http, bound);
     if (started == opt.workers) {
@@ -155,6 +268,12 @@ int main(int argc, char **argv)
             opt.http = v;
         else if (strcmp(a, "--prefix") == 0)
             opt.prefix = v;
+        else if (strcmp(a, "--kv-rate") == 0)
+            opt.kv_rate = uint_arg(a, v, 0, 1000);
+        else if (strcmp(a, "--kv-keys") == 0)
+            opt.kv_keys = uint_arg(a, v, 1, KVM_KEYS_MAX);
+        else if (strcmp(a, "--kv-blocks") == 0)
+            opt.kv_blocks = uint_arg(a, v, 1, 1u << 24);
         else if (strcmp(a, "--publisher") == 0 && (strcmp(v, "auto") == 0 || strcmp(v, "nng") == 0))
             opt.via = strcmp(v, "nng") == 0 ? PUB_NNG : PUB_AUTO;
         else {
@@ -173,6 +292,22 @@ int main(int argc, char **argv)
     timers = calloc(opt.workers, sizeof *timers);
     if (base == NULL || sims == NULL || timers == NULL)
         return 1;
+    if (opt.kv_rate) { /* the dumps' server, on every address (see the head of the file) */
+        struct evhttp *http = evhttp_new(base);
+        struct evhttp_bound_socket *bs =
+            http ? evhttp_bind_socket_with_handle(http, "0.0.0.0", 0) : NULL;
+        struct sockaddr_in sin;
+        socklen_t sl = sizeof sin;
+
+        if (bs == NULL ||
+            getsockname(evhttp_bound_socket_get_fd(bs), (struct sockaddr *) &sin, &sl) != 0) {
+            fprintf(stderr, "fleetpub: no HTTP listener for the dumps\n");
+            return 1;
+        }
+        evhttp_set_cb(http, "/admitd/kv_blocks", kv_dump, NULL);
+        printf("kv-http %u\n", ntohs(sin.sin_port));
+        fflush(stdout);
+    }
     /* Worker i starts i/N of a heartbeat interval in: the fleet's messages are spread out. */
     for (unsigned i = 0; i < opt.workers; i++) {
         uint64_t us = (uint64_t) i * 1000000ULL / opt.rate / opt.workers;
@@ -192,11 +327,17 @@ int main(int argc, char **argv)
         sent += pub_sent(sims[i].pub);
     fprintf(stderr, "fleetpub: %u workers sent %llu messages in %.1f s (%.0f/s)\n", started,
             (unsigned long long) sent, secs, secs > 0 ? (double) sent / secs : 0.0);
+    if (opt.kv_rate)
+        fprintf(stderr, "fleetpub: %llu kv_events messages, %llu dumps served\n",
+                (unsigned long long) kv_events_sent, (unsigned long long) kv_dumps);
     /* The publishers' sockets are left to the exit (lib/pubsub/nngclose.h). */
     for (unsigned i = 0; i < started; i++)
         pub_free(sims[i].pub);
-    for (unsigned i = 0; i < opt.workers; i++)
+    for (unsigned i = 0; i < opt.workers; i++) {
         event_free(timers[i]);
+        if (sims[i].kv_timer != NULL)
+            event_free(sims[i].kv_timer);
+    }
     event_free(sigterm);
     event_free(sigint);
     event_base_free(base);
