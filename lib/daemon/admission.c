@@ -11,7 +11,7 @@
 #include <time.h>
 
 enum akind {
-    AK_BYPASS = 0, /* GET/HEAD/OPTIONS: never takes a slot */
+    AK_BYPASS = 0, /* GET/HEAD/OPTIONS, and the tokenizer: never takes a slot */
     AK_GATED,      /* holds a gate ticket */
     AK_NOCAP,      /* would be gated, but there is no cap */
 };
@@ -67,6 +67,16 @@ static void admitted(struct areq *q, int at_once)
     prom_hist_observe(&q->a->m->queue_wait, waited);
 }
 
+/* 1 for vLLM's tokenizer pair, POST /tokenize and /detokenize: they do no inference (the
+ * engine answers them from its API process, beside the running batch), and a router asks them
+ * on the path of every text request it routes by prefix (admit-router --tokenize), so they
+ * pass the gate as GETs do: never held, never refused for capacity. */
+static int is_tokenizer(const struct http_req *r)
+{
+    return r->method == HTTP_POST &&
+           (http_req_path_is(r, "/tokenize") || http_req_path_is(r, "/detokenize"));
+}
+
 /* ---- the proxy's hooks ------------------------------------------------------------------ */
 
 static void on_begin(void *arg, struct pxreq *x, const struct http_req *r)
@@ -80,6 +90,10 @@ static void on_begin(void *arg, struct pxreq *x, const struct http_req *r)
     if (http_method_is_safe(r->method)) {
         q->kind = AK_BYPASS;
         a->m->requests_bypass++;
+        a->m->inflight_bypass++;
+    } else if (is_tokenizer(r)) {
+        q->kind = AK_BYPASS;
+        a->m->tokenizer_reqs++;
         a->m->inflight_bypass++;
     } else if (a->gate != NULL) {
         q->kind = AK_GATED;
