@@ -48,6 +48,8 @@ struct router_cfg {
     double chars_per_token;         /* prompt text per token, for the booking */
     double kv_overlap_weight;       /* prefill's weight in the cost; 0: load only, no index */
     unsigned router_ttl_secs;       /* an indexed block's life since it was last routed */
+    int tokenize;                   /* key text requests by the ids a worker's /tokenize gives */
+    unsigned tokenize_timeout_ms;   /* ... waiting this long at most, then the text keys */
     unsigned missed_heartbeats;     /* a worker silent this many heartbeats is not routable */
     unsigned max_heartbeat_ms;      /* a heartbeat_ms above this counts as this */
     unsigned upstream_timeout_ms;   /* a worker silent this long: 504 (or a cut stream) */
