@@ -115,7 +115,9 @@ def test_silent_tokenizer_times_out_to_text_keys():
         m = rt.metrics()
         assert m[TOKENIZED % "timeout"] == 1 and m[TOKENIZED % "ok"] == 0, m
         assert m["admit_router_tokenize_seconds_count"] == 1, m
-        assert m["admit_router_tokenize_seconds_sum"] >= 0.1, m
+        # It waited for the deadline (libevent's timer may fire a little early on our clock),
+        # not ended at once.
+        assert m["admit_router_tokenize_seconds_sum"] >= 0.05, m
         # The router closed its call: admitd let go of the engine's request too.
         ad = ads[0][0]
         wait_for(lambda: ad.metrics()["admitd_bypass_requests_in_flight"] == 0, 5,
