@@ -6,6 +6,7 @@ while its tokenizer is asked frees everything; concurrent clients each get their
 
 import json
 import threading
+import time
 
 from harness import (Mock, RawClient, Tap, check_own, close_own, marker, own_request, request,
                      scrape, wait_for)
@@ -71,6 +72,9 @@ def test_text_and_ids_meet_on_one_worker():
             first, second = ((CHAT, text), ("/v1/completions", exact)) if k % 2 == 0 else (
                 ("/v1/completions", exact), (CHAT, text))
             i, _ = send(rt, mocks, *first)
+            # Think time, as test_router_prefix's sessions: the workers publish their load
+            # every 100 ms, and a request just answered would still count there.
+            time.sleep(0.25)
             m0 = rt.metrics()[MATCHED]
             j, answer = send(rt, mocks, *second)
             assert i == j, (name, i, j)
@@ -94,6 +98,7 @@ def test_failing_tokenizer_falls_back_to_text_keys():
         msgs = [{"role": "user", "content": opening("failing")}]
         body = {"model": MODEL, "max_tokens": 4, "messages": msgs}
         i, _ = send(rt, mocks, CHAT, body, timeout=5)
+        time.sleep(0.25)
         m0 = rt.metrics()[MATCHED]
         j, _ = send(rt, mocks, CHAT, body, timeout=5)
         m = rt.metrics()
