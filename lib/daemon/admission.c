@@ -67,16 +67,6 @@ static void admitted(struct areq *q, int at_once)
     prom_hist_observe(&q->a->m->queue_wait, waited);
 }
 
-/* 1 for vLLM's tokenizer pair, POST /tokenize and /detokenize: they do no inference (the
- * engine answers them from its API process, beside the running batch), and a router asks them
- * on the path of every text request it routes by prefix (admit-router --tokenize), so they
- * pass the gate as GETs do: never held, never refused for capacity. */
-static int is_tokenizer(const struct http_req *r)
-{
-    return r->method == HTTP_POST &&
-           (http_req_path_is(r, "/tokenize") || http_req_path_is(r, "/detokenize"));
-}
-
 /* ---- the proxy's hooks ------------------------------------------------------------------ */
 
 static void on_begin(void *arg, struct pxreq *x, const struct http_req *r)
@@ -91,7 +81,7 @@ static void on_begin(void *arg, struct pxreq *x, const struct http_req *r)
         q->kind = AK_BYPASS;
         a->m->requests_bypass++;
         a->m->inflight_bypass++;
-    } else if (is_tokenizer(r)) {
+    } else if (http_req_is_tokenizer(r)) { /* no inference: as a GET */
         q->kind = AK_BYPASS;
         a->m->tokenizer_reqs++;
         a->m->inflight_bypass++;

@@ -215,9 +215,12 @@ static void on_begin(void *arg, struct pxreq *x, const struct http_req *req)
     q->r = r;
     q->pinned = -1;
     q->held = -1;
-    q->bypass = http_method_is_safe(req->method);
+    q->bypass = http_method_is_safe(req->method) || http_req_is_tokenizer(req);
     if (q->bypass) {
-        r->m->requests_bypass++;
+        if (http_method_is_safe(req->method))
+            r->m->requests_bypass++;
+        else
+            r->m->tokenizer_reqs++; /* a client's own /tokenize: as admitd, not gated */
         r->m->inflight_bypass++;
     } else
         r->m->inflight_nocap++;

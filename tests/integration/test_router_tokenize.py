@@ -86,6 +86,15 @@ def test_text_and_ids_meet_on_one_worker():
         assert m["admit_router_tokenize_seconds_count"] == 4, m
         # Requests with ids of their own never ask: one /tokenize per text request, at admitd.
         assert tokenizer_calls(ads) == 4
+        # A client's own /tokenize goes through the router as a GET does: to a worker,
+        # neither booked nor tokenized first.
+        msgs = [{"role": "user", "content": opening("own")}]
+        status, _, data = own_request(rt.addr, "/tokenize", {"model": MODEL, "messages": msgs},
+                                      marker())
+        assert status == 200 and json.loads(data)["tokens"] == engine_ids(mocks[0], msgs), data
+        m = rt.metrics()
+        assert m["admitd_tokenizer_requests_total"] == 1 and m[TOKENIZED % "ok"] == 4, m
+        assert tokenizer_calls(ads) == 5
     finally:
         stop(mocks, ads, rt)
 
