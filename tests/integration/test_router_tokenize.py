@@ -8,31 +8,20 @@ import json
 import threading
 import time
 
-from harness import (Mock, RawClient, Tap, check_own, close_own, marker, own_request, request,
+from harness import (RawClient, Tap, check_own, close_own, marker, own_request, request,
                      scrape, wait_for)
-from test_router import MODEL, Router, worker
-from test_router_prefix import BLOCK, CHAT, MOCK_ARGS, cached_of, opening, served
+from test_router import MODEL
+from test_router_prefix import BLOCK, CHAT, cached_of, opening, served, stop
+from test_router_prefix import fleet as prefix_fleet
 
 MATCHED = "admit_router_prefix_matched_blocks_total"
 TOKENIZED = 'admit_router_tokenize_total{result="%s"}'
 
 
 def fleet(*router_args, n=2, mock_args=("--speedup-ratio", "0")):
-    """n mocks with a prefix cache, an admitd each, a router with --tokenize."""
-    mocks = [Mock(*MOCK_ARGS, *mock_args) for _ in range(n)]
-    ads = [worker(m, "--block-size", str(BLOCK), "--worker-id", "w%d" % i)
-           for i, m in enumerate(mocks)]
-    rt = Router([w for _, w in ads], "--kv-block-size", str(BLOCK), "--tokenize", *router_args)
-    rt.wait_routable(n)
-    return mocks, ads, rt
-
-
-def stop(mocks, ads, rt):
-    rt.stop()
-    for ad, _ in ads:
-        ad.stop()
-    for m in mocks:
-        m.stop()
+    """test_router_prefix's fleet (n mocks with a prefix cache, an admitd each), its router
+    with --tokenize."""
+    return prefix_fleet("--tokenize", *router_args, n=n, mock_args=mock_args)
 
 
 def engine_ids(mock, messages):
