@@ -1,17 +1,16 @@
 /* tokenize: the router's calls to the workers' POST /tokenize (see tokenize.h).
  *
  * A call is one request on one connection of the worker's pool: written at once (a new
- * connection's bytes wait in its spill buffer while it connects), its answer read with
- * admitd's parser and body decoder into the connection's buffer, the connection given back
- * to the pool when the answer left it fit for the next request. A kept connection that the
- * worker closed before any byte of the answer (an idle close crossing the request) is tried
+ * connection's bytes wait in its spill buffer while it connects), its answer read whole into
+ * the connection's buffer as the engine pollers read theirs (http/hreply.h), the connection
+ * given back to the pool when the answer left it fit for the next request. A kept connection that
+ * the worker closed before any byte of the answer (an idle close crossing the request) is tried
  * once more on a new one: /tokenize changes nothing, so sending it twice is harmless. */
 #include "tokenize.h"
+#include "http/hreply.h"
 #include "http/upstream.h"
 #include "util/clock.h"
 #include "util/xmalloc.h"
-#include "wire/h1body.h"
-#include "wire/h1parse.h"
 #include "wire/prom.h"
 
 #include <errno.h>
@@ -21,13 +20,10 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* An answer's head, in bytes and field lines (admitd and vLLM send a few hundred bytes). */
+/* An answer's head, in bytes (admitd and vLLM send a few hundred). */
 #define TOKZ_HEAD_MAX (32 * 1024)
-#define TOKZ_HEADERS  32
 /* The largest body taken: a 128k-token prompt's ids are about 1 MiB of JSON. */
 #define TOKZ_BODY_MAX (8 * 1024 * 1024)
-/* What one read may hold beyond the body: chunk lines still to be decoded. */
-#define TOKZ_SLACK (64 * 1024)
 
 /* From a kept connection's answer (a fraction of a millisecond) to the default deadline and
  * past it, in seconds. */
@@ -52,12 +48,8 @@ struct tokz_call {
     struct timespec t0;
     int reused, retried; /* on a kept connection; already sent a second time */
     int got;             /* a byte of the answer came */
-    int head_done;
-    size_t blen; /* body bytes held, decoded, at in->p + in->off */
     size_t max_ids;
-    struct h1_parser rp;
-    struct h1_body body;
-    struct h1_header slots[TOKZ_HEADERS];
+    struct hreply ans;
     tokz_cb cb;
     void *arg;
 };
@@ -156,11 +148,11 @@ static void answered(struct tokz_call *c, int keep_conn)
     size_t n = 0, i;
     int64_t count;
 
-    if (c->rp.status != 200) {
+    if (c->ans.rp.status != 200) {
         end(c, TOKZ_STATUS, NULL, 0, 0, keep_conn);
         return;
     }
-    root = json_loadb(in->p + in->off, c->blen, 0, NULL);
+    root = json_loadb(in->p + in->off, c->ans.blen, 0, NULL);
     in->off = in->len = 0; /* the body is taken: a connection with nothing held is kept */
     tokens = json_object_get(root, "tokens");
     if (!json_is_array(tokens)) {
@@ -194,8 +186,8 @@ static int send_request(struct tokz_call *c)
     for (int attempt = 0;; attempt++) {
         if ((c->uc = upstream_get(c->up, on_conn, c, &c->reused)) == NULL)
             return -1;
-        c->got = c->head_done = 0;
-        c->blen = 0;
+        c->got = 0;
+        hreply_init(&c->ans, H1_M_POST, TOKZ_HEAD_MAX, TOKZ_BODY_MAX);
         if (uconn_write(c->uc, &v, 1) == 0)
             return 0;
         uconn_drop(c->uc); /* a kept connection found closed: nothing of it went out */
@@ -224,15 +216,12 @@ static void broken(struct tokz_call *c)
 /* One read of the answer, and what it completes. */
 static void read_answer(struct tokz_call *c)
 {
-    struct iobuf *in = uconn_in(c->uc);
-    size_t max = !c->head_done ? TOKZ_HEAD_MAX + TOKZ_SLACK : TOKZ_BODY_MAX + TOKZ_SLACK;
-    ssize_t got = uconn_fill(c->uc, max);
-    size_t used = 0, len = 0, held;
+    ssize_t got = uconn_fill(c->uc, hreply_read_max(&c->ans));
     int rv;
 
     if (got < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))
         return;
-    if (got == 0 && c->head_done && c->rp.framing == H1_BODY_UNTIL_CLOSE) {
+    if (got == 0 && hreply_eof(&c->ans)) {
         answered(c, 0); /* the close ends the body */
         return;
     }
@@ -242,37 +231,10 @@ static void read_answer(struct tokz_call *c)
     }
     c->got = 1;
     uconn_touch(c->uc);
-    if (!c->head_done) {
-        rv = h1_parse_final(&c->rp, c->slots, TOKZ_HEADERS, TOKZ_HEAD_MAX, H1_M_POST,
-                            in->p + in->off, in->len - in->off, &used);
-        in->off += used;
-        if (rv == H1_AGAIN)
-            return;
-        if (rv == H1_ERROR || h1b_init(&c->body, &c->rp, TOKZ_BODY_MAX) != 0) {
-            end(c, TOKZ_INVALID, NULL, 0, 0, 0);
-            return;
-        }
-        c->head_done = 1;
-    }
-    /* The bytes after the body taken so far are all new; a chunked body is decoded in
-     * place. */
-    held = in->len - in->off;
-    rv = h1b_take(&c->body, in->p + in->off + c->blen, held - c->blen, 0, in->p + in->off + c->blen,
-                  &used, &len);
-    if (rv == H1_ERROR) {
+    if ((rv = hreply_take(&c->ans, uconn_in(c->uc))) == H1_DONE)
+        answered(c, c->ans.keep);
+    else if (rv == H1_ERROR)
         end(c, TOKZ_INVALID, NULL, 0, 0, 0);
-        return;
-    }
-    {
-        int whole = c->blen + used == held; /* nothing past the body: the connection is fit */
-
-        c->blen += len;
-        in->len = in->off + c->blen;
-        if (rv == H1_DONE) {
-            answered(c, c->rp.keep_alive && whole);
-            return;
-        }
-    }
 }
 
 static void on_conn(void *arg, enum uc_event ev)
