@@ -5,6 +5,7 @@ fails, answers late or never leaves the request keyed by its text; a client that
 while its tokenizer is asked frees everything; concurrent clients each get their own answer."""
 
 import json
+import signal
 import threading
 import time
 
@@ -157,6 +158,32 @@ def test_hang_up_while_tokenizing():
         stop(mocks, ads, rt)
 
 
+def test_drain_with_a_call_in_flight():
+    """A router stopped (SIGTERM) while a request waits on its tokenizer: once
+    --drain-timeout-ms runs out the request is answered as a held one is (503, the drain's),
+    the call is ended, and the router exits 0 (no leak under ASan)."""
+    mocks, ads, rt = fleet("--tokenize-timeout-ms", "60000", "--drain-timeout-ms", "300", n=1,
+                           mock_args=("--speedup-ratio", "0", "--tokenize-hang"))
+    ad = ads[0][0]
+    try:
+        c = RawClient(rt.addr, marker=marker())
+        c.post(CHAT, {"model": MODEL, "max_tokens": 4,
+                      "messages": [{"role": "user", "content": opening("draining")}]})
+        wait_for(lambda: ad.metrics()["admitd_bypass_requests_in_flight"] == 1, 5,
+                 "the tokenize call at admitd")
+        rt.proc.p.send_signal(signal.SIGTERM)
+        status, hdrs = c.read_head()
+        assert status == 503 and hdrs.get("x-admitd-reason") == "draining", (status, hdrs)
+        check_own(c)
+        c.close()
+        assert rt.proc.p.wait(30) == 0  # (stop() would signal it again)
+        wait_for(lambda: ad.metrics()["admitd_bypass_requests_in_flight"] == 0, 5,
+                 "the tokenize call gone from admitd")
+        assert scrape(mocks[0].addr)["admit_mock_requests_total"] == 0
+    finally:
+        stop(mocks, ads, rt)
+
+
 def test_concurrent_clients_get_their_own_answers():
     """Twelve text requests at once, each held on its own tokenize call: each client gets its
     own answer, and every call came back with ids."""
@@ -199,6 +226,8 @@ if __name__ == "__main__":
             test_silent_tokenizer_times_out_to_text_keys)
     tap.run("a client that hangs up while its tokenizer is asked frees everything",
             test_hang_up_while_tokenizing)
+    tap.run("a drain with a tokenize call in flight: 503 at its end, a clean exit",
+            test_drain_with_a_call_in_flight)
     tap.run("concurrent text requests, each with its own tokenize call, get their own answers",
             test_concurrent_clients_get_their_own_answers)
     tap.done()
