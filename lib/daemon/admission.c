@@ -11,7 +11,7 @@
 #include <time.h>
 
 enum akind {
-    AK_BYPASS = 0, /* GET/HEAD/OPTIONS: never takes a slot */
+    AK_BYPASS = 0, /* GET/HEAD/OPTIONS, and the tokenizer: never takes a slot */
     AK_GATED,      /* holds a gate ticket */
     AK_NOCAP,      /* would be gated, but there is no cap */
 };
@@ -80,6 +80,10 @@ static void on_begin(void *arg, struct pxreq *x, const struct http_req *r)
     if (http_method_is_safe(r->method)) {
         q->kind = AK_BYPASS;
         a->m->requests_bypass++;
+        a->m->inflight_bypass++;
+    } else if (http_req_is_tokenizer(r)) { /* no inference: as a GET */
+        q->kind = AK_BYPASS;
+        a->m->tokenizer_reqs++;
         a->m->inflight_bypass++;
     } else if (a->gate != NULL) {
         q->kind = AK_GATED;

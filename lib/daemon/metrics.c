@@ -123,8 +123,14 @@ void metrics_render(const struct metrics_view *v, struct buf *out)
     prom_counter(out, "admitd_bypass_requests_total",
                  "Requests passed to the engine without taking a slot (GET, HEAD, OPTIONS)",
                  m->requests_bypass);
+    prom_counter(out, "admitd_tokenizer_requests_total",
+                 "Requests to the engine's tokenizer (POST /tokenize, /detokenize) passed to it "
+                 "without taking a slot",
+                 m->tokenizer_reqs);
     prom_gauge(out, "admitd_bypass_requests_in_flight",
-               "Requests passing to the engine without a slot, in flight now", m->inflight_bypass);
+               "Requests passing to the engine without a slot (the tokenizer's included), in "
+               "flight now",
+               m->inflight_bypass);
     prom_gauge(out, "admitd_engine_ready", "1 when the last engine health probe succeeded",
                m->engine_ready ? 1 : 0);
     {

@@ -27,7 +27,8 @@ enum listener {
 struct metrics {
     struct proxy_stats px;      /* the proxy's: outcomes, cancellations, engine failures */
     uint64_t requests_bypass;   /* requests that did not go through the gate (GET, HEAD, ...) */
-    unsigned inflight_bypass;   /* of those, in flight now */
+    uint64_t tokenizer_reqs;    /* POST /tokenize, /detokenize: not through the gate either */
+    unsigned inflight_bypass;   /* of both, in flight now */
     unsigned inflight_nocap;    /* gated requests in flight when there is no cap (N unset) */
     int engine_ready;           /* the last health probe succeeded */
     uint64_t scrapes_ok;        /* engine /metrics scrapes that parsed */

@@ -28,3 +28,13 @@ int http_method_is_safe(enum http_method m)
 {
     return m == HTTP_GET || m == HTTP_HEAD || m == HTTP_OPTIONS;
 }
+
+/* vLLM answers its tokenizer pair from its API process, beside the running batch, and
+ * admit-router --tokenize asks /tokenize on the way of every text request it routes by
+ * prefix: held behind the streams it routes, or refused for them, it would add their wait to
+ * each. */
+int http_req_is_tokenizer(const struct http_req *r)
+{
+    return r->method == HTTP_POST &&
+           (http_req_path_is(r, "/tokenize") || http_req_path_is(r, "/detokenize"));
+}

@@ -54,5 +54,8 @@ int http_req_path_is(const struct http_req *r, const char *path);
 const char *http_method_name(enum http_method m);
 /** true for GET, HEAD and OPTIONS: methods that only read */
 int http_method_is_safe(enum http_method m);
+/** true for the engine's tokenizer, vLLM's POST /tokenize and POST /detokenize (a query
+ *  allowed): no inference, so neither admitd's gate nor the router's queue holds it */
+int http_req_is_tokenizer(const struct http_req *r);
 
 #endif

@@ -6,13 +6,12 @@
  * between polls with its read event armed, so an engine that closes it while idle (uvicorn
  * does after 5 s) is seen at once and the next poll connects anew. The close can still cross
  * a request on the wire: a poll on a kept connection that breaks before any byte of the
- * answer came is sent once more on a new connection, which a GET allows. The body is read
- * into the connection's buffer and decoded there, so once that buffer has grown to the
- * engine's page a poll allocates nothing. */
+ * answer came is sent once more on a new connection, which a GET allows. The answer is read
+ * whole into the connection's buffer and decoded there (hreply), so once that buffer has
+ * grown to the engine's page a poll allocates nothing. */
 #include "http/poller.h"
 #include "util/buf.h"
-#include "wire/h1body.h"
-#include "wire/h1parse.h"
+#include "http/hreply.h"
 #include "util/log.h"
 #include "util/xmalloc.h"
 #include "http/ioconn.h"
@@ -28,16 +27,13 @@
 
 /* Largest body handed over; a bigger answer counts as a failure (a metrics page is KBs). */
 #define POLLER_MAX_BODY (8 * 1024 * 1024)
-/* An answer's head, in bytes and field lines: an engine's takes a few hundred bytes. */
+/* An answer's head, in bytes: an engine's takes a few hundred. */
 #define POLLER_HEAD_MAX (32 * 1024)
-#define POLLER_HEADERS  64
-/* What one read may hold beyond the body's limit: the chunk lines still to be decoded. */
-#define POLLER_SLACK (64 * 1024)
 /* A buffer that grew past this is freed after the poll: a one-off large answer must not stay
  * pinned, while a usual metrics page (tens of KiB) keeps its buffer from poll to poll. */
 #define POLLER_KEEP_CAP (1024 * 1024)
 
-enum pstate { P_IDLE, P_HEAD, P_BODY };
+enum pstate { P_IDLE, P_POLLING };
 
 struct poller {
     struct event_base *base;
@@ -50,13 +46,9 @@ struct poller {
     socklen_t addrlen; /* 0 until the engine's address is known */
     struct buf req;    /* the request's bytes, made once */
     enum pstate state;
-    int reused;  /* this poll's connection carried an earlier one: one retry is allowed */
-    int got;     /* a byte of the answer came on it */
-    int keep;    /* the connection outlives this answer */
-    size_t blen; /* body bytes held, decoded, at io.in.p + io.in.off */
-    struct h1_parser rp;
-    struct h1_body body;
-    struct h1_header slots[POLLER_HEADERS];
+    int reused; /* this poll's connection carried an earlier one: one retry is allowed */
+    int got;    /* a byte of the answer came on it */
+    struct hreply ans;
     unsigned timeout_ms;
     char why[128]; /* why the last poll got no answer; "" after one (poller_error) */
     poller_cb cb;
@@ -80,12 +72,12 @@ static void finish(struct poller *p, int status)
         p->why[0] = '\0';
         if (in->len == in->cap)
             iob_reserve(in, 1); /* room for the NUL */
-        in->p[in->off + p->blen] = '\0';
+        in->p[in->off + p->ans.blen] = '\0';
         body = in->p + in->off;
-        len = p->blen;
+        len = p->ans.blen;
     }
     p->cb(p->arg, status, body, len);
-    if (!p->keep || status == 0)
+    if (!p->ans.keep || status == 0)
         ioc_close(&p->io);
     in->off = in->len = 0;
     ioc_trim(&p->io, POLLER_KEEP_CAP);
@@ -115,10 +107,9 @@ static int send_request(struct poller *p)
             return -1; /* the request waits in the spill buffer while the connect runs */
         }
     }
-    p->state = P_HEAD;
+    p->state = P_POLLING;
     p->got = 0;
-    p->keep = 1;
-    p->blen = 0;
+    hreply_init(&p->ans, H1_M_GET, POLLER_HEAD_MAX, POLLER_MAX_BODY);
     if (ioc_writev(&p->io, &v, 1) == 0)
         return 0;
     note(p, errno, "write failed");
@@ -149,59 +140,16 @@ static void refuse(struct poller *p, const char *why)
     finish(p, 0);
 }
 
-/* Parses the answer's head, past any 1xx interim answers, and sets the body up. */
-static int parse_head(struct poller *p)
-{
-    struct iobuf *in = &p->io.in;
-    size_t used;
-    int rv = h1_parse_final(&p->rp, p->slots, POLLER_HEADERS, POLLER_HEAD_MAX, H1_M_GET,
-                            in->p + in->off, in->len - in->off, &used);
-
-    in->off += used;
-    if (rv != H1_DONE)
-        return rv;
-    if (h1b_init(&p->body, &p->rp, POLLER_MAX_BODY) != 0) {
-        p->rp.err_reason = "Content-Length over the poller's limit";
-        return H1_ERROR;
-    }
-    p->keep = p->rp.keep_alive;
-    p->state = P_BODY;
-    return H1_DONE;
-}
-
-/* Takes the body bytes read since the last call: H1_DONE when the body is whole, H1_AGAIN for
- * more, H1_ERROR when the chunked coding is broken or the body is over POLLER_MAX_BODY. Bytes
- * past the body's end were not asked for: the connection is not kept. */
-static int take_body(struct poller *p)
-{
-    struct iobuf *in = &p->io.in;
-    char *body = in->p + in->off;
-    size_t held = in->len - in->off, used = 0, len = 0;
-    /* The bytes after the body taken so far are all new: a chunked body's chunk lines go as
-     * it is decoded, in place. */
-    int rv = h1b_take(&p->body, body + p->blen, held - p->blen, 0, body + p->blen, &used, &len);
-
-    if (rv == H1_DONE)
-        p->keep &= p->blen + used == held;
-    p->blen += len;
-    in->len = in->off + p->blen;
-    return rv;
-}
-
 /* One read of the answer, and what it completes. */
 static void read_answer(struct poller *p)
 {
-    size_t max = p->state == P_HEAD                ? POLLER_HEAD_MAX + POLLER_SLACK
-                 : p->rp.framing == H1_BODY_LENGTH ? (size_t) p->rp.content_length
-                                                   : POLLER_MAX_BODY + POLLER_SLACK;
-    ssize_t n = ioc_fill(&p->io, max, 1);
+    ssize_t n = ioc_fill(&p->io, hreply_read_max(&p->ans), 1);
     int rv;
 
     if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))
         return;
-    if (n == 0 && p->state == P_BODY && p->rp.framing == H1_BODY_UNTIL_CLOSE) {
-        p->keep = 0;
-        finish(p, p->rp.status); /* the close ends the body */
+    if (n == 0 && hreply_eof(&p->ans)) {
+        finish(p, p->ans.rp.status); /* the close ends the body */
         return;
     }
     if (n <= 0) {
@@ -209,15 +157,10 @@ static void read_answer(struct poller *p)
         return;
     }
     p->got = 1;
-    if (p->state == P_HEAD && (rv = parse_head(p)) != H1_DONE) {
-        if (rv == H1_ERROR)
-            refuse(p, p->rp.err_reason);
-        return;
-    }
-    if ((rv = take_body(p)) == H1_DONE)
-        finish(p, p->rp.status);
+    if ((rv = hreply_take(&p->ans, &p->io.in)) == H1_DONE)
+        finish(p, p->ans.rp.status);
     else if (rv == H1_ERROR)
-        refuse(p, p->body.err_reason);
+        refuse(p, p->ans.err);
 }
 
 static void on_io(struct ioconn *io, short what)

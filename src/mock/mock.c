@@ -199,6 +199,15 @@ static void handle_tokenize(struct mock_engine *e, struct evhttp_request *req)
     struct mock_toks t = {0};
     json_t *tokens;
 
+    /* Tokenizers that fail, for the router's fallback: held, evhttp frees the request with
+     * its connection when the client leaves. */
+    if (e->o.tokenize_hang || e->o.tokenize_status != 0) {
+        json_decref(body);
+        if (!e->o.tokenize_hang)
+            reply_error(req, (int) e->o.tokenize_status, "internal_error",
+                        "tokenizer failing (--tokenize-status)");
+        return;
+    }
     if (!json_is_object(body) ||
         (!json_is_array(messages) && !json_is_string(prompt) && !json_is_array(prompt))) {
         json_decref(body);

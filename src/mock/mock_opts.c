@@ -75,6 +75,10 @@ static const struct mock_opt mock_optv[] = {
     {"prompt-tokens-details-if-cached", MO_SET, MOFF(details_if_cached), 0, 0, NULL,
      "as vLLM's --enable-prompt-tokens-details: the details only above 0 cached, else null "
      "(none in a stream)"},
+    {"tokenize-status", MO_UINT, MOFF(tokenize_status), 400, 599, "N",
+     "answer POST /tokenize with this error status instead of the tokens (default: off)"},
+    {"tokenize-hang", MO_SET, MOFF(tokenize_hang), 0, 0, NULL,
+     "never answer POST /tokenize: hold it until its client leaves"},
     {"kv-events-endpoint", MO_KVSTR, MOFF(kv_endpoint), 0, 0, "ENDPOINT",
      "publish the KV cache's events on a ZMQ PUB, as vLLM: tcp://*:PORT binds (rank r at "
      "PORT+r), tcp://HOST:PORT connects, ipc:// binds (default off)"},

@@ -42,6 +42,8 @@ struct mock_opts {
     int no_prefix_caching;             /* --no-enable-prefix-caching (0, the default: cache on) */
     int prompt_tokens_details;         /* --enable-prompt-tokens-details: cached_tokens in usage */
     int details_if_cached;             /* --prompt-tokens-details-if-cached: ... only above 0 */
+    unsigned tokenize_status;          /* --tokenize-status: /tokenize answers it (0: tokens) */
+    int tokenize_hang;                 /* --tokenize-hang: /tokenize never answered */
     char model[128];                   /* model name served (and echoed when a request has none) */
     char served[MOCK_MAX_SERVED][128]; /* more names /v1/models lists (--served-model-name) */
     unsigned nserved;

@@ -147,6 +147,12 @@ static const struct opt_def opts[] = {
         AT(kv_predicted_ttl_ms), 1, 3600000, "5000",
         "for a worker that sends KV events, a routing decision of token ids is held this long, "
         "until the engine's events say (Dynamo's --router-predicted-ttl-secs)"),
+    OPT("tokenize", "ADMIT_ROUTER_TOKENIZE", OPT_BOOL, AT(tokenize), 0, 0, "0",
+        "key a text request's prefix by the token ids a worker's POST /tokenize gives (its "
+        "engine's tokenizer and chat template), not by its text; one round trip more"),
+    OPT("tokenize-timeout-ms", "ADMIT_ROUTER_TOKENIZE_TIMEOUT_MS", OPT_UINT,
+        AT(tokenize_timeout_ms), 1, 60000, "200",
+        "a /tokenize not answered in this long: the request is keyed by its text"),
     OPT("missed-heartbeats", "ADMIT_ROUTER_MISSED_HEARTBEATS", OPT_UINT, AT(missed_heartbeats), 1,
         1000, "3", "a worker silent this many heartbeats is not routable"),
     OPT("max-heartbeat-ms", "ADMIT_ROUTER_MAX_HEARTBEAT_MS", OPT_UINT, AT(max_heartbeat_ms), 10,
@@ -326,6 +332,8 @@ static const struct opt_field live_fields[] = {
     OPT_FIELD_AS("router_track_output_blocks", struct router_cfg, track_output_blocks),
     OPT_FIELD(struct router_cfg, chars_per_token),
     OPT_FIELD(struct router_cfg, kv_overlap_weight),
+    OPT_FIELD(struct router_cfg, tokenize),
+    OPT_FIELD(struct router_cfg, tokenize_timeout_ms),
     OPT_FIELD(struct router_cfg, max_heartbeat_ms),
     OPT_FIELD(struct router_cfg, stream_buffer_bytes),
     OPT_FIELD_AS("retry_after", struct router_cfg, retry_after_s),

@@ -50,6 +50,8 @@ struct router_cfg {
     unsigned router_ttl_secs;       /* an indexed block's life since it was last routed */
     unsigned kv_predicted_ttl_ms;   /* ... an event worker's exact one's (the side table) */
     unsigned router_max_tree_size;  /* blocks each prefix index holds at most */
+    int tokenize;                   /* key text requests by the ids a worker's /tokenize gives */
+    unsigned tokenize_timeout_ms;   /* ... waiting this long at most, then the text keys */
     unsigned missed_heartbeats;     /* a worker silent this many heartbeats is not routable */
     unsigned max_heartbeat_ms;      /* a heartbeat_ms above this counts as this */
     unsigned upstream_timeout_ms;   /* a worker silent this long: 504 (or a cut stream) */

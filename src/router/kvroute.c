@@ -207,23 +207,50 @@ int kvr_on(const struct kvroute *kv)
     return kv->idx != NULL;
 }
 
-size_t kvr_keys(const struct kvroute *kv, const char *model, const char *body, size_t len,
-                double chars_per_token, struct tokcount *counts, uint64_t *keys, int *exact)
+/* The keys' parameters for a request of model whose body is body: the seed from the model
+ * and the body's salt (vLLM's cache_salt keeps a tenant's blocks apart in the engine: in the
+ * index too). One rule for the keys of its text or ids and of the ids its tokenizer gave. */
+static void kvr_params(const struct kvroute *kv, const char *model, const char *body, size_t len,
+                       struct kvk_params *p)
 {
-    struct kvk_params p = {.block_tokens = kv->block_tokens};
     char room[KVK_SALT_MAX];
     const char *salt;
     size_t salt_len;
+
+    memset(p, 0, sizeof *p);
+    p->block_tokens = kv->block_tokens;
+    salt = kvk_salt(body, len, room, sizeof room, &salt_len);
+    p->seed = kvk_seed(model, strlen(model), salt, salt_len);
+}
+
+size_t kvr_keys(const struct kvroute *kv, const char *model, const char *body, size_t len,
+                double chars_per_token, struct tokcount *counts, uint64_t *keys, int *exact)
+{
+    struct kvk_params p;
 
     *exact = 0;
     if (kv->idx == NULL || len == 0) {
         tokcount_body(body, len, chars_per_token, counts);
         return 0;
     }
-    /* vLLM's cache_salt keeps a tenant's blocks apart in the engine: in the index too */
-    salt = kvk_salt(body, len, room, sizeof room, &salt_len);
-    p.seed = kvk_seed(model, strlen(model), salt, salt_len);
+    kvr_params(kv, model, body, len, &p);
     return kvk_body_counted(&p, body, len, keys, KVR_MAX_KEYS, exact, chars_per_token, counts);
+}
+
+size_t kvr_keys_ids(const struct kvroute *kv, const char *model, const char *body, size_t len,
+                    const uint64_t *ids, size_t n, uint64_t *keys)
+{
+    struct kvk_params p;
+
+    if (kv->idx == NULL)
+        return 0;
+    kvr_params(kv, model, body, len, &p);
+    return kvk_ids(&p, ids, n, keys, KVR_MAX_KEYS);
+}
+
+size_t kvr_max_ids(const struct kvroute *kv)
+{
+    return (size_t) KVR_MAX_KEYS * kv->block_tokens;
 }
 
 /* Merges x's holders of keys[0 .. n) into out[0 .. m), each holder once at its deepest; the

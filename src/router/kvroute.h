@@ -56,11 +56,18 @@ void kvr_free(struct kvroute *kv);
 void kvr_reconfigure(struct kvroute *kv, const struct router_cfg *cfg);
 /** 1 when an index is kept (the weight is above 0) */
 int kvr_on(const struct kvroute *kv);
-/** the block keys of a request body of model (at most KVR_MAX_KEYS; 0 when off), *exact 1
-    when they are of token ids, and always its prompt's token counts at chars_per_token
-    (tokcount_body's: one walk for both) */
+/** the block keys of a request body of model (at most KVR_MAX_KEYS; 0 when off), and always
+    its prompt's token counts at chars_per_token (tokcount_body's: one walk for both); *exact 1
+    when they came from token ids the body carries, 0 from its text (or none) */
 size_t kvr_keys(const struct kvroute *kv, const char *model, const char *body, size_t len,
                 double chars_per_token, struct tokcount *counts, uint64_t *keys, int *exact);
+/** the block keys of ids[0 .. n), the token ids of a request body of model (its tokenizer's
+    answer), made as kvr_keys makes those of ids in the body (at most KVR_MAX_KEYS; 0 when
+    off) */
+size_t kvr_keys_ids(const struct kvroute *kv, const char *model, const char *body, size_t len,
+                    const uint64_t *ids, size_t n, uint64_t *keys);
+/** the most token ids kvr_keys_ids uses: KVR_MAX_KEYS blocks */
+size_t kvr_max_ids(const struct kvroute *kv);
 /** the ranks predicted to hold a prefix of keys[0 .. n), their cached tokens capped at
     prompt_tokens, into out (KVR_MAX_HITS of them at most); the count */
 size_t kvr_match(struct kvroute *kv, const uint64_t *keys, size_t n, int64_t prompt_tokens,

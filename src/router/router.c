@@ -9,6 +9,7 @@
  *   class_queue.h  the policy-class queue, the router's own admission
  *   report.h       the rejections' counters, the fleet's families and /load
  *   kvroute.h      the prefix index: a request's block keys, the ranks predicted to hold them
+ *   tokenize.h     the workers' /tokenize, for the token ids of a text request (--tokenize)
  *   admission/bt_api.h  the thresholds of each model, /busy_threshold */
 #include "router.h"
 #include "admission/bt_api.h"
@@ -19,6 +20,7 @@
 #include "model_route.h"
 #include "report.h"
 #include "select.h"
+#include "tokenize.h"
 #include "util/clock.h"
 #include "util/jscan.h"
 #include "util/log.h"
@@ -42,11 +44,15 @@
 /* Per exchange, inside the proxy's allocation (zeroed at arrival). */
 struct rreq {
     struct cq_req cq; /* what the policy-class queue keeps of it */
-    int bypass;       /* GET, HEAD, OPTIONS: not booked, not judged, never queued */
-    int counted;      /* tokens, model and pin are read, once per exchange */
-    int64_t tokens;   /* prompt tokens, by admitd's counter */
-    int pinned;       /* the worker a pin header names; -1 none; -2 a name no worker has */
-    int held;         /* the worker whose upstream it holds (counted in its inflight); -1 none */
+    struct router *r;
+    const struct http_req *req; /* the request (the proxy's, valid for the exchange) */
+    struct tokz_call *tok;      /* its /tokenize call in flight, while the request waits on it */
+    int exact;                  /* its keys are of token ids (its own, or its tokenizer's) */
+    int bypass;                 /* GET, HEAD, OPTIONS: not booked, not judged, never queued */
+    int counted;                /* tokens, model and pin are read, once per exchange */
+    int64_t tokens;             /* prompt tokens, by admitd's counter */
+    int pinned; /* the worker a pin header names; -1 none; -2 a name no worker has */
+    int held;   /* the worker whose upstream it holds (counted in its inflight); -1 none */
     char model[MODEL_MAX];
     struct sel_booking bk; /* what this exchange holds on its worker */
     /* Prefix-aware selection: the prompt's block keys, read with the rest, and what the
@@ -72,6 +78,8 @@ struct router {
     struct workers *ws;
     struct class_queue *cq;
     struct report *rep;
+    struct tokz *tz;
+    int tok_next; /* where the search for a worker to tokenize begins: turns go round */
     void (*on_change)(void *arg);
     void *on_change_arg;
 };
@@ -205,15 +213,96 @@ static void on_begin(void *arg, struct pxreq *x, const struct http_req *req)
     struct rreq *q = pxreq_state(x);
 
     cq_begin(&q->cq, x);
+    q->r = r;
     q->pinned = -1;
     q->held = -1;
-    q->bypass = http_method_is_safe(req->method);
+    q->bypass = http_method_is_safe(req->method) || http_req_is_tokenizer(req);
     if (q->bypass) {
-        r->m->requests_bypass++;
+        if (http_method_is_safe(req->method))
+            r->m->requests_bypass++;
+        else
+            r->m->tokenizer_reqs++; /* a client's own /tokenize: as admitd, not gated */
         r->m->inflight_bypass++;
     } else
         r->m->inflight_nocap++;
 }
+
+/* ---- --tokenize: the token ids of a text request, from a worker's tokenizer ---------------- */
+
+/* The worker whose /tokenize a request of q's asks: its pin, else one alive that serves its
+ * model, in turns (busy or not: admitd passes /tokenize outside its gate); -1 none. */
+static int tokenizer_of(struct router *r, const struct rreq *q)
+{
+    const uint64_t *elig = mroute_eligible(r->models, q->model, q->pinned);
+    int64_t now = (int64_t) clock_mono_ms();
+    int n = sel_workers(r->sel);
+
+    if (q->pinned >= 0)
+        return sel_alive(r->sel, q->pinned, now) ? q->pinned : -1;
+    for (int i = 0; i < n; i++) {
+        int k = (r->tok_next + i) % n;
+
+        if (sel_eligible(elig, (size_t) k) && sel_alive(r->sel, k, now)) {
+            r->tok_next = (k + 1) % n;
+            return k;
+        }
+    }
+    return -1;
+}
+
+/* A request that passed the router's checks goes on to its class's queue (or selection). */
+static enum px_verdict go_on(struct router *r, struct rreq *q)
+{
+    return cq_arrive(r->cq, &q->cq, q->req, q->model, q->tokens, q->pinned, q->keys, q->nkeys);
+}
+
+/* The tokenizer answered, or failed (then the text keys stay): the request goes on. */
+static void on_tokenized(void *arg, enum tokz_result res, const uint64_t *ids, size_t n,
+                         int64_t count)
+{
+    struct rreq *q = arg;
+    struct router *r = q->r;
+
+    q->tok = NULL;
+    if (res == TOKZ_OK) {
+        q->nkeys = (uint32_t) kvr_keys_ids(r->kv, q->model, q->req->body, q->req->body_len, ids, n,
+                                           q->keys);
+        q->exact = 1;
+        if (count > 0)
+            q->tokens = count; /* the engine's own count, for the booking too */
+    }
+    if (go_on(r, q) == PX_FORWARD)
+        proxy_forward(q->cq.x);
+}
+
+/* With --tokenize, a request keyed by its text asks a worker's tokenizer for its ids first:
+ * 1 when it waits for the answer (on_tokenized() lets it go on), 0 when it goes on now with
+ * its text keys (tokenize off, no index, ids of its own, no prompt /tokenize takes, no
+ * worker, no connection). */
+static int tokenize(struct router *r, struct rreq *q)
+{
+    struct buf body;
+    int k;
+
+    if (!r->cfg->tokenize || !kvr_on(r->kv) || q->exact)
+        return 0;
+    buf_init(&body);
+    if (tokz_body(q->req->body, q->req->body_len, &body) != 0) {
+        buf_free(&body);
+        return 0;
+    }
+    if ((k = tokenizer_of(r, q)) < 0) {
+        tokz_count(r->tz, TOKZ_NO_WORKER);
+    } else {
+        /* held as a pick holds it: a retired worker stays until the call is over */
+        q->tok = tokz_start(r->tz, hold(r, q, k), body.data, body.len, r->cfg->tokenize_timeout_ms,
+                            kvr_max_ids(r->kv), on_tokenized, q);
+    }
+    buf_free(&body);
+    return q->tok != NULL;
+}
+
+/* ---- admission: the router's hooks, continued --------------------------------------------- */
 
 /* Without policy classes every request goes on to selection; with them, it may wait. */
 static enum px_verdict on_arrive(void *arg, struct pxreq *x, const struct http_req *req)
@@ -223,6 +312,7 @@ static enum px_verdict on_arrive(void *arg, struct pxreq *x, const struct http_r
 
     if (q->bypass)
         return PX_FORWARD; /* never judged, never queued */
+    q->req = req;
     read_request(r, q, req);
     /* Pinned: the pin decides (an unknown name is selection's 503). */
     if (q->pinned == -1 && mroute_refuse(r->models, x, q->model)) {
@@ -231,7 +321,9 @@ static enum px_verdict on_arrive(void *arg, struct pxreq *x, const struct http_r
     }
     if (q->pinned == -2)
         return PX_FORWARD; /* selection answers it: no worker has that name */
-    return cq_arrive(r->cq, &q->cq, req, q->model, q->tokens, q->pinned, q->keys, q->nkeys);
+    if (tokenize(r, q))
+        return PX_WAIT; /* held, its connection watched, until the tokenizer answers */
+    return go_on(r, q);
 }
 
 static void on_expired(void *arg, struct pxreq *x)
@@ -284,6 +376,8 @@ static void on_finish(void *arg, struct pxreq *x, enum outcome o)
     struct router *r = arg;
     struct rreq *q = pxreq_state(x);
 
+    tokz_cancel(q->tok); /* the client left, or a drain, while its tokenizer was asked */
+    q->tok = NULL;
     /* A whole answer that says what the engine found cached corrects what the index
      * predicted on that rank; one whose usage leaves it out does, as 0, once that worker has
      * shown that it reports it (kvr_correct). */
@@ -504,6 +598,7 @@ struct router *router_new(struct event_base *base, struct proxy *px, struct metr
     }
     r->ws = workers_new(base, cfg, r->sel, r->models, r->kv, room, r);
     r->rep = report_new(r->ws, r->sel, r->kv, r->models, r->bt);
+    r->tz = tokz_new(base);
     proxy_set_admission(px, &hooks);
     proxy_set_route(px, &route);
     return r;
@@ -560,6 +655,7 @@ void router_render_metrics(struct router *r, struct buf *out)
     report_render_metrics(r->rep, out);
     workers_render_metrics(r->ws, out);
     cq_render_metrics(r->cq, out);
+    tokz_render_metrics(r->tz, out);
 }
 
 void router_render_workers(struct router *r, struct buf *out)
@@ -572,6 +668,7 @@ void router_free(struct router *r)
     if (r == NULL)
         return;
     report_free(r->rep);
+    tokz_free(r->tz);
     workers_free(r->ws);
     cq_free(r->cq);
     mroute_free(r->models);

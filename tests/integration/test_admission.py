@@ -263,6 +263,38 @@ def test_get_passes_through_a_full_gate():
     mock.stop()
 
 
+def test_tokenizer_passes_a_full_gate():
+    """POST /tokenize and /detokenize (vLLM's pair) go to the engine outside the gate: with
+    N=1 Q=2 held full by long streams the engine's tokens come back, while a generation
+    request still gets 529; they have a counter of their own."""
+    mock = Mock("--token-interval-ms", "50")
+    ad = Admitd(mock.url, "--engine-request-limit", "1", "--request-queue-limit", "2")
+    holders = ad.fill(3, queued=2, max_tokens=400)
+    want = json.loads(request(mock.addr, "POST", "/tokenize", {"prompt": "hello there"})[2])
+    assert want["count"] > 0 and len(want["tokens"]) == want["count"], want
+    status, _, body = own_request(ad.addr, "/tokenize", {"prompt": "hello there"}, marker(3))
+    assert status == 200 and json.loads(body)["tokens"] == want["tokens"], (status, body)
+    status, _, body = own_request(ad.addr, "/tokenize?x=1", {
+        "model": "mock-model", "messages": [{"role": "user", "content": "hi"}],
+        "add_generation_prompt": True}, marker(4))
+    assert status == 200 and json.loads(body)["count"] > 0, (status, body)
+    # The mock has no /detokenize: its 404 proves the request reached it, past the gate.
+    status, _, body = own_request(ad.addr, "/detokenize", {"tokens": [1, 2]}, marker(5))
+    assert status == 404 and "no route" in error_message(body), (status, body)
+    # A path that only begins like it, and a generation request, are gated: 529.
+    for i, path in enumerate(("/tokenizer", "/v1/completions")):
+        status, _, body = own_request(ad.addr, path, {"prompt": "x"}, marker(6 + i))
+        assert status == 529 and error_message(body) == OVERLOAD_MSG, (path, status, body)
+    m = ad.metrics()
+    assert m["admitd_tokenizer_requests_total"] == 3, m
+    assert m["admitd_bypass_requests_total"] == 0, m
+    assert m["dynamo_rejection_request_total"] == 2, m
+    assert m["dynamo_engine_request"] == 1 and m["dynamo_request_queue"] == 2, m
+    close_own(holders)
+    ad.stop()
+    mock.stop()
+
+
 def test_no_limit_means_no_cap():
     mock = Mock("--token-interval-ms", "20")
     ad = Admitd(mock.url, env={"DYN_DYNAMO_REQUEST_QUEUE_LIMIT": "1"})  # ignored without N
@@ -547,6 +579,8 @@ if __name__ == "__main__":
             test_queued_hangup_behind_pipelined_bytes)
     tap.run("DYN_HTTP_OVERLOAD_STATUS_CODE follows Dynamo's rules", test_overload_status_code_env)
     tap.run("GET and HEAD pass through a full gate", test_get_passes_through_a_full_gate)
+    tap.run("POST /tokenize and /detokenize pass a full gate, counted apart",
+            test_tokenizer_passes_a_full_gate)
     tap.run("without --engine-request-limit there is no cap", test_no_limit_means_no_cap)
     tap.run("gated replies: X-Admitd-Queue-Wait-Ms, queue-full, queue-timeout, draining",
             test_reasons_queue_wait_and_retry_after)

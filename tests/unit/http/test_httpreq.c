@@ -39,6 +39,27 @@ static void test_method_names_and_safety(void **state)
 }
 
 /* A request without an engine behind it has no headers at all. */
+static void test_tokenizer_is_post_to_its_two_paths(void **state)
+{
+    struct http_req r = {.method = HTTP_POST, .target = "/tokenize"};
+
+    (void) state;
+    assert_true(http_req_is_tokenizer(&r));
+    r.target = "/detokenize?x=1";
+    assert_true(http_req_is_tokenizer(&r));
+    r.target = "/tokenizer";
+    assert_false(http_req_is_tokenizer(&r));
+    r.target = "/v1/tokenize";
+    assert_false(http_req_is_tokenizer(&r));
+    r.target = "/v1/completions";
+    assert_false(http_req_is_tokenizer(&r));
+    r.target = "/tokenize";
+    r.method = HTTP_PUT;
+    assert_false(http_req_is_tokenizer(&r));
+    r.method = HTTP_GET;
+    assert_false(http_req_is_tokenizer(&r));
+}
+
 static void test_header_lookup_without_engine(void **state)
 {
     struct http_req r = {.target = "/"};
@@ -52,6 +73,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_path_matches_whole_segments),
         cmocka_unit_test(test_method_names_and_safety),
+        cmocka_unit_test(test_tokenizer_is_post_to_its_two_paths),
         cmocka_unit_test(test_header_lookup_without_engine),
     };
 
