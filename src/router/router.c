@@ -47,18 +47,18 @@ struct rreq {
     struct router *r;
     const struct http_req *req; /* the request (the proxy's, valid for the exchange) */
     struct tokz_call *tok;      /* its /tokenize call in flight, while the request waits on it */
-    int exact;                  /* its keys are of token ids (its own, or its tokenizer's) */
-    int bypass;                 /* GET, HEAD, OPTIONS: not booked, not judged, never queued */
-    int counted;                /* tokens, model and pin are read, once per exchange */
-    int64_t tokens;             /* prompt tokens, by admitd's counter */
-    int pinned; /* the worker a pin header names; -1 none; -2 a name no worker has */
-    int held;   /* the worker whose upstream it holds (counted in its inflight); -1 none */
+    int exact;      /* its keys are of token ids (its own, or its tokenizer's): the engines' KV
+                     * events can hold them */
+    int bypass;     /* GET, HEAD, OPTIONS: not booked, not judged, never queued */
+    int counted;    /* tokens, model and pin are read, once per exchange */
+    int64_t tokens; /* prompt tokens, by admitd's counter */
+    int pinned;     /* the worker a pin header names; -1 none; -2 a name no worker has */
+    int held;       /* the worker whose upstream it holds (counted in its inflight); -1 none */
     char model[MODEL_MAX];
     struct sel_booking bk; /* what this exchange holds on its worker */
     /* Prefix-aware selection: the prompt's block keys, read with the rest, and what the
      * index predicted on the rank chosen (cached tokens), for the answer's correction. */
     uint32_t nkeys;
-    int exact; /* the keys are of token ids (the engines' KV events can hold them) */
     int64_t predicted;
     /* Not zeroed at arrival (hooks.zeroed): 4.4 KiB a request. keys[0 .. nkeys) are written
      * by read_request() before anything reads them, the tail is reset by pick() before

@@ -26,7 +26,10 @@
  * removing as many of its oldest: a cache that turns over at a steady size. The block dump a
  * router fetches (GET /admitd/kv_blocks) is served on one HTTP port on every address
  * (printed as `kv-http PORT`): the address a connection came to names the worker, as
- * tests/bench/fleet.py lays them out (worker i at 127.0.(i / 250).(i % 250 + 1)).
+ * tests/bench/fleet.py lays them out (worker i at 127.0.(i / 250).(i % 250 + 1)). The server
+ * is the least HTTP/1.1 that a router's fetch needs (a bench speaks no more: the layers keep
+ * evhttp to the mock engine): it reads a request head, whatever it asks, answers the dump with
+ * `Connection: close`, and closes; its reads and writes block, for a bench on loopback.
  *
  * tests/bench/fleet.py drives it. */
 #include "admit/load.h"
@@ -37,10 +40,9 @@
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <sys/socket.h>
-#include <event2/buffer.h>
-#include <event2/bufferevent.h>
+#include <sys/time.h>
+#include <unistd.h>
 #include <event2/event.h>
-#include <event2/http.h>
 #include <signal.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -143,47 +145,91 @@ static void kv_tick(evutil_socket_t fd, short what, void *arg)
     kv_events_sent++;
 }
 
-/* GET /admitd/kv_blocks: the snapshot of the worker the connection came to (its address). */
-static void kv_dump(struct evhttp_request *req, void *arg)
+/* Writes all of len bytes to fd (blocking); 0, or -1. */
+static int write_all(int fd, const void *p, size_t len)
+{
+    const char *q = p;
+
+    while (len > 0) {
+        ssize_t w = write(fd, q, len);
+
+        if (w <= 0)
+            return -1;
+        q += w, len -= (size_t) w;
+    }
+    return 0;
+}
+
+/* One connection to the dumps' port: the snapshot of the worker it came to (its address), as
+ * records of a u32 length and a kv_events message, all at the worker's last sequence. */
+static void kv_dump(int fd)
 {
     struct sockaddr_in sin;
     socklen_t sl = sizeof sin;
-    struct evhttp_connection *c = evhttp_request_get_connection(req);
-    struct bufferevent *bev = c ? evhttp_connection_get_bufferevent(c) : NULL;
-    struct evbuffer *body;
-    unsigned char msg[KVM_MSG_MAX];
+    struct timeval tv = {2, 0};
+    unsigned char msg[KVM_MSG_MAX], *body;
+    char head[512], req[2048];
+    size_t got = 0, blen = 0;
     uint32_t a, i;
     struct sim *s;
 
-    (void) arg;
-    if (bev == NULL || getsockname(bufferevent_getfd(bev), (struct sockaddr *) &sin, &sl) != 0 ||
-        sin.sin_family != AF_INET) {
-        evhttp_send_error(req, 500, "no local address");
-        return;
+    setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+    while (got < sizeof req - 1) { /* the request's head; its content is never asked for */
+        ssize_t r = read(fd, req + got, sizeof req - 1 - got);
+
+        if (r <= 0)
+            return;
+        got += (size_t) r;
+        req[got] = '\0';
+        if (strstr(req, "\r\n\r\n") != NULL)
+            break;
     }
+    if (getsockname(fd, (struct sockaddr *) &sin, &sl) != 0 || sin.sin_family != AF_INET)
+        return;
     a = ntohl(sin.sin_addr.s_addr);
     i = (a >> 8 & 0xff) * 250 + (a & 0xff) - 1;
     if ((a >> 24) != 127 || (a & 0xff) == 0 || i >= started) {
-        evhttp_send_error(req, 404, "no such worker");
+        static const char nf[] = "HTTP/1.1 404 Not Found\r\nContent-Length: 0\r\n"
+                                 "Connection: close\r\n\r\n";
+
+        write_all(fd, nf, sizeof nf - 1);
         return;
     }
     s = &sims[i];
-    body = evhttp_request_get_output_buffer(req);
+    body = malloc(((s->kv_hi - s->kv_lo) / KVM_KEYS_MAX + 1) * (4 + KVM_MSG_MAX));
+    if (body == NULL)
+        return;
     for (uint64_t lo = s->kv_lo;;) {
         unsigned n = s->kv_hi - lo < KVM_KEYS_MAX ? (unsigned) (s->kv_hi - lo) : KVM_KEYS_MAX;
         size_t len = kv_encode(i, KVM_SNAPSHOT, s->kv_seq, lo, n, msg);
         uint32_t be = htonl((uint32_t) len);
 
-        evbuffer_add(body, &be, 4);
-        evbuffer_add(body, msg, len);
+        memcpy(body + blen, &be, 4);
+        memcpy(body + blen + 4, msg, len);
+        blen += 4 + len;
         lo += n;
         if (lo >= s->kv_hi)
             break;
     }
-    evhttp_add_header(evhttp_request_get_output_headers(req), "Content-Type",
-                      "application/octet-stream");
-    evhttp_send_reply(req, 200, "OK", NULL);
-    kv_dumps++;
+    snprintf(head, sizeof head,
+             "HTTP/1.1 200 OK\r\nContent-Type: application/octet-stream\r\n"
+             "Content-Length: %zu\r\nConnection: close\r\n\r\n",
+             blen);
+    if (write_all(fd, head, strlen(head)) == 0 && write_all(fd, body, blen) == 0)
+        kv_dumps++;
+    free(body);
+}
+
+static void kv_accept(evutil_socket_t lfd, short what, void *arg)
+{
+    int fd = accept(lfd, NULL, NULL);
+
+    (void) what;
+    (void) arg;
+    if (fd < 0)
+        return; /* out of descriptors: a bench sized for what it runs, not a daemon */
+    kv_dump(fd);
+    close(fd);
 }
 
 static void start_one(evutil_socket_t fd, short what, void *arg)
@@ -293,18 +339,16 @@ int main(int argc, char **argv)
     if (base == NULL || sims == NULL || timers == NULL)
         return 1;
     if (opt.kv_rate) { /* the dumps' server, on every address (see the head of the file) */
-        struct evhttp *http = evhttp_new(base);
-        struct evhttp_bound_socket *bs =
-            http ? evhttp_bind_socket_with_handle(http, "0.0.0.0", 0) : NULL;
-        struct sockaddr_in sin;
+        struct sockaddr_in sin = {.sin_family = AF_INET};
         socklen_t sl = sizeof sin;
+        int lfd = socket(AF_INET, SOCK_STREAM, 0);
 
-        if (bs == NULL ||
-            getsockname(evhttp_bound_socket_get_fd(bs), (struct sockaddr *) &sin, &sl) != 0) {
-            fprintf(stderr, "fleetpub: no HTTP listener for the dumps\n");
+        if (lfd < 0 || bind(lfd, (struct sockaddr *) &sin, sizeof sin) != 0 ||
+            listen(lfd, 1024) != 0 || getsockname(lfd, (struct sockaddr *) &sin, &sl) != 0) {
+            fprintf(stderr, "fleetpub: no listener for the dumps\n");
             return 1;
         }
-        evhttp_set_cb(http, "/admitd/kv_blocks", kv_dump, NULL);
+        event_add(event_new(base, lfd, EV_READ | EV_PERSIST, kv_accept, NULL), NULL);
         printf("kv-http %u\n", ntohs(sin.sin_port));
         fflush(stdout);
     }
