@@ -169,6 +169,12 @@ static void take(struct kvfollow *f, struct kvf_rank *r, unsigned rank, const st
         keep(f, r, raw, len);
         return;
     }
+    /* At or below the last applied, in the same epoch: a message the dump held already, come
+     * late on the live stream (the dump comes over HTTP, the stream over the publisher, and
+     * either may be read first), never a loss. */
+    if (r->state == KVF_FOLLOW && r->gen == kvr_generation(f->kv) && m->epoch == r->epoch &&
+        m->seq <= r->seq)
+        return;
     if (r->state != KVF_FOLLOW || r->gen != kvr_generation(f->kv) || m->epoch != r->epoch ||
         m->seq != r->seq + 1) {
         if (r->state == KVF_FOLLOW)
