@@ -222,6 +222,103 @@ def run_router(a, b, tmp, via, mock_url, mock_addr):
         stop(pub)
 
 
+def msum(maddr, family):
+    """The sum of every sample of a metric family (all its label sets)."""
+    _, body = get(maddr, "/metrics")
+    return sum(float(m.group(1)) for m in
+               re.finditer(rb"^" + re.escape(family.encode()) + rb"(?:\{[^}]*\})? (\S+)$", body, re.M))
+
+
+def run_kv(a, b, tmp):
+    """Issue 26: the router following --workers workers' KV events (fleetpub --kv-rate: each
+    worker stores --kv-keys blocks per message and, past --kv-blocks held, removes its oldest),
+    its load messages at 1 a second each: CPU per kv_events message and per key, the events
+    index's blocks and bytes, and the router's RSS, per million blocks indexed."""
+    urls = os.path.join(tmp, "workers-kv.txt")
+    pub, m = start([os.path.join(b, "tests/bench/fleetpub"), "--workers", str(a.workers),
+                    "--rate", "1", "--out", urls, "--kv-rate", str(a.kv_rate), "--kv-keys",
+                    str(a.kv_keys), "--kv-blocks", str(a.kv_blocks)], r"^kv-http (\d+)")
+    port = m.group(1)
+    rt = None
+    try:
+        deadline = time.time() + 60
+        while time.time() < deadline:  # every worker's line is written once all listen
+            with open(urls) as f:
+                pubs = [ln.strip().rsplit("=", 1)[1] for ln in f if ln.strip()]
+            if len(pubs) == a.workers:
+                break
+            time.sleep(0.2)
+        # worker i at 127.0.(i / 250).(i % 250 + 1): the address names it to the dumps' server
+        workers = ["http://127.0.%d.%d:%s=%s" % (i // 250, i % 250 + 1, port, u)
+                   for i, u in enumerate(pubs)]
+        held = a.workers * a.kv_blocks
+        cfg = os.path.join(tmp, "router-kv.yaml")
+        with open(cfg, "w") as f:
+            f.write("listen: 127.0.0.1:0\nmetrics_listen: 127.0.0.1:0\n")
+            f.write("router_max_tree_size: %d\n" % max(1024, held + held // 4))
+            f.write("worker: %s\n" % ",".join(workers))
+        rt, m = start([os.path.join(b, "admit-router"), "--config", cfg],
+                      r"ready listen=(\S+) metrics=(\S+) workers=(\d+)")
+        maddr = hostport(m.group(2))
+        t0 = time.time()
+        while metric(maddr, "admit_router_kv_events_workers") < a.workers and time.time() - t0 < 90:
+            time.sleep(0.5)
+        following = metric(maddr, "admit_router_kv_events_workers")
+        while metric(maddr, "admit_router_kv_events_index_blocks") < held * 0.95 and \
+                time.time() - t0 < 180:  # until every cache has filled and turns over
+            time.sleep(0.5)
+        time.sleep(2)
+        n0, k0 = msum(maddr, "admit_router_kv_events_messages_total"), \
+            msum(maddr, "admit_router_kv_events_keys_total")
+        g0, d0 = metric(maddr, "admit_router_kv_events_gaps_total"), \
+            msum(maddr, "admit_router_kv_events_dumps_total")
+        ticks0, w0 = proc_ticks(rt.pid), time.monotonic()
+        time.sleep(a.seconds)
+        ticks1, w1 = proc_ticks(rt.pid), time.monotonic()
+        n1, k1 = msum(maddr, "admit_router_kv_events_messages_total"), \
+            msum(maddr, "admit_router_kv_events_keys_total")
+        cpu_s = (ticks1 - ticks0) / os.sysconf("SC_CLK_TCK")
+        blocks = metric(maddr, "admit_router_kv_events_index_blocks")
+        rss = proc_status(rt.pid, "VmRSS") / 1024
+        out = {
+            "following": following,
+            "msgs_per_s": (n1 - n0) / (w1 - w0),
+            "keys_per_s": (k1 - k0) / (w1 - w0),
+            "cpu_pct": 100.0 * cpu_s / (w1 - w0),
+            "us_per_msg": 1e6 * cpu_s / (n1 - n0) if n1 > n0 else 0.0,
+            "ns_per_key": 1e9 * cpu_s / (k1 - k0) if k1 > k0 else 0.0,
+            "blocks": blocks,
+            "rss_mib": rss,
+            "mib_per_million_blocks": rss / (blocks / 1e6) if blocks else 0.0,
+            "gaps": metric(maddr, "admit_router_kv_events_gaps_total") - g0,
+            "dumps": msum(maddr, "admit_router_kv_events_dumps_total") - d0,
+        }
+        print("  kv events: %s" % out, flush=True)
+        return out
+    finally:
+        if rt is not None:
+            stop(rt)
+        stop(pub)
+
+
+def print_kv(a, r):
+    print()
+    print("| admit-router following %d workers' KV events (%d kv_events/s each, %d blocks a "
+          "message, %d held each) | measured |" % (a.workers, a.kv_rate, a.kv_keys, a.kv_blocks))
+    print("|---|---:|")
+    print("| workers followed; during the run, dumps fetched and gaps seen | %d; %d, %d |" % (
+        r["following"], r["dumps"], r["gaps"]))
+    print("| kv_events messages / keys received per second | %.0f / %.0f |" % (
+        r["msgs_per_s"], r["keys_per_s"]))
+    print("| CPU, %% of one core (%.0f s; with 1 load message a second per worker) | %.1f |" % (
+        a.seconds, r["cpu_pct"]))
+    print("| µs CPU per kv_events message | %.2f |" % r["us_per_msg"])
+    print("| ns CPU per block stored or removed | %.0f |" % r["ns_per_key"])
+    print("| blocks indexed | %.0f |" % r["blocks"])
+    print("| router RSS MiB / per million blocks indexed | %.0f / %.0f |" % (
+        r["rss_mib"], r["mib_per_million_blocks"]))
+
+
 def run_floor(a, b, tmp, mock_url):
     """floor_bench in each mode this build has, against a fresh fleet: {mode label: kv}."""
     urls = os.path.join(tmp, "workers-floor.txt")
@@ -257,10 +354,18 @@ def main():
     ap.add_argument("--skip-floor", action="store_true", help="skip floor_bench")
     ap.add_argument("--subscribers", default="nng,auto",
                     help="the routers' --subscriber values, one router each")
+    ap.add_argument("--kv-rate", type=int, default=10,
+                    help="kv_events messages per second per worker (0: no KV events run)")
+    ap.add_argument("--kv-keys", type=int, default=16, help="blocks per kv_events message")
+    ap.add_argument("--kv-blocks", type=int, default=1000, help="blocks each worker's cache holds")
+    ap.add_argument("--kv-only", action="store_true", help="only the KV events run")
     a = ap.parse_args()
     b = a.build
     tmp = tempfile.mkdtemp(prefix="admit-fleet-")
     urls = os.path.join(tmp, "workers.txt")
+    if a.kv_only:
+        print_kv(a, run_kv(a, b, tmp))
+        return 0
     procs = []
     print("fleet bench: %d workers x %d messages/s, %s, nproc %d" % (
         a.workers, a.rate, time.strftime("%Y-%m-%d %H:%M"), os.cpu_count()), flush=True)
@@ -298,7 +403,10 @@ def main():
         if not a.skip_floor:
             floor = run_floor(a, b, tmp, m.group(1))
 
-        # ---- 5. selection ----
+        # ---- 5. the engines' KV events ----
+        kvr = run_kv(a, b, tmp) if a.kv_rate > 0 else None
+
+        # ---- 6. selection ----
         sel = subprocess.run([os.path.join(b, "tests/bench/select_bench"), "--workers", "1024",
                               "--ranks", "1", "--rounds", "5", "--part", "1", "--cpu", "1"],
                              capture_output=True, text=True, check=True).stdout
@@ -360,6 +468,8 @@ def main():
                 float(r["host_segs_per_msg"]), float(r["delayed_acks_per_msg"])))
         print("(floor_bench, %.0f s each; the target, %.0f %% of a core, is %.1f µs a message)" %
               (a.seconds, TARGET_CPU_PCT, 1e4 * TARGET_CPU_PCT / (a.workers * a.rate)))
+    if kvr:
+        print_kv(a, kvr)
     return 0
 
 

@@ -224,6 +224,12 @@ def test_gap_and_garbage_from_a_raw_publisher():
         wait_for(lambda: kv(adm, "last_seq", 0) == seq + 13, what="the large batch")
         assert kv(adm, "blocks_total", 0, op="stored") == 2 * (ok0 + 2) + 300
         assert kv(adm, "batches_total", 0, result="malformed") == 4
+        # The sequence goes back on the same connection (an engine restarted behind something
+        # that kept the connection): a restart, not a gap.
+        gaps = kv(adm, "gaps_total", 0)
+        send(2, batch(STORE))
+        wait_for(lambda: kv(adm, "restarts_total", 0) == 1, what="the restart")
+        assert kv(adm, "gaps_total", 0) == gaps
         complete(adm, "still serving")
         assert adm.proc.alive()
     finally:

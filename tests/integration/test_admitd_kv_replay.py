@@ -121,6 +121,7 @@ def test_gap_not_covered_is_cleared():
     reader = KvReader(adm.publish)
     try:
         warm(adm, reader, "wn")
+        before = set(reader.held())
         fwd.drop(3)
         for i in range(3):
             complete(adm, prompt_of("lost%d" % i, 2))
@@ -132,8 +133,14 @@ def test_gap_not_covered_is_cleared():
         m = adm.metrics()
         assert m['admitd_engine_kv_events_replays_total{dp_rank="0",result="unfilled"}'] == 1, m
         assert len(reader.messages("cleared")) == 1
-        # Nothing from before the clear is held: the warm-up's keys are gone.
-        assert reader.held() == set(keys_of(mock, last)), (reader.held(), keys_of(mock, last))
+        # Nothing from before the clear is held: the warm-up's keys are gone. (A lost prompt's
+        # blocks may be held too: the mock batches a step's stores, and on a busy machine the
+        # last lost prompt's can share the batch after the gap.)
+        held, lost = reader.held(), set()
+        for i in range(3):
+            lost |= set(keys_of(mock, prompt_of("lost%d" % i, 2)))
+        assert before and held.isdisjoint(before), (held, before)
+        assert set(keys_of(mock, last)) <= held <= set(keys_of(mock, last)) | lost, (held, lost)
         assert reader.errors == [], reader.errors
     finally:
         reader.close()
