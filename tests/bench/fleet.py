@@ -243,8 +243,8 @@ def run_kv(a, b, tmp):
     try:
         deadline = time.time() + 60
         while time.time() < deadline:  # every worker's line is written once all listen
-            with open(urls) as f:
-                pubs = [ln.strip().rsplit("=", 1)[1] for ln in f if ln.strip()]
+            with open(urls) as f:  # (whole lines only: the file is written as they start)
+                pubs = [ln.strip().rsplit("=", 1)[1] for ln in f if ln.endswith("\n") and "=" in ln]
             if len(pubs) == a.workers:
                 break
             time.sleep(0.2)

@@ -483,6 +483,15 @@ def sc_router_prompt():
              % (f(ratio(cpu["router-prefix"], cpu["haproxy"]), 2),
                 f(ratio(cpu["router-prefix, churn"], cpu["haproxy"]), 2),
                 f(ratio(cpu["router-load"], cpu["haproxy"]), 2), ARGS.duration, ARGS.rounds, n))
+
+    def per_round(name):  # each round's ratio, then their median: a machine whose speed drifts
+        return med([a["cpu_us"] / b["cpu_us"] for a, b in zip(res[name], res["haproxy"])
+                    if b["cpu_us"] > 0])  # moves both of a round's runs alike
+
+    text += (" The median of the rounds' own ratios: prefix-aware **%s** (churn %s), by load %s "
+             "(on a shared machine: `--rounds 15 --duration 2` interleaves the proxies finely)."
+             % (f(per_round("router-prefix"), 2), f(per_round("router-prefix, churn"), 2),
+                f(per_round("router-load"), 2)))
     return text
 
 

@@ -16,6 +16,12 @@ same requests through one front:
   router-load        admit-router by load (--kv-overlap-score-weight 0 when it has the flag)
   router-prefix      admit-router prefix-aware (--kv-overlap-score-weight 1): only when the
                      build's admit-router lists that flag in --help
+  router-events      router-prefix on the engines' KV events: each mock publishes them
+                     (--kv-events-endpoint), its admitd relays them (--engine-kv-events), and
+                     the router, with --tokenize when it has it, keys text as the engine does
+  router-prefix-x2   two router-prefix replicas over the fleet, each request to one of them
+                     at random (an L4 balancer without affinity): each sees half the traffic
+  router-events-x2   the same with two router-events replicas
 
 Workloads (tests/bench/workload_gen.py): `chat`, closed-loop users each running multi-turn
 sessions (a system prompt shared by a group of sessions, an opening of the session's own, T
@@ -52,7 +58,8 @@ import fleet as F  # noqa: E402  (metric, routable, hostport)
 import run as R  # noqa: E402  (Proc, start_mock, start_admitd, fill, free_port, pct, table...)
 import workload_gen as G  # noqa: E402
 
-POLICIES = ["haproxy-rr", "haproxy-leastconn", "haproxy-hash", "router-load", "router-prefix"]
+POLICIES = ["haproxy-rr", "haproxy-leastconn", "haproxy-hash", "router-load", "router-prefix",
+            "router-events", "router-prefix-x2", "router-events-x2"]
 BALANCE = {"haproxy-rr": "roundrobin", "haproxy-leastconn": "leastconn",
            "haproxy-hash": "hdr(X-Session-Id)\n    hash-type consistent"}
 MODEL = "mock-model"
@@ -70,7 +77,10 @@ def helptext(prog):
 
 def features():
     mock, router = helptext("admit-mock-engine"), helptext("admit-router")
+    admitd = helptext("admitd")
     return types.SimpleNamespace(
+        events="--kv-events-endpoint" in mock and "--engine-kv-events" in admitd,
+        tokenize="--tokenize" in router,
         blocks="--num-gpu-blocks" in mock,
         prefix_cache="--no-enable-prefix-caching" in mock or "--enable-prompt-tokens-details" in mock,
         details="--enable-prompt-tokens-details" in mock,
@@ -106,12 +116,19 @@ def mock_flags(a, feat, blocks):
     return fl
 
 
-def start_fleet(a, feat, tag, blocks):
-    """K mocks, each behind an admitd of N = --slots, Q = --queue: [(mock addr, admitd)]."""
+def start_fleet(a, feat, tag, blocks, events=False):
+    """K mocks, each behind an admitd of N = --slots, Q = --queue: [(mock addr, admitd)]. With
+    events, each mock publishes its KV events and its admitd relays them (the mock's PUB binds
+    a wildcard port, admitd connects to it on loopback, as vLLM's default has it)."""
     out = []
     for k in range(a.workers):
-        _, maddr = R.start_mock("%s-%d" % (tag, k), *mock_flags(a, feat, blocks))
-        ad, _ = R.start_admitd("%s-%d" % (tag, k), maddr, a.slots, a.queue)
+        mflags, aflags = mock_flags(a, feat, blocks), []
+        if events:
+            port = R.free_port()
+            mflags += ["--kv-events-endpoint", "tcp://*:%d" % port]
+            aflags += ["--engine-kv-events", "tcp://127.0.0.1:%d" % port]
+        _, maddr = R.start_mock("%s-%d" % (tag, k), *mflags)
+        ad, _ = R.start_admitd("%s-%d" % (tag, k), maddr, a.slots, a.queue, *aflags)
         out.append((maddr, ad))
     return out
 
@@ -143,7 +160,9 @@ def start_router(tag, policy, fleet, feat):
     argv += ["--worker=http://%s=%s" % (ad.addr, ad.publish) for _, ad in fleet]
     if feat.kv_weight:
         argv += ["--kv-overlap-score-weight",
-                 R.ARGS.prefix_weight if policy == "router-prefix" else "0"]
+                 "0" if policy == "router-load" else R.ARGS.prefix_weight]
+    if policy.startswith("router-events") and feat.tokenize:
+        argv += ["--tokenize"]
     p = R.Proc("router-" + tag, argv)
     m = p.wait_line(r"ready listen=(\S+) metrics=(\S+)")
     maddr = F.hostport(m.group(2))
@@ -225,15 +244,17 @@ class Client:
         return r
 
 
-def run_chat(addr, spec, seconds, cpt, results):
+def run_chat(addrs, spec, seconds, cpt, results):
     """Closed loop: spec.users threads, each running sessions one after the other until
     `seconds` have passed (a session in progress stops there too). A rejected turn (529, 503)
-    is retried after a pause, as a client honouring the overload answer would."""
+    is retried after a pause, as a client honouring the overload answer would. Each request
+    goes to one of addrs (the fronts) at random, as an L4 balancer without affinity sends it."""
     stop_at = time.monotonic() + seconds
     lock = threading.Lock()
 
     def user(u):
-        cl = Client(addr)
+        cls = [Client(addr) for addr in addrs]
+        pick = random.Random("front/%s/%d" % (spec.name, u))
         rnd = random.Random("think/%s/%d" % (spec.name, u))
         k = 0
         while time.monotonic() < stop_at:
@@ -243,7 +264,7 @@ def run_chat(addr, spec, seconds, cpt, results):
             for t, m in enumerate(msgs):
                 conv.append({"role": "user", "content": (opening + m) if t == 0 else m})
                 while time.monotonic() < stop_at:
-                    r = cl.send("/v1/chat/completions",
+                    r = pick.choice(cls).send("/v1/chat/completions",
                                 {"model": MODEL, "messages": conv, "max_tokens": spec.answer_tokens,
                                  "stream": True, "stream_options": {"include_usage": True}},
                                 {"X-Session-Id": sid})
@@ -264,29 +285,31 @@ def run_chat(addr, spec, seconds, cpt, results):
         th.join(seconds + 180)
 
 
-def run_trace(addr, records, speed, block_tokens, cpt, conc, results):
+def run_trace(addrs, records, speed, block_tokens, cpt, conc, results):
     """Open loop: each record sent at its timestamp / speed (from the first), by a pool of
-    `conc` client threads (a record finding none free waits: its lateness is not counted)."""
+    `conc` client threads (a record finding none free waits: its lateness is not counted), to
+    one of addrs at random."""
     import queue
     q = queue.Queue()
     lock = threading.Lock()
     cache = {}
     prompts = [G.trace_prompt(r, block_tokens, cpt, cache) for r in records]
 
-    def worker():
-        cl = Client(addr)
+    def worker(w):
+        cls = [Client(addr) for addr in addrs]
+        pick = random.Random("front/trace/%d" % w)
         while True:
             item = q.get()
             if item is None:
                 return
             rec, prompt = item
-            r = cl.send("/v1/completions",
+            r = pick.choice(cls).send("/v1/completions",
                         {"model": MODEL, "prompt": prompt, "max_tokens": rec["output_length"],
                          "stream": True, "stream_options": {"include_usage": True}}, {})
             with lock:
                 results.append(r)
 
-    threads = [threading.Thread(target=worker, daemon=True) for _ in range(conc)]
+    threads = [threading.Thread(target=worker, args=(w,), daemon=True) for w in range(conc)]
     for th in threads:
         th.start()
     t0 = time.monotonic()
@@ -318,27 +341,32 @@ def mock_counters(maddr):
 
 def measure(a, feat, wl, policy, blocks, cpt_box):
     tag = "%s-%s" % (wl["name"], policy)
-    fleet = start_fleet(a, feat, tag, blocks)
+    events = policy.startswith("router-events")
+    fleet = start_fleet(a, feat, tag, blocks, events=events)
     if cpt_box[0] is None:
         cpt_box[0] = chars_per_token(fleet[0][0])
     cpt = cpt_box[0]
-    maddr = None
+    maddrs = []
     if policy.startswith("haproxy"):
-        addr = start_haproxy(tag, policy, fleet)
+        addrs = [start_haproxy(tag, policy, fleet)]
     else:
-        addr, maddr = start_router(tag, policy, fleet, feat)
+        addrs = []
+        for i in range(2 if policy.endswith("-x2") else 1):
+            addr, maddr = start_router("%s-%d" % (tag, i), policy, fleet, feat)
+            addrs.append(addr)
+            maddrs.append(maddr)
     results = []
     t0 = time.monotonic()
     if wl["kind"] == "trace":
-        run_trace(addr, wl["records"], a.trace_speed, a.trace_block, cpt, a.trace_conc, results)
+        run_trace(addrs, wl["records"], a.trace_speed, a.trace_block, cpt, a.trace_conc, results)
     else:
-        run_chat(addr, wl["spec"], wl["seconds"], cpt, results)
+        run_chat(addrs, wl["spec"], wl["seconds"], cpt, results)
     elapsed = time.monotonic() - t0
     counters = [mock_counters(m) for m, _ in fleet]
     index = None
-    if policy == "router-prefix":
-        index = {k: F.metric(maddr, "admit_router_prefix_%s_cached_tokens_total" % k)
-                 for k in ("predicted", "confirmed")}
+    if policy.startswith("router-") and policy != "router-load":
+        index = {k: sum(F.metric(m, "admit_router_prefix_%s_cached_tokens_total" % k) or 0
+                        for m in maddrs) for k in ("predicted", "confirmed")}
     R.stop_all()
 
     ok = [r for r in results if r.status == 200 and r.e2e is not None]
@@ -565,8 +593,10 @@ def main():
             ap.error("unknown policy %r" % p)
         if p.startswith("haproxy") and not feat.haproxy:
             skipped.append((p, "haproxy not installed (scripts/install-deps.sh bench)"))
-        elif p == "router-prefix" and not feat.kv_weight:
+        elif p.startswith("router-") and p != "router-load" and not feat.kv_weight:
             skipped.append((p, "admit-router has no --kv-overlap-score-weight in this build"))
+        elif p.startswith("router-events") and not feat.events:
+            skipped.append((p, "the mock or admitd has no KV events in this build"))
         else:
             policies.append(p)
     notes = []
@@ -577,6 +607,10 @@ def main():
         notes.append("the mock has no --enable-prompt-tokens-details: hit rates from its counters")
     if not feat.kv_weight:
         notes.append("router-load is admit-router as built (load only: it has no prefix index)")
+    if feat.events and not feat.tokenize and any(p.startswith("router-events") for p in policies):
+        notes.append("admit-router has no --tokenize in this build: the KV events' keys are of "
+                     "token ids, so router-events matches the chat's text by its own history "
+                     "only (as router-prefix, its guesses kept 5 s for a worker that sends events)")
     if not feat.blocks:
         notes.append("the mock has no --num-gpu-blocks: the KV sizing below is not applied")
 
