@@ -224,6 +224,19 @@ def test_gap_and_garbage_from_a_raw_publisher():
         wait_for(lambda: kv(adm, "last_seq", 0) == seq + 13, what="the large batch")
         assert kv(adm, "blocks_total", 0, op="stored") == 2 * (ok0 + 2) + 300
         assert kv(adm, "batches_total", 0, result="malformed") == 4
+        # vLLM's newer encoding from the same publisher: the batch a map, its events maps by
+        # "type", a bytes hash (the digest's last 8 bytes are the int form's) with a parent
+        stored = kv(adm, "blocks_total", 0, op="stored")
+        mapped = msgpack.packb({"ts": time.time(), "data_parallel_rank": 0, "events": [
+            {"type": "BlockStored", "block_hashes": [b"\x07" * 24 + struct.pack(">Q", 21)],
+             "parent_block_hash": 12, "token_ids": list(range(BLOCK)), "block_size": BLOCK,
+             "medium": "GPU", "lora_name": None, "unknown_later_field": 1},
+            {"type": "BlockRemoved", "block_hashes": [21], "medium": "GPU"}]})
+        send(seq + 14, mapped)
+        wait_for(lambda: kv(adm, "last_seq", 0) == seq + 14, what="the map-encoded batch")
+        assert kv(adm, "blocks_total", 0, op="stored") == stored + 1
+        assert kv(adm, "total", 0, type="removed") == 2
+        assert kv(adm, "batches_total", 0, result="malformed") == 4
         # The sequence goes back on the same connection (an engine restarted behind something
         # that kept the connection): a restart, not a gap.
         gaps = kv(adm, "gaps_total", 0)

@@ -27,6 +27,10 @@ import tempfile
 import threading
 import time
 
+# First: test_mock_kv_events re-runs this script under Debian's /usr/bin/python3 when the
+# python3 on PATH has no zmq or msgpack (test_raw_engine speaks ZMQ and msgpack).
+import test_mock_kv_events  # noqa: F401
+
 from harness import (Admitd, LoopbackServer, Mock, Tap, fake_reply_head, marker, own_completion,
                      own_request, request, wait_for)
 from loadpub import LoadPub, load_message
@@ -571,6 +575,84 @@ def test_real_admitd():
             mock.stop()
 
 
+
+def prompt_tokens(mock):
+    return sum(v for k, v in mock.metrics().items() if k.startswith("vllm:prompt_tokens_total"))
+
+
+def test_raw_engine():
+    """Engines played by raw ZMQ PUBs, not our mock (vLLM's newer encoding: the batch and its
+    events maps, hashes as bytes, unknown fields), relayed by real admitds in front of mocks
+    that serve the requests: the router sends a prompt to the worker whose engine said it
+    stored the prompt's prefix, and the other engine's word moves it back."""
+    import msgpack  # here, not at the top: the other checks need neither
+    import zmq
+
+    ctx = zmq.Context.instance()
+    pubs, pairs, rt = [], [], None
+    try:
+        for i in range(2):
+            port = free_port()
+            pub = ctx.socket(zmq.PUB)
+            pub.setsockopt(zmq.LINGER, 0)
+            pub.bind("tcp://127.0.0.1:%d" % port)
+            pubs.append(pub)
+            mock = Mock("--speedup-ratio", "0", "--block-size", str(BLOCK))
+            pairs.append((mock, Admitd(mock.url, "--engine-kv-events", "tcp://127.0.0.1:%d" % port,
+                                       "--heartbeat-ms", "100", "--worker-id", "w%d" % i)))
+        rt = Router([("http://%s:%d" % ad.addr, ad.publish) for _, ad in pairs],
+                    "--kv-block-size", str(BLOCK))
+        rt.wait_routable(2)
+        ids, seqs = prompt("raw", 8), [0, 0]
+
+        def store(i, tag):
+            """Engine i stores the prompt's 8 blocks, one chain, until the router has them."""
+            url = "http://%s:%d" % pairs[i][1].addr
+            hashes = [struct.pack(">Q", 0xfeed) + tag + struct.pack(">Q", b) for b in range(8)]
+            for _ in range(200):
+                ev = {"type": "BlockStored", "block_hashes": hashes, "parent_block_hash": None,
+                      "token_ids": ids, "block_size": BLOCK, "medium": "GPU", "lora_name": None,
+                      "a_field_of_tomorrow": [1, 2]}
+                pubs[i].send_multipart([b"", struct.pack(">q", seqs[i]), msgpack.packb(
+                    {"ts": time.time(), "events": [ev], "data_parallel_rank": 0})])
+                seqs[i] += 1
+                if events_blocks(rt, url)[1] >= 8:
+                    return
+                time.sleep(0.05)
+            raise AssertionError("engine %d's blocks never reached the router" % i)
+
+        def served_by_raw(tail):
+            before = [prompt_tokens(m) for m, _ in pairs]
+            status, _, data = own_request(rt.addr, "/v1/completions",
+                                          {"model": MODEL, "prompt": ids + prompt(tail, 2),
+                                           "max_tokens": 1}, marker())
+            assert status == 200, (status, data)
+            grew = [prompt_tokens(m) > b for (m, _), b in zip(pairs, before)]
+            assert grew.count(True) == 1, grew
+            return grew.index(True)
+
+        store(1, b"\x01" * 8)
+        assert served_by_raw("t1") == 1
+        # engine 1 restarts (its sequence back to 0 on the same connection): its blocks go,
+        # and engine 0 says it stored the prompt
+        seqs[1] = 0
+        pubs[1].send_multipart([b"", struct.pack(">q", 0), msgpack.packb(
+            {"ts": time.time(), "events": [], "data_parallel_rank": 0})])
+        wait_for(lambda: events_blocks(rt, "http://%s:%d" % pairs[1][1].addr)[1] == 0, 10,
+                 "engine 1's blocks cleared")
+        store(0, b"\x00" * 8)
+        time.sleep(0.3)  # the load messages of the first request's end
+        assert served_by_raw("t2") == 0
+        assert metric(rt, "admit_router_kv_events_gaps_total") == 0
+    finally:
+        if rt is not None:
+            rt.stop()
+        for mock, ad in pairs:
+            ad.stop()
+            mock.stop()
+        for pub in pubs:
+            pub.close()
+
 if __name__ == "__main__":
     t = Tap()
     t.run("stored blocks route there, the dump first", test_stored_routes_there)
@@ -583,4 +665,5 @@ if __name__ == "__main__":
     t.run("a retired worker's blocks go", test_retired_worker_blocks_go)
     t.run("two routers agree", test_two_routers_agree)
     t.run("on real admitd and engines", test_real_admitd)
+    t.run("on real admitd and a raw engine publisher (not our mock)", test_raw_engine)
     t.done()
