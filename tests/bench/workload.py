@@ -476,7 +476,9 @@ def targets_table(results):
     for wl, what, key, peer, bound, sense in TARGETS:
         by = {r["policy"]: r for r in results.get(wl, [])}
         me = by.get("router-prefix", {}).get(key)
-        peers = [p for p in by if p != "router-prefix"] if peer == "*" else [peer]
+        # every peer: the other fronts, not router-prefix's own variants (on events, or two)
+        peers = [p for p in by if not p.startswith(("router-prefix", "router-events"))] \
+            if peer == "*" else [peer]
         vals = [by[p][key] for p in peers if p in by]
         nums = [me] + vals
         if not vals or not all(isinstance(v, (int, float)) and v == v for v in nums):
