@@ -544,18 +544,19 @@ static uint32_t kvi_probe(struct kvindex *x, const uint64_t *keys, uint32_t n, u
             nodes[lv] = g;
             guessing = 1;
         } else {
-            if (guessing) /* back to probing: start loading ahead again */
-                for (b = lv + 1; b < n && b <= lv + 2 * KVI_AHEAD; b++)
-                    KVI_PREFETCH(kvi_slot(x, keys[b]));
+            /* Probing: the loads ahead start again after the first miss of a run (one guess
+             * that fails, at the end of a shared opening, is usually followed by guesses that
+             * hold: loading 2 x KVI_AHEAD buckets for it would be wasted). */
+            if (!guessing) {
+                if (lv + 2 * KVI_AHEAD < n)
+                    KVI_PREFETCH(kvi_slot(x, keys[lv + 2 * KVI_AHEAD]));
+                if (lv + KVI_AHEAD < n && (b = *kvi_slot(x, keys[lv + KVI_AHEAD])) != KVI_NIL)
+                    KVI_PREFETCH(&x->n[b]);
+            }
             guessing = 0;
-            if (lv + 2 * KVI_AHEAD < n)
-                KVI_PREFETCH(kvi_slot(x, keys[lv + 2 * KVI_AHEAD]));
-            if (lv + KVI_AHEAD < n && (b = *kvi_slot(x, keys[lv + KVI_AHEAD])) != KVI_NIL)
-                KVI_PREFETCH(&x->n[b]);
             if ((nodes[lv] = kvi_find(x, keys[lv])) == KVI_NIL)
                 break;
         }
-        KVI_PREFETCH(&x->e[x->n[nodes[lv]].head]); /* for the insert that follows */
         g = nodes[lv] > 0 ? nodes[lv] - 1 : KVI_NIL;
     }
     return lv;

@@ -29,7 +29,7 @@ import time
 
 # First: test_mock_kv_events re-runs this script under Debian's /usr/bin/python3 when the
 # python3 on PATH has no zmq or msgpack (test_raw_engine speaks ZMQ and msgpack).
-import test_mock_kv_events  # noqa: F401
+from test_mock_kv_events import free_base
 
 from harness import (Admitd, LoopbackServer, Mock, Tap, fake_reply_head, marker, own_completion,
                      own_request, request, wait_for)
@@ -499,18 +499,10 @@ def test_two_routers_agree():
         stop(fakes, *rts)
 
 
-def free_port():
-    s = socket.socket()
-    s.bind(("127.0.0.1", 0))
-    port = s.getsockname()[1]
-    s.close()
-    return port
-
-
 def real_worker(i):
     """admit-mock-engine publishing its KV events (vLLM's format, ZMQ) and a real admitd
     relaying them (--engine-kv-events) as worker w<i>."""
-    port = free_port()
+    port = free_base(1)
     mock = Mock("--speedup-ratio", "0", "--block-size", str(BLOCK), "--kv-events-endpoint",
                 "tcp://*:%d" % port, "--enable-prompt-tokens-details")
     ad = Admitd(mock.url, "--engine-kv-events", "tcp://127.0.0.1:%d" % port,
@@ -592,7 +584,7 @@ def test_raw_engine():
     pubs, pairs, rt = [], [], None
     try:
         for i in range(2):
-            port = free_port()
+            port = free_base(1)
             pub = ctx.socket(zmq.PUB)
             pub.setsockopt(zmq.LINGER, 0)
             pub.bind("tcp://127.0.0.1:%d" % port)

@@ -256,6 +256,7 @@ static void start_one(evutil_socket_t fd, short what, void *arg)
     if (opt.kv_rate) {
         struct timeval tv = {0, (suseconds_t) (1000000 / opt.kv_rate)};
 
+        pub_set_queue(sims[i].pub, PUB_KV_QUEUE); /* as admitd's, when it relays KV events */
         sims[i].kv_timer = event_new(base, -1, EV_PERSIST, kv_tick, &sims[i]);
         event_add(sims[i].kv_timer, &tv);
     }
