@@ -305,10 +305,8 @@ static void replay(struct kvfollow *f, struct kvf_rank *r, unsigned rank, const 
 
         off += 4 + l;
         if (kvm_decode(p + 4, l, &m, NULL, 0) != 0)
-            continue; /* never: kept only once decoded */
-        if (r->state == KVF_FOLLOW && m.epoch == d->epoch && m.seq <= d->seq)
-            continue; /* in the dump already */
-        take(f, r, rank, &m, p + 4, l);
+            continue;                   /* never: kept only once decoded */
+        take(f, r, rank, &m, p + 4, l); /* what the dump held already, take() skips */
     }
     buf_free(&kept);
 }
