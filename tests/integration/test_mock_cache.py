@@ -202,9 +202,12 @@ def test_kv_usage_counts_a_shared_block_once():
             # No cache, nothing shared: each request's own blocks.
             assert used == [2 * own, 2 * own], (used, m)
         close_own(clients)
-        # Blocks that no running request holds are free (evictable), not in use.
-        wait_for(lambda: all(mock.metrics()["vllm:kv_cache_usage_perc" + KEY % r] == 0
-                             for r in (0, 1)), 15, "KV usage back to 0")
+        # Blocks that no running request holds are free (evictable), not in use: once no
+        # request runs (waited for), the usage is 0 at once.
+        wait_for(lambda: all(mock.metrics()["vllm:num_requests_running" + KEY % r] == 0
+                             for r in (0, 1)), 15, "no request running")
+        m = mock.metrics()
+        assert all(m["vllm:kv_cache_usage_perc" + KEY % r] == 0 for r in (0, 1)), m
         cached_blocks = mock.metrics()["admit_mock_prefix_cache_blocks" + KEY % 0]
         assert cached_blocks == (12 if caching == "--enable-prefix-caching" else 0), cached_blocks
         mock.stop()

@@ -70,10 +70,11 @@ def test_worker_id_of_another_refused():
     claims = [ln for ln in rt.proc.lines if "names itself alpha" in ln]
     assert len(claims) == 1 and claimant_hp in claims[0], claims
     # alpha goes; once silent past its window (5 x 100 ms) the claimant's next message
-    # takes the id.
+    # takes the id (within 0.6 s: 5 s is room enough, and a mutant that never passes it is
+    # not waited for long)
     alpha.proc.kill()
     rt.proc.wait_line(r"worker_id alpha passes from worker %s:%d \(silent\) to worker %s" %
-                      (alpha.addr[0], alpha.addr[1], re.escape(claimant_hp)), 15)
+                      (alpha.addr[0], alpha.addr[1], re.escape(claimant_hp)), 5)
     wait_for(lambda: pinned(rt, "alpha") == 200 and served(mocks[1]) >= 1, 15,
              "a pin to alpha to reach the claimant")
     rt.stop()
@@ -92,9 +93,10 @@ def test_worker_id_newline_forges_no_line():
     rt = Router([("http://127.0.0.1:%d" % dead_port(), pub.url)])
     wait_for(lambda: pub.subscribers() == 1, what="the router to subscribe")
     pub.beat(lambda seq: load_message("evil\n" + forged, seq=seq, models=["m\x7f\"q"]), 100)
-    # Heard: refused, or (were it taken) logged with its list.
+    # Heard: refused, or (were it taken) logged with its list, or routable.
     wait_for(lambda: refused(rt, "bad_worker_id") >= 3 or
-             any(ln.startswith(forged[:24]) for ln in rt.proc.lines), 15, "the messages heard")
+             any(ln.startswith(forged[:24]) for ln in rt.proc.lines) or
+             rt.workers()[0]["routable"], 15, "the messages heard")
     assert not any(ln.startswith(forged[:24]) for ln in rt.proc.lines), rt.proc.lines[-10:]
     assert refused(rt, "bad_worker_id") >= 3
     said = [ln for ln in rt.proc.lines if "FORGED" in ln]
