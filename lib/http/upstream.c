@@ -54,15 +54,14 @@ struct upstream {
     struct event *reaper; /* expires idle connections */
 };
 
-/* Lookups started and not answered yet, in every pool (and those whose pool is gone). */
-static unsigned lookups_pending;
+/* Lookups started, in every pool (see upstream_lookups_started). */
+static unsigned lookups_started;
 
 static void on_lookup(int result, struct evutil_addrinfo *res, void *arg)
 {
     struct ulookup *l = arg;
     struct upstream *u = l->u;
 
-    lookups_pending--;
     if (u != NULL) {
         u->lookup = NULL;
         if (result != 0 || net_pick(res, &u->addr, &u->addrlen) != 0) {
@@ -93,11 +92,10 @@ static int resolve(struct upstream *u)
     l = xcalloc(1, sizeof *l);
     l->u = u;
     u->lookup = l;
-    lookups_pending++;
+    lookups_started++;
     req = evdns_getaddrinfo(u->dns, u->url.host, port, &hints, on_lookup, l);
     if (req == NULL && u->lookup == l) { /* refused without an answer: no on_lookup comes */
         u->lookup = NULL;
-        lookups_pending--;
         free(l);
     } /* else it answered already, from the hosts file or at once */
     return u->addrlen > 0 ? 0 : -1;
@@ -245,7 +243,7 @@ void upstream_free(struct upstream *u)
     /* A lookup in flight is left to end: its answer, now or later, frees it and touches
      * nothing else. Not cancelled: a cancel is answered from the loop, and one still queued
      * when the loop stops for good would take evdns's records with it, unreachable. Left
-     * running, they stay in the resolver's own lists (see upstream_lookups_pending). */
+     * running, they stay in the resolver's own lists (see upstream_lookups_started). */
     if (u->lookup != NULL) {
         u->lookup->u = NULL;
         u->lookup = NULL;
@@ -381,9 +379,9 @@ int upstream_resolved(struct upstream *u)
     return u->addrlen > 0;
 }
 
-unsigned upstream_lookups_pending(void)
+unsigned upstream_lookups_started(void)
 {
-    return lookups_pending;
+    return lookups_started;
 }
 
 unsigned upstream_idle_count(const struct upstream *u)

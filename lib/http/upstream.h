@@ -73,8 +73,9 @@ unsigned upstream_idle_count(const struct upstream *u);
 /** 1 when the engine's address is known; else 0, with a lookup started unless one runs or
  *  the last failed less than a second ago */
 int upstream_resolved(struct upstream *u);
-/** name lookups not answered yet, in every pool: an evdns base with one pending cannot be
- *  freed without losing what evdns allocated for it (its answer comes from the loop) */
-unsigned upstream_lookups_pending(void);
+/** name lookups started on any pool's resolver since the process began: an evdns base that
+ *  ever had one cannot be freed without possibly losing what evdns allocated for it (its
+ *  answers and cancels come from the loop) */
+unsigned upstream_lookups_started(void);
 
 #endif

@@ -299,8 +299,11 @@ void workers_free(struct workers *ws)
     free(ws->w);
     /* After the pools, each of which left its lookup to end. One still pending is answered
      * from the loop, which runs no more: freeing the resolver would lose what evdns holds
-     * for it, so the resolver is left to the exit, as nng's sockets are. */
-    if (ws->dns != NULL && upstream_lookups_pending() == 0)
+     * for it, so the resolver is left to the exit, as nng's sockets are. Also when every
+     * lookup has been answered: evdns answers an AF_UNSPEC lookup once one family's answer
+     * is in and cancels the other's request from the loop later, so a resolver that ever
+     * looked a name up may still hold a request (LeakSanitizer saw one at a stop, once). */
+    if (ws->dns != NULL && upstream_lookups_started() == 0)
         evdns_base_free(ws->dns, 0);
     else if (ws->dns != NULL)
         dns_left_at_exit = ws->dns;
