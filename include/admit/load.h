@@ -41,6 +41,15 @@ enum admit_load_state {
     ADMIT_LOAD_DRAINING     /* finishing what it has, refusing new work */
 };
 
+/* What part of a request a worker serves (the `role` field; docs/load-message.md). A message
+ * without the field is from an aggregated worker, ADMIT_LOAD_ROLE_BOTH: the role of every
+ * worker before disaggregated serving. */
+enum admit_load_role {
+    ADMIT_LOAD_ROLE_BOTH = 0, /* aggregated: prefill and decode of whole requests */
+    ADMIT_LOAD_ROLE_PREFILL,  /* the prefill leg only (vLLM: kv_transfer_params do_remote_decode) */
+    ADMIT_LOAD_ROLE_DECODE    /* the decode leg only, its KV transferred from a prefill worker */
+};
+
 /* The engine's model names (whole worker, the same in every rank's message), packed: n
  * NUL-terminated names one after another in names[0 .. len). n is ADMIT_LOAD_UNKNOWN when
  * the list is not known (never scraped, or over the bounds, or from a publisher older than
@@ -78,6 +87,7 @@ struct admit_load {
     enum admit_load_state state;
     int64_t heartbeat_ms;            /* the publisher's heartbeat interval */
     struct admit_load_models models; /* added to v1 compatibly, like kv_block_size */
+    enum admit_load_role role;       /* added to v1 compatibly: absent decodes as both */
 };
 
 /** sets every numeric field to unknown, state serving, worker id empty */
@@ -88,6 +98,10 @@ void admit_load_init(struct admit_load *m);
 int admit_load_worker_id_ok(const char *id);
 /** the wire name of a state ("serving", "draining") */
 const char *admit_load_state_name(enum admit_load_state s);
+/** the wire name of a role ("both", "prefill", "decode") */
+const char *admit_load_role_name(enum admit_load_role r);
+/** the role a wire name names (len bytes); 0, or -1 when it names none */
+int admit_load_role_parse(const char *name, size_t len, enum admit_load_role *out);
 /** writes "kv_metrics {...}" into buf; returns its length, or -1 if it does not fit */
 int admit_load_encode(const struct admit_load *m, char *buf, size_t cap);
 /** parses and validates one message (topic included); 0, or -1 with a reason in err */

@@ -140,6 +140,35 @@ const char *admit_load_state_name(enum admit_load_state s)
     return s == ADMIT_LOAD_DRAINING ? "draining" : "serving";
 }
 
+const char *admit_load_role_name(enum admit_load_role r)
+{
+    switch (r) {
+    case ADMIT_LOAD_ROLE_PREFILL:
+        return "prefill";
+    case ADMIT_LOAD_ROLE_DECODE:
+        return "decode";
+    case ADMIT_LOAD_ROLE_BOTH:
+    default:
+        return "both";
+    }
+}
+
+int admit_load_role_parse(const char *name, size_t len, enum admit_load_role *out)
+{
+    static const enum admit_load_role all[] = {ADMIT_LOAD_ROLE_BOTH, ADMIT_LOAD_ROLE_PREFILL,
+                                               ADMIT_LOAD_ROLE_DECODE};
+
+    for (size_t i = 0; i < sizeof all / sizeof *all; i++) {
+        const char *n = admit_load_role_name(all[i]);
+
+        if (strlen(n) == len && memcmp(n, name, len) == 0) {
+            *out = all[i];
+            return 0;
+        }
+    }
+    return -1;
+}
+
 /* The nullable numeric fields, in wire order, with their offsets. */
 struct numfield {
     const char *name;

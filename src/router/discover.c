@@ -73,7 +73,7 @@ static int apply(struct discover *d, const char *what, struct wlist *cur, struct
         }
     for (size_t i = 0; i < add.n && rc == 0; i++) {
         if (wlist_split(add.items[i], proxy, sizeof proxy, pub, sizeof pub) != 0 ||
-            router_add_worker(d->r, proxy, pub, why, sizeof why) != 0) {
+            router_add_worker(d->r, proxy, pub, ROUTER_ROLE_PUBLISHED, why, sizeof why) != 0) {
             if (strict) {
                 snprintf(err, errlen, "%s: %s", what, why);
                 rc = -1;
@@ -353,7 +353,7 @@ int discover_start(struct discover *d, char *err, size_t errlen)
             wlist_add(&d->fixed, canon) == 0)
             continue; /* checked at parse time; or named twice: one worker */
         if (wlist_split(canon, proxy, sizeof proxy, pub, sizeof pub) != 0 ||
-            router_add_worker(d->r, proxy, pub, why, sizeof why) != 0) {
+            router_add_worker(d->r, proxy, pub, ROUTER_ROLE_PUBLISHED, why, sizeof why) != 0) {
             snprintf(err, errlen, "worker: %s", why);
             return -1;
         }

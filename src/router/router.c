@@ -624,10 +624,10 @@ void router_set_change_cb(struct router *r, void (*cb)(void *arg), void *arg)
     r->on_change_arg = arg;
 }
 
-int router_add_worker(struct router *r, const char *proxy_url, const char *pub_url, char *err,
-                      size_t errlen)
+int router_add_worker(struct router *r, const char *proxy_url, const char *pub_url, int role,
+                      char *err, size_t errlen)
 {
-    return workers_add(r->ws, proxy_url, pub_url, err, errlen);
+    return workers_add(r->ws, proxy_url, pub_url, role, err, errlen);
 }
 
 int router_retire_worker(struct router *r, const char *proxy_url)

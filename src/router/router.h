@@ -40,10 +40,15 @@ struct router *router_new(struct event_base *base, struct proxy *px, struct metr
 void router_reconfigure(struct router *r, const struct router_cfg *c);
 /** calls cb whenever an exchange ends (the drain's check) */
 void router_set_change_cb(struct router *r, void (*cb)(void *arg), void *arg);
-/** adds a worker: its admitd URL and its load publisher URL; 0 or -1 with err (workers_add:
- *  one named again is held once more, a retired one revived in place) */
-int router_add_worker(struct router *r, const char *proxy_url, const char *pub_url, char *err,
-                      size_t errlen);
+/* A source that does not say a worker's role: the router takes the one its load messages
+ * publish (admitd's --role; both when they say none). */
+#define ROUTER_ROLE_PUBLISHED (-1)
+
+/** adds a worker: its admitd URL, its load publisher URL and the role its source gives it (an
+ *  enum admit_load_role, or ROUTER_ROLE_PUBLISHED); 0 or -1 with err (workers_add: one named
+ *  again is held once more, a retired one revived in place) */
+int router_add_worker(struct router *r, const char *proxy_url, const char *pub_url, int role,
+                      char *err, size_t errlen);
 /** one source lets go of the worker at proxy_url (http://HOST:PORT); the last one retires it
  *  (workers_retire): no new request goes there (pinned ones get 503), requests in flight
  *  finish, and once the last has ended it leaves /load and the metrics. 0, or -1 when no

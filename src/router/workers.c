@@ -165,8 +165,8 @@ static int revive(struct workers *ws, struct worker *w, const char *pub_url, cha
     return 0;
 }
 
-int workers_add(struct workers *ws, const char *proxy_url, const char *pub_url, char *err,
-                size_t errlen)
+int workers_add(struct workers *ws, const char *proxy_url, const char *pub_url, int role,
+                char *err, size_t errlen)
 {
     struct worker *w;
     struct http_url url;
@@ -174,8 +174,10 @@ int workers_add(struct workers *ws, const char *proxy_url, const char *pub_url, 
 
     if (http_url_parse(proxy_url, &url, err, errlen) != 0)
         return -1;
-    if ((w = find_worker(ws, url.hostport)) != NULL && w->state == WORKER_RETIRED)
+    if ((w = find_worker(ws, url.hostport)) != NULL && w->state == WORKER_RETIRED) {
+        w->src_role = role;
         return revive(ws, w, pub_url, err, errlen);
+    }
     if (w != NULL) { /* one more source names it */
         if (strcmp(w->pub_url, pub_url) != 0)
             log_warn("worker %s is followed at %s already: %s ignored", w->proxy_url, w->pub_url,
@@ -188,6 +190,7 @@ int workers_add(struct workers *ws, const char *proxy_url, const char *pub_url, 
         ;
     w = k < ws->n ? ws->w[k] : xcalloc(1, sizeof *w);
     w->ws = ws;
+    w->src_role = role;
     snprintf(w->proxy_url, sizeof w->proxy_url, "%s", url.hostport);
     snprintf(w->pub_url, sizeof w->pub_url, "%s", pub_url);
     if (wl_subscribe(ws, w, pub_url, err, errlen) != 0) {

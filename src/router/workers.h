@@ -70,8 +70,8 @@ void workers_free(struct workers *ws);
  *  there already is held by one more source (and keeps its publisher; another one is logged
  *  and ignored); one that is retired is revived in place (bookings kept, routable at its next
  *  message, following pub_url); a new one takes the index of a worker that left, if any */
-int workers_add(struct workers *ws, const char *proxy_url, const char *pub_url, char *err,
-                size_t errlen);
+int workers_add(struct workers *ws, const char *proxy_url, const char *pub_url, int role,
+                char *err, size_t errlen);
 /** one source lets go of the worker at proxy_url; the last one retires it (no new request
  *  goes there, its subscriber closed within 100 ms); removed when nothing holds it. 0, or -1
  *  when no active worker has that URL */

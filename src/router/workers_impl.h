@@ -27,6 +27,7 @@ struct worker {
     char proxy_url[NETADDR_HOST_MAX + 16];
     char pub_url[300];
     char worker_id[ADMIT_LOAD_WORKER_ID_MAX + 1]; /* from its newest message ("" = none yet) */
+    int src_role; /* the role its source gave (enum admit_load_role), or ROUTER_ROLE_PUBLISHED */
     struct upstream *up;
     struct subscriber *sub;
     struct kvfollow *kvf; /* its kv_events stream, with its subscriber */
