@@ -175,6 +175,24 @@ void proxy_answer(struct pxreq *x, int status, const char *json, size_t len, int
     answer(x, status, json, len, retry_after, reason, o, 0);
 }
 
+void proxy_answer_as(struct pxreq *x, int status, const char *content_type, const char *body,
+                     size_t len, const char *fields, const char *reason, enum outcome o)
+{
+    struct buf *b = buf_pool_take(&x->px->bufs);
+
+    x->status = status;
+    if (fields != NULL)
+        buf_puts(b, fields);
+    if (reason != NULL)
+        buf_printf(b, "X-Admitd-Reason: %s\r\n", reason);
+    if (x->c != NULL)
+        x->end = hc_reply(x->c, status, content_type, body, len, b->len ? b->data : "", 0) != 0
+                     ? PX_END_ABORT
+                     : PX_END_KEEP;
+    buf_pool_give(&x->px->bufs, b);
+    px_finish(x, o);
+}
+
 static void answer_error(struct pxreq *x, int status, const char *type, const char *msg,
                          int retry_after, const char *reason, enum outcome o, int close)
 {
@@ -214,6 +232,14 @@ void proxy_wait_deadline(struct pxreq *x, unsigned ms)
         evtimer_assign(&x->deadline, x->px->base, on_deadline, x);
     evtimer_add(&x->deadline, &tv);
     x->deadline_on = 1;
+}
+
+void proxy_wait_clear(struct pxreq *x)
+{
+    if (x->deadline_on) {
+        event_del(&x->deadline);
+        x->deadline_on = 0;
+    }
 }
 
 void proxy_forward(struct pxreq *x)

@@ -184,12 +184,22 @@ struct pxreq *pxreq_of_state(void *state);
 void pxreq_set_queue_wait(struct pxreq *x, double seconds);
 /** a held request: call the expired hook after ms unless it goes on or ends first */
 void proxy_wait_deadline(struct pxreq *x, unsigned ms);
+/** the engine gets body[0 .. len) instead of the client's body (admit-router's decode leg of
+ *  a disaggregated request); the caller keeps it valid until the exchange ends */
+void pxreq_set_body(struct pxreq *x, const char *body, size_t len);
+/** a held request's deadline (proxy_wait_deadline) is off: it waits on something else now */
+void proxy_wait_clear(struct pxreq *x);
 /** a held request goes on to the engine */
 void proxy_forward(struct pxreq *x);
 /** answers with a JSON body (Retry-After when retry_after > 0, X-Admitd-Reason when reason is
  *  not NULL) and ends the exchange with outcome o */
 void proxy_answer(struct pxreq *x, int status, const char *json, size_t len, int retry_after,
                   const char *reason, enum outcome o);
+/** answers with body[0 .. len) of content_type and the field lines fields (each ending in
+ *  CRLF; NULL none), X-Admitd-Reason when reason is not NULL (admit-router: a disaggregated
+ *  request's prefill answer, which finished it), and ends the exchange with outcome o */
+void proxy_answer_as(struct pxreq *x, int status, const char *content_type, const char *body,
+                     size_t len, const char *fields, const char *reason, enum outcome o);
 /** the same with an OpenAI-shaped error body of the given type and message */
 void proxy_answer_error(struct pxreq *x, int status, const char *type, const char *msg,
                         int retry_after, const char *reason, enum outcome o);

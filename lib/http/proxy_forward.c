@@ -206,6 +206,7 @@ static void build_head(struct pxreq *x, struct buf *h)
 {
     const struct h1_parser *p = hc_head(x->c);
     enum http_method m = x->req.method;
+    size_t fwd_len = x->fwd_set ? x->fwd_len : x->req.body_len;
     char len[24];
 
     buf_puts(h, http_method_name(m));
@@ -226,12 +227,19 @@ static void build_head(struct pxreq *x, struct buf *h)
     buf_append(h, "Host: ", 6);
     buf_puts(h, upstream_hostport(x->up));
     buf_append(h, "\r\n", 2);
-    if (x->req.body_len > 0 || m == HTTP_POST || m == HTTP_PUT || m == HTTP_PATCH) {
+    if (fwd_len > 0 || m == HTTP_POST || m == HTTP_PUT || m == HTTP_PATCH) {
         buf_append(h, "Content-Length: ", 16);
-        buf_append(h, len, httpu_fmt_uint(len, x->req.body_len));
+        buf_append(h, len, httpu_fmt_uint(len, fwd_len));
         buf_append(h, "\r\n", 2);
     }
     buf_append(h, "\r\n", 2);
+}
+
+void pxreq_set_body(struct pxreq *x, const char *body, size_t len)
+{
+    x->fwd_body = body;
+    x->fwd_len = len;
+    x->fwd_set = 1;
 }
 
 /* Where a request's bytes went (write_request). */
@@ -292,8 +300,8 @@ void px_start_upstream(struct pxreq *x)
     build_head(x, head);
     v[0].iov_base = head->data;
     v[0].iov_len = head->len;
-    v[1].iov_base = (void *) (size_t) x->req.body;
-    v[1].iov_len = x->req.body_len;
+    v[1].iov_base = (void *) (size_t) (x->fwd_set ? x->fwd_body : x->req.body);
+    v[1].iov_len = x->fwd_set ? x->fwd_len : x->req.body_len;
     x->reusable = 1;
     sent = write_request(x, up, v);
     buf_pool_give(&px->bufs, head);

@@ -32,6 +32,7 @@
 #include "classify.h"
 #include "kvroute.h"
 #include "model_route.h"
+#include "pools.h"
 #include "select.h"
 #include "util/clock.h"
 #include "util/log.h"
@@ -63,7 +64,10 @@ struct class_queue {
     struct sel *sel;
     struct model_route *models;
     struct kvroute *kv;
+    struct pools *pools; /* a disaggregated model's request needs room in both pools */
     const struct bt_registry *bt;
+    void (*go)(void *arg, struct pxreq *x); /* a request that goes on (cq_set_go) */
+    void *go_arg;
     struct classq *q;              /* NULL: no classes, nothing waits */
     struct cq_class *qc;           /* cfg->classes.n of them */
     struct classify_class *cviews; /* names and thresholds, for classifiers */
@@ -124,11 +128,21 @@ static int gate(struct class_queue *cq, int cls, const struct cq_req *e, int64_t
                 const struct sel_hit *hits, size_t nhits)
 {
     const struct busy_thresholds *t = &class_def(cq, cls)->t;
+    const uint64_t *elig;
+    struct pools_req pr;
 
     if (!busy_thresholds_any(t))
         return 1;
-    return sel_gate_kv(cq->sel, now, e->tokens, t, e->pinned >= 0 ? e->pinned : -1,
-                       mroute_eligible(cq->models, e->model, e->pinned), hits,
+    elig = mroute_eligible(cq->models, e->model, e->pinned);
+    /* Disaggregated: a prefill and a decode worker both with room, each by its pool's part of
+     * the class's thresholds (pools.h), else the model's aggregated workers. */
+    if (e->pinned < 0 && pools_split(cq->pools, sel_workers(cq->sel), elig, &pr)) {
+        if (pools_gate(cq->sel, &pr, now, e->tokens, t, hits, nhits) != SEL_ALL_BUSY)
+            return 1;
+        return pr.agg && sel_gate_kv(cq->sel, now, e->tokens, t, -1, pr.pool[ADMIT_LOAD_ROLE_BOTH],
+                                     hits, nhits) != SEL_ALL_BUSY;
+    }
+    return sel_gate_kv(cq->sel, now, e->tokens, t, e->pinned >= 0 ? e->pinned : -1, elig, hits,
                        nhits) != SEL_ALL_BUSY;
 }
 
@@ -201,13 +215,29 @@ static int set_up(struct class_queue *cq, const struct router_classes *c)
     return cq->q != NULL ? 0 : -1;
 }
 
+/* The default for a request that goes on: to selection. */
+static void forward(void *arg, struct pxreq *x)
+{
+    (void) arg;
+    proxy_forward(x);
+}
+
+void cq_set_go(struct class_queue *cq, void (*go)(void *arg, struct pxreq *x), void *arg)
+{
+    cq->go = go;
+    cq->go_arg = arg;
+}
+
 struct class_queue *cq_new(struct event_base *base, struct proxy *px, const struct router_cfg *cfg,
                            struct sel *sel, struct model_route *models, struct kvroute *kv,
-                           const struct bt_registry *bt, char *err, size_t errlen)
+                           struct pools *pools, const struct bt_registry *bt, char *err,
+                           size_t errlen)
 {
     struct class_queue *cq = xcalloc(1, sizeof *cq);
     char why[256];
 
+    cq->pools = pools;
+    cq->go = forward;
     cq->px = px;
     cq->cfg = cfg;
     cq->sel = sel;
@@ -247,11 +277,11 @@ void cq_free(struct class_queue *cq)
 /* A waiting request whose class is gone, and no class left to take it: it goes on to
  * selection as a request of a router without classes would (an answer of 529 or 503 if no
  * worker can take it). */
-static void go_unclassed(struct cq_req *e)
+static void go_unclassed(struct class_queue *cq, struct cq_req *e)
 {
     e->cls = -1;
     pxreq_set_queue_wait(e->x, clock_seconds_since(&e->t_enq));
-    proxy_forward(e->x);
+    cq->go(cq->go_arg, e->x);
 }
 
 void cq_reconfigure(struct class_queue *cq, const struct router_cfg *cfg)
@@ -312,7 +342,7 @@ void cq_reconfigure(struct class_queue *cq, const struct router_cfg *cfg)
                  cq->q != NULL ? "move to the default class" : "go on to selection");
     /* No class left: what waited goes on, oldest first. */
     for (size_t i = 0; i < n && cq->q == NULL; i++)
-        go_unclassed(req_of(moved[i]));
+        go_unclassed(cq, req_of(moved[i]));
     free(moved);
     free(map);
     cq_kick(cq); /* other thresholds, other classes: what can go now goes */
@@ -432,7 +462,7 @@ static void go(void *arg, struct classq_entry *qe)
     cq->qc[e->cls].dispatched++;
     prom_hist_observe(&cq->qc[e->cls].wait, waited);
     pxreq_set_queue_wait(e->x, waited);
-    proxy_forward(e->x);
+    cq->go(cq->go_arg, e->x);
 }
 
 void cq_kick(struct class_queue *cq)

@@ -26,6 +26,7 @@ struct class_queue;
 struct event_base;
 struct kvroute;
 struct model_route;
+struct pools;
 struct sel;
 
 /* What the queue keeps of one exchange, inside the caller's per-exchange state (zeroed, then
@@ -49,7 +50,11 @@ struct cq_req {
  *  is loaded. NULL with err when the plugin cannot be */
 struct class_queue *cq_new(struct event_base *base, struct proxy *px, const struct router_cfg *cfg,
                            struct sel *sel, struct model_route *models, struct kvroute *kv,
-                           const struct bt_registry *bt, char *err, size_t errlen);
+                           struct pools *pools, const struct bt_registry *bt, char *err,
+                           size_t errlen);
+/** a request that leaves the queue goes on through go(arg, x) (the router's dispatch, which
+ *  starts a disaggregated request's prefill); by default proxy_forward() */
+void cq_set_go(struct class_queue *cq, void (*go)(void *arg, struct pxreq *x), void *arg);
 /** a reload: cfg's classes replace those until now (whose config must still be valid). A
  *  request waiting in a class that stays (by its name) keeps its place and its deadline; one in
  *  a class that is gone moves to the new default class, in arrival order with those there;

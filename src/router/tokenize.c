@@ -1,27 +1,18 @@
 /* tokenize: the router's calls to the workers' POST /tokenize (see tokenize.h).
  *
- * A call is one request on one connection of the worker's pool: written at once (a new
- * connection's bytes wait in its spill buffer while it connects), its answer read whole into
- * the connection's buffer as the engine pollers read theirs (http/hreply.h), the connection
- * given back to the pool when the answer left it fit for the next request. A kept connection that
- * the worker closed before any byte of the answer (an idle close crossing the request) is tried
- * once more on a new one: /tokenize changes nothing, so sending it twice is harmless. */
+ * A call is a wcall (wcall.h: one request on the worker's keep-alive pool, its answer read
+ * whole), allowed a second try on a new connection when a kept one broke before any byte of
+ * the answer: /tokenize changes nothing, so sending it twice is harmless. */
 #include "tokenize.h"
-#include "http/hreply.h"
-#include "http/upstream.h"
 #include "util/clock.h"
 #include "util/xmalloc.h"
+#include "wcall.h"
 #include "wire/prom.h"
 
-#include <errno.h>
-#include <event2/event.h>
-#include <event2/event_struct.h>
 #include <jansson.h>
 #include <stdlib.h>
 #include <string.h>
 
-/* An answer's head, in bytes (admitd and vLLM send a few hundred). */
-#define TOKZ_HEAD_MAX (32 * 1024)
 /* The largest body taken: a 128k-token prompt's ids are about 1 MiB of JSON. */
 #define TOKZ_BODY_MAX (8 * 1024 * 1024)
 
@@ -41,15 +32,9 @@ struct tokz {
 
 struct tokz_call {
     struct tokz *tz;
-    struct upstream *up;
-    struct uconn *uc;   /* NULL between a broken kept connection and the next */
-    struct event timer; /* the deadline */
-    struct buf req;     /* head and body, kept for a second try */
+    struct wcall *wc; /* the call to the worker, until it ends */
     struct timespec t0;
-    int reused, retried; /* on a kept connection; already sent a second time */
-    int got;             /* a byte of the answer came */
     size_t max_ids;
-    struct hreply ans;
     tokz_cb cb;
     void *arg;
 };
@@ -109,25 +94,9 @@ out:
 
 /* ---- a call -------------------------------------------------------------------------------- */
 
-static void on_conn(void *arg, enum uc_event ev);
-
-/* Frees the call: its connection given back when the answer left it whole, else closed. */
-static void release(struct tokz_call *c, int keep_conn)
-{
-    if (c->uc != NULL) {
-        if (keep_conn)
-            upstream_put(c->up, c->uc);
-        else
-            uconn_drop(c->uc);
-    }
-    event_del(&c->timer);
-    buf_free(&c->req);
-    free(c);
-}
-
 /* The call ends with res: counted, timed, its callback told, and freed. */
 static void end(struct tokz_call *c, enum tokz_result res, const uint64_t *ids, size_t n,
-                int64_t count, int keep_conn)
+                int64_t count)
 {
     struct tokz *tz = c->tz;
     tokz_cb cb = c->cb;
@@ -135,29 +104,33 @@ static void end(struct tokz_call *c, enum tokz_result res, const uint64_t *ids, 
 
     tz->results[res]++;
     prom_hist_observe(&tz->added, clock_seconds_since(&c->t0));
-    release(c, keep_conn);
+    free(c);
     cb(arg, res, ids, n, count);
 }
 
-/* The answer's body, whole: the ids of its "tokens" (the first max_ids), or invalid. */
-static void answered(struct tokz_call *c, int keep_conn)
+/* The call's end, from wcall: on a whole 200, the ids of its "tokens" (the first max_ids). */
+static void answered(void *arg, enum wcall_end e, int status, const char *body, size_t len)
 {
-    struct iobuf *in = uconn_in(c->uc);
+    static const enum tokz_result of_end[] = {[WCALL_OK] = TOKZ_OK,
+                                              [WCALL_TIMEOUT] = TOKZ_TIMEOUT,
+                                              [WCALL_FAILED] = TOKZ_FAILED,
+                                              [WCALL_INVALID] = TOKZ_INVALID};
+    struct tokz_call *c = arg;
     json_t *root, *tokens;
     uint64_t *ids;
     size_t n = 0, i;
     int64_t count;
 
-    if (c->ans.rp.status != 200) {
-        end(c, TOKZ_STATUS, NULL, 0, 0, keep_conn);
+    c->wc = NULL;
+    if (e != WCALL_OK || status != 200) {
+        end(c, e != WCALL_OK ? of_end[e] : TOKZ_STATUS, NULL, 0, 0);
         return;
     }
-    root = json_loadb(in->p + in->off, c->ans.blen, 0, NULL);
-    in->off = in->len = 0; /* the body is taken: a connection with nothing held is kept */
+    root = json_loadb(body, len, 0, NULL);
     tokens = json_object_get(root, "tokens");
     if (!json_is_array(tokens)) {
         json_decref(root);
-        end(c, TOKZ_INVALID, NULL, 0, 0, keep_conn);
+        end(c, TOKZ_INVALID, NULL, 0, 0);
         return;
     }
     count = (int64_t) json_array_size(tokens);
@@ -172,122 +145,32 @@ static void answered(struct tokz_call *c, int keep_conn)
     }
     json_decref(root);
     if (i < n)
-        end(c, TOKZ_INVALID, NULL, 0, 0, keep_conn);
+        end(c, TOKZ_INVALID, NULL, 0, 0);
     else
-        end(c, TOKZ_OK, ids, n, count, keep_conn);
+        end(c, TOKZ_OK, ids, n, count);
     free(ids);
-}
-
-/* Sends the request on a connection of the pool; 0, or -1 when none could even start. */
-static int send_request(struct tokz_call *c)
-{
-    struct iovec v = {c->req.data, c->req.len};
-
-    for (int attempt = 0;; attempt++) {
-        if ((c->uc = upstream_get(c->up, on_conn, c, &c->reused)) == NULL)
-            return -1;
-        c->got = 0;
-        hreply_init(&c->ans, H1_M_POST, TOKZ_HEAD_MAX, TOKZ_BODY_MAX);
-        if (uconn_write(c->uc, &v, 1) == 0)
-            return 0;
-        uconn_drop(c->uc); /* a kept connection found closed: nothing of it went out */
-        c->uc = NULL;
-        if (!c->reused || attempt > 0)
-            return -1;
-    }
-}
-
-/* The connection broke before the answer was whole: on a kept one before any byte of it,
- * once more on a new connection; else the call failed. */
-static void broken(struct tokz_call *c)
-{
-    int retry = c->reused && !c->got && !c->retried;
-
-    uconn_drop(c->uc);
-    c->uc = NULL;
-    if (retry) {
-        c->retried = 1;
-        if (send_request(c) == 0)
-            return;
-    }
-    end(c, TOKZ_FAILED, NULL, 0, 0, 0);
-}
-
-/* One read of the answer, and what it completes. */
-static void read_answer(struct tokz_call *c)
-{
-    ssize_t got = uconn_fill(c->uc, hreply_read_max(&c->ans));
-    int rv;
-
-    if (got < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))
-        return;
-    if (got == 0 && hreply_eof(&c->ans)) {
-        answered(c, 0); /* the close ends the body */
-        return;
-    }
-    if (got <= 0) {
-        broken(c);
-        return;
-    }
-    c->got = 1;
-    uconn_touch(c->uc);
-    if ((rv = hreply_take(&c->ans, uconn_in(c->uc))) == H1_DONE)
-        answered(c, c->ans.keep);
-    else if (rv == H1_ERROR)
-        end(c, TOKZ_INVALID, NULL, 0, 0, 0);
-}
-
-static void on_conn(void *arg, enum uc_event ev)
-{
-    struct tokz_call *c = arg;
-
-    switch (ev) {
-    case UC_READABLE:
-        read_answer(c);
-        break;
-    case UC_DRAINED:
-        break;
-    case UC_CONNECT_FAILED:
-    case UC_WRITE_FAILED:
-        broken(c);
-        break;
-    case UC_TIMEOUT:
-        end(c, TOKZ_TIMEOUT, NULL, 0, 0, 0);
-        break;
-    }
-}
-
-static void on_deadline(evutil_socket_t fd, short what, void *arg)
-{
-    (void) fd;
-    (void) what;
-    end(arg, TOKZ_TIMEOUT, NULL, 0, 0, 0);
 }
 
 struct tokz_call *tokz_start(struct tokz *tz, struct upstream *up, const char *body, size_t len,
                              unsigned timeout_ms, size_t max_ids, tokz_cb cb, void *arg)
 {
     struct tokz_call *c = xcalloc(1, sizeof *c);
-    struct timeval tv = {timeout_ms / 1000, (timeout_ms % 1000) * 1000};
+    struct wcall_req rq = {.target = "/tokenize",
+                           .body = body,
+                           .len = len,
+                           .timeout_ms = timeout_ms,
+                           .body_max = TOKZ_BODY_MAX,
+                           .resend = 1}; /* /tokenize changes nothing */
 
     c->tz = tz;
-    c->up = up;
     c->max_ids = max_ids;
     c->cb = cb;
     c->arg = arg;
     clock_mono(&c->t0);
-    buf_init(&c->req);
-    buf_printf(&c->req,
-               "POST /tokenize HTTP/1.1\r\nHost: %s\r\nContent-Type: application/json\r\n"
-               "Content-Length: %zu\r\n\r\n",
-               upstream_hostport(up), len);
-    buf_append(&c->req, body, len);
-    evtimer_assign(&c->timer, tz->base, on_deadline, c);
-    evtimer_add(&c->timer, &tv);
-    if (send_request(c) != 0) {
+    if ((c->wc = wcall_start(tz->base, up, &rq, answered, c)) == NULL) {
         tz->results[TOKZ_FAILED]++;
         prom_hist_observe(&tz->added, clock_seconds_since(&c->t0));
-        release(c, 0);
+        free(c);
         return NULL;
     }
     return c;
@@ -298,7 +181,8 @@ void tokz_cancel(struct tokz_call *c)
     if (c == NULL)
         return;
     c->tz->results[TOKZ_CANCELLED]++; /* not timed: it added nothing to a request that goes on */
-    release(c, 0);
+    wcall_cancel(c->wc);
+    free(c);
 }
 
 void tokz_count(struct tokz *tz, enum tokz_result res)

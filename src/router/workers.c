@@ -5,6 +5,7 @@
 #include "http/upstream.h"
 #include "kvroute.h"
 #include "model_route.h"
+#include "pools.h"
 #include "pubsub/subscribe.h"
 #include "resolver.h"
 #include "select.h"
@@ -115,11 +116,12 @@ int workers_index_of(const struct workers *ws, const struct upstream *up)
 /* ---- the table ---------------------------------------------------------------------------- */
 
 struct workers *workers_new(struct event_base *base, const struct router_cfg *cfg, struct sel *sel,
-                            struct model_route *models, struct kvroute *kv, void (*room)(void *arg),
-                            void *arg)
+                            struct model_route *models, struct kvroute *kv, struct pools *pools,
+                            void (*room)(void *arg), void *arg)
 {
     struct workers *ws = xcalloc(1, sizeof *ws);
 
+    ws->pools = pools;
     ws->base = base;
     ws->cfg = cfg;
     ws->sel = sel;
@@ -159,14 +161,31 @@ static int revive(struct workers *ws, struct worker *w, const char *pub_url, cha
     w->bad_messages = 0;
     w->lost = 0;
     sel_revive(ws->sel, w->idx); /* routable at its next message */
+    workers_note_role(ws, w);
     ws->changes.revived++;
     log_info("worker %s is back (publisher %s): %u requests still in flight there", w->proxy_url,
              w->pub_url, w->inflight);
     return 0;
 }
 
-int workers_add(struct workers *ws, const char *proxy_url, const char *pub_url, int role,
-                char *err, size_t errlen)
+void workers_note_role(struct workers *ws, struct worker *w)
+{
+    int role = w->src_role >= 0 ? w->src_role : w->pub_role;
+
+    if (role != pools_role(ws->pools, w->idx) && w->last_ms != 0)
+        log_info("worker %s: role %s", w->proxy_url, admit_load_role_name(role));
+    pools_set(ws->pools, w->idx, role);
+}
+
+int workers_role(const struct workers *ws, int k)
+{
+    return k >= 0 && (size_t) k < ws->n && ws->w[k]->state != WORKER_FREE
+               ? (ws->w[k]->src_role >= 0 ? ws->w[k]->src_role : ws->w[k]->pub_role)
+               : -1;
+}
+
+int workers_add(struct workers *ws, const char *proxy_url, const char *pub_url, int role, char *err,
+                size_t errlen)
 {
     struct worker *w;
     struct http_url url;
@@ -182,6 +201,12 @@ int workers_add(struct workers *ws, const char *proxy_url, const char *pub_url, 
         if (strcmp(w->pub_url, pub_url) != 0)
             log_warn("worker %s is followed at %s already: %s ignored", w->proxy_url, w->pub_url,
                      pub_url);
+        if (role >= 0 && w->src_role < 0) { /* a source that says its role beats none */
+            w->src_role = role;
+            workers_note_role(ws, w);
+        } else if (role >= 0 && role != w->src_role)
+            log_warn("worker %s is a %s worker already: the role %s ignored", w->proxy_url,
+                     admit_load_role_name(w->src_role), admit_load_role_name(role));
         w->holds++;
         return 0;
     }
@@ -191,6 +216,7 @@ int workers_add(struct workers *ws, const char *proxy_url, const char *pub_url, 
     w = k < ws->n ? ws->w[k] : xcalloc(1, sizeof *w);
     w->ws = ws;
     w->src_role = role;
+    w->pub_role = ADMIT_LOAD_ROLE_BOTH;
     snprintf(w->proxy_url, sizeof w->proxy_url, "%s", url.hostport);
     snprintf(w->pub_url, sizeof w->pub_url, "%s", pub_url);
     if (wl_subscribe(ws, w, pub_url, err, errlen) != 0) {
@@ -216,6 +242,7 @@ int workers_add(struct workers *ws, const char *proxy_url, const char *pub_url, 
     w->up = upstream_new(ws->base, &url, ws->dns, ws->cfg->upstream_timeout_ms,
                          ws->cfg->upstream_keepalive, 4000);
     w->state = WORKER_ACTIVE;
+    workers_note_role(ws, w);
     w->holds = 1;
     ws->changes.added++;
     return 0;
@@ -234,8 +261,9 @@ int workers_retire(struct workers *ws, const char *proxy_url)
         return 0; /* another source still names it */
     w->state = WORKER_RETIRED;
     sel_retire(ws->sel, w->idx);
-    kvr_forget(ws->kv, w->idx);      /* its index may be another worker's next */
-    mroute_drop(ws->models, w->idx); /* it serves nothing now: a model only it had gets 404 */
+    pools_set(ws->pools, w->idx, -1); /* in no pool: never chosen, its index may be reused */
+    kvr_forget(ws->kv, w->idx);       /* its index may be another worker's next */
+    mroute_drop(ws->models, w->idx);  /* it serves nothing now: a model only it had gets 404 */
     wl_unsubscribe(ws, w);
     ws->changes.retired++;
     log_info("worker %s retired: no new request goes there, %u in flight finish", w->proxy_url,

@@ -30,6 +30,7 @@
 
 struct event_base;
 struct model_route;
+struct pools;
 struct sel;
 struct upstream;
 struct workers;
@@ -59,8 +60,8 @@ struct workers_changes {
  *  (which must outlive it); room(arg) is called when a message or a retirement may have made
  *  room */
 struct workers *workers_new(struct event_base *base, const struct router_cfg *cfg, struct sel *sel,
-                            struct model_route *models, struct kvroute *kv, void (*room)(void *arg),
-                            void *arg);
+                            struct model_route *models, struct kvroute *kv, struct pools *pools,
+                            void (*room)(void *arg), void *arg);
 /** a reload: cfg (kept) from now on, for the workers added next */
 void workers_reconfigure(struct workers *ws, const struct router_cfg *cfg);
 /** frees every worker and the table; after the proxy (no exchange holds one any more) */
@@ -70,13 +71,16 @@ void workers_free(struct workers *ws);
  *  there already is held by one more source (and keeps its publisher; another one is logged
  *  and ignored); one that is retired is revived in place (bookings kept, routable at its next
  *  message, following pub_url); a new one takes the index of a worker that left, if any */
-int workers_add(struct workers *ws, const char *proxy_url, const char *pub_url, int role,
-                char *err, size_t errlen);
+int workers_add(struct workers *ws, const char *proxy_url, const char *pub_url, int role, char *err,
+                size_t errlen);
 /** one source lets go of the worker at proxy_url; the last one retires it (no new request
  *  goes there, its subscriber closed within 100 ms); removed when nothing holds it. 0, or -1
  *  when no active worker has that URL */
 int workers_retire(struct workers *ws, const char *proxy_url);
 
+/** worker k's role (enum admit_load_role): its source's, else the one it publishes; -1 when k
+ *  is free */
+int workers_role(const struct workers *ws, int k);
 /** workers that are not retired */
 unsigned workers_active(const struct workers *ws);
 /** indices in use or free, 0 .. n-1 (those of the selection view) */

@@ -28,6 +28,7 @@ struct worker {
     char pub_url[300];
     char worker_id[ADMIT_LOAD_WORKER_ID_MAX + 1]; /* from its newest message ("" = none yet) */
     int src_role; /* the role its source gave (enum admit_load_role), or ROUTER_ROLE_PUBLISHED */
+    int pub_role; /* the role its newest load message published (both until one came) */
     struct upstream *up;
     struct subscriber *sub;
     struct kvfollow *kvf; /* its kv_events stream, with its subscriber */
@@ -46,6 +47,7 @@ struct workers {
     struct sel *sel;
     struct model_route *models;
     struct kvroute *kv;     /* the prefix index: capacities from messages, forgetting the retired */
+    struct pools *pools;    /* each active worker's role, as selection splits a model's workers */
     struct evdns_base *dns; /* the workers' host names' resolver, made for the first */
     struct worker **w;
     size_t n;
@@ -59,6 +61,9 @@ struct workers {
     uint64_t load_id_taken;       /* ... whose worker_id another live worker holds */
     struct kvf_stats kvf;         /* the kv_events streams' (kvfollow.h), of every worker */
 };
+
+/** w's role now (its source's, else its messages'), told to the pools */
+void workers_note_role(struct workers *ws, struct worker *w);
 
 /* ---- workers_load.c: each worker's load messages ------------------------------------------ */
 

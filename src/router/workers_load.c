@@ -197,6 +197,10 @@ static void on_message(void *arg, const void *msg, size_t len)
         log_info("worker %s reachable: it publishes", w->proxy_url);
     }
     mroute_message(ws->models, w->idx, &m);
+    if (m.role != (enum admit_load_role) w->pub_role) {
+        w->pub_role = (int) m.role;
+        workers_note_role(ws, w);
+    }
     ws->room(ws->room_arg); /* its room may have changed */
 }
 
