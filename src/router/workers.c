@@ -165,8 +165,8 @@ static int revive(struct workers *ws, struct worker *w, const char *pub_url, cha
     return 0;
 }
 
-int workers_add(struct workers *ws, const char *proxy_url, const char *pub_url, int role,
-                char *err, size_t errlen)
+int workers_add(struct workers *ws, const char *proxy_url, const char *pub_url, int role, char *err,
+                size_t errlen)
 {
     struct worker *w;
     struct http_url url;
@@ -191,6 +191,7 @@ int workers_add(struct workers *ws, const char *proxy_url, const char *pub_url, 
     w = k < ws->n ? ws->w[k] : xcalloc(1, sizeof *w);
     w->ws = ws;
     w->src_role = role;
+    w->pub_role = ADMIT_LOAD_ROLE_BOTH;
     snprintf(w->proxy_url, sizeof w->proxy_url, "%s", url.hostport);
     snprintf(w->pub_url, sizeof w->pub_url, "%s", pub_url);
     if (wl_subscribe(ws, w, pub_url, err, errlen) != 0) {
@@ -272,7 +273,15 @@ int workers_info(const struct workers *ws, int k, struct worker_info *out)
     out->worker_id = w->worker_id;
     out->inflight = w->inflight;
     out->last_ms = w->last_ms;
+    out->role = workers_role(ws, k);
     return 1;
+}
+
+int workers_role(const struct workers *ws, int k)
+{
+    const struct worker *w = ws->w[k];
+
+    return w->src_role >= 0 ? w->src_role : w->pub_role;
 }
 
 const char *workers_url(const struct workers *ws, int k)

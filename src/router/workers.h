@@ -47,6 +47,7 @@ struct worker_info {
     const char *worker_id; /* from its newest message; "" until its first */
     unsigned inflight;     /* exchanges holding its upstream */
     int64_t last_ms;       /* monotonic time of its newest message; 0: never heard */
+    int role;              /* its effective role (workers_role) */
 };
 
 /* Workers that came and went, since the start. */
@@ -70,8 +71,8 @@ void workers_free(struct workers *ws);
  *  there already is held by one more source (and keeps its publisher; another one is logged
  *  and ignored); one that is retired is revived in place (bookings kept, routable at its next
  *  message, following pub_url); a new one takes the index of a worker that left, if any */
-int workers_add(struct workers *ws, const char *proxy_url, const char *pub_url, int role,
-                char *err, size_t errlen);
+int workers_add(struct workers *ws, const char *proxy_url, const char *pub_url, int role, char *err,
+                size_t errlen);
 /** one source lets go of the worker at proxy_url; the last one retires it (no new request
  *  goes there, its subscriber closed within 100 ms); removed when nothing holds it. 0, or -1
  *  when no active worker has that URL */
@@ -83,6 +84,9 @@ unsigned workers_active(const struct workers *ws);
 int workers_slots(const struct workers *ws);
 /** worker k as the reports show it; 0 when k is free (out untouched), else 1 */
 int workers_info(const struct workers *ws, int k, struct worker_info *out);
+/** worker k's role (an enum admit_load_role): the one its source gave, else the one its
+ *  newest message published (both until it has spoken) */
+int workers_role(const struct workers *ws, int k);
 /** worker k's URL's host:port */
 const char *workers_url(const struct workers *ws, int k);
 /** what came and went */

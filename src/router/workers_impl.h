@@ -28,6 +28,7 @@ struct worker {
     char pub_url[300];
     char worker_id[ADMIT_LOAD_WORKER_ID_MAX + 1]; /* from its newest message ("" = none yet) */
     int src_role; /* the role its source gave (enum admit_load_role), or ROUTER_ROLE_PUBLISHED */
+    int pub_role; /* the role its newest message published (enum admit_load_role; both before) */
     struct upstream *up;
     struct subscriber *sub;
     struct kvfollow *kvf; /* its kv_events stream, with its subscriber */

@@ -183,6 +183,7 @@ static void on_message(void *arg, const void *msg, size_t len)
         w->unresolved_said = 0;
     }
     w->last_ms = clock_mono_ms();
+    w->pub_role = (int) m.role;
     if (strcmp(w->worker_id, m.worker_id) != 0)
         snprintf(w->worker_id, sizeof w->worker_id, "%s", m.worker_id);
     sel_message(ws->sel, w->idx, &m, w->last_ms);
