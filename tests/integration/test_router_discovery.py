@@ -477,7 +477,9 @@ def test_roles():
 
     want = {url(0): "prefill", url(1): "decode", url(2): "prefill", url(3): "decode",
             url(4): "both", url(5): "both", "127.0.0.7:%d" % ports[12]: "prefill"}
-    wait_for(lambda: roles() == want, 10, "every worker with its source's role")
+    # The DNS name's worker comes with its answer; then every role is there at once.
+    wait_for(lambda: len(rt.workers()) == len(want), 10, "every worker listed")
+    assert roles() == want, rt.workers()
     # SIGHUP: the config's two swapped, the file in its YAML form with two roles changed.
     write(cfg, "prefill_worker: \"%s\"\ndecode_worker: \"%s\"\n" % (w(1), w(0)))
     write(path, "- \"%s role=decode\"\n"
