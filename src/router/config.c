@@ -1,5 +1,6 @@
 /* config: admit-router's option table, read by the engine in config/opt.c. */
 #include "config.h"
+#include "admit/load.h"
 #include "util/log.h"
 #include "util/ratewin.h"
 #include "config/optdiff.h"
@@ -86,11 +87,24 @@ static int parse_subscriber(void *obj, const char *raw, char *msg, size_t msglen
 static const struct opt_def opts[] = {
     OPT("worker", "ADMIT_ROUTER_WORKER", OPT_LIST, AT(workers), 0, 0, NULL,
         "admitd http://HOST:PORT=its --publish URL; repeatable", NULL, NULL, check_worker),
+    OPT("prefill-worker", "ADMIT_ROUTER_PREFILL_WORKER", OPT_LIST, AT(prefill_workers), 0, 0, NULL,
+        "as --worker, a worker of the prefill role (whatever its load messages say); repeatable",
+        NULL, NULL, check_worker),
+    OPT("decode-worker", "ADMIT_ROUTER_DECODE_WORKER", OPT_LIST, AT(decode_workers), 0, 0, NULL,
+        "as --worker, a worker of the decode role (whatever its load messages say); repeatable",
+        NULL, NULL, check_worker),
     OPT("workers-file", "ADMIT_ROUTER_WORKERS_FILE", OPT_PATH, AT(workers_file), 0, 0, NULL,
-        "a file of workers, PROXY_URL=PUB_URL a line or a YAML list; re-read on SIGHUP"),
+        "a file of workers, PROXY_URL=PUB_URL [role=ROLE] a line or a YAML list; re-read on "
+        "SIGHUP"),
     OPT("worker-dns", "ADMIT_ROUTER_WORKER_DNS", OPT_LIST, AT(worker_dns), 0, 0, NULL,
         "NAME:HTTP_PORT:PUB_PORT: every address NAME resolves to is a worker; repeatable", NULL,
         NULL, check_dns),
+    OPT("prefill-worker-dns", "ADMIT_ROUTER_PREFILL_WORKER_DNS", OPT_LIST, AT(prefill_worker_dns),
+        0, 0, NULL, "as --worker-dns, its workers of the prefill role; repeatable", NULL, NULL,
+        check_dns),
+    OPT("decode-worker-dns", "ADMIT_ROUTER_DECODE_WORKER_DNS", OPT_LIST, AT(decode_worker_dns), 0,
+        0, NULL, "as --worker-dns, its workers of the decode role; repeatable", NULL, NULL,
+        check_dns),
     OPT("dns-interval-ms", "ADMIT_ROUTER_DNS_INTERVAL_MS", OPT_UINT, AT(dns_interval_ms), 100,
         3600000, "5000", "how often --worker-dns names are resolved again"),
     OPT("dns-nameserver", "ADMIT_ROUTER_DNS_NAMESERVER", OPT_CUSTOM, AT(dns_nameserver), 0, 0, NULL,
@@ -234,6 +248,60 @@ static const struct opt_spec spec = {
     read_classes,
 };
 
+/* The options that name workers (and names), with the role each gives. */
+static const char *const worker_opts[] = {"--worker", "--prefill-worker", "--decode-worker"};
+static const char *const dns_opts[] = {"--worker-dns", "--prefill-worker-dns",
+                                       "--decode-worker-dns"};
+static const int opt_roles[] = {WLIST_ROLE_NONE, ADMIT_LOAD_ROLE_PREFILL, ADMIT_LOAD_ROLE_DECODE};
+
+/* 1 when l holds item. */
+static int list_has(const struct opt_list *l, const char *item)
+{
+    for (size_t i = 0; i < l->n; i++)
+        if (strcmp(l->items[i], item) == 0)
+            return 1;
+    return 0;
+}
+
+/* A worker that --worker, --prefill-worker and --decode-worker give two roles (as published
+ * counts as one), or a name two of the --*worker-dns options give: which role it has would be
+ * a guess, so it is an error. 0, or -1 with err. */
+static int check_roles(const struct router_cfg *c, char *err, size_t errlen)
+{
+    const struct opt_list *ws[] = {&c->workers, &c->prefill_workers, &c->decode_workers};
+    const struct opt_list *ns[] = {&c->worker_dns, &c->prefill_worker_dns, &c->decode_worker_dns};
+    struct wlist all = {0};
+    char canon[WLIST_ENTRY_MAX], msg[300];
+    int other, rc = 0;
+
+    for (size_t j = 0; j < 3 && rc == 0; j++)
+        for (size_t i = 0; i < ws[j]->n && rc == 0; i++) {
+            if (wlist_canon_role(ws[j]->items[i], opt_roles[j], canon, sizeof canon, msg,
+                                 sizeof msg) != 0)
+                continue; /* checked by its option */
+            if (wlist_role_clash(&all, canon, &other)) {
+                snprintf(err, errlen,
+                         "%s: worker '%.200s' is given another role already (%s): a worker has one "
+                         "role",
+                         worker_opts[j], ws[j]->items[i], wlist_role_label(other));
+                rc = -1;
+            }
+            wlist_add(&all, canon);
+        }
+    for (size_t j = 0; j < 3 && rc == 0; j++)
+        for (size_t i = 0; i < ns[j]->n && rc == 0; i++)
+            for (size_t k = 0; k < j && rc == 0; k++)
+                if (list_has(ns[k], ns[j]->items[i])) {
+                    snprintf(err, errlen,
+                             "%s: '%.200s' is given by %s already: a name's workers "
+                             "have one role",
+                             dns_opts[j], ns[j]->items[i], dns_opts[k]);
+                    rc = -1;
+                }
+    wlist_free(&all);
+    return rc;
+}
+
 /* Both readings: the start's reads the workers file too (a bad one stops the start), a
  * reload's leaves it to discovery, whose own step reads it (a bad one keeps its workers and
  * holds back nothing else). */
@@ -249,11 +317,16 @@ static enum opt_result parse(struct router_cfg *c, int argc, char **argv, opt_en
         router_classes_free(&c->classes); /* read before a later source failed */
         return r;
     }
-    if (c->workers.n == 0 && c->workers_file[0] == '\0' && c->worker_dns.n == 0) {
+    if (c->workers.n + c->prefill_workers.n + c->decode_workers.n == 0 &&
+        c->workers_file[0] == '\0' &&
+        c->worker_dns.n + c->prefill_worker_dns.n + c->decode_worker_dns.n == 0) {
         snprintf(err, errlen,
                  "no worker: name at least one with --worker=PROXY_URL=PUB_URL, "
                  "--workers-file=FILE or --worker-dns=NAME:HTTP_PORT:PUB_PORT (or their "
-                 "variables, or keys of the config file)");
+                 "--prefill-... and --decode-... forms, their variables, or keys of the config "
+                 "file)");
+        r = OPT_ERROR;
+    } else if (check_roles(c, err, errlen) != 0) {
         r = OPT_ERROR;
     } else if (read_workers_file && c->workers_file[0] != '\0' &&
                wlist_read(c->workers_file, &c->file_workers, err, errlen) != 0) {
@@ -403,12 +476,20 @@ static void names_missing(const struct router_classes *a, const struct router_cl
 
 size_t router_cfg_diff(const struct router_cfg *cur, struct router_cfg *next)
 {
-    static const char *const lists[] = {"worker", "worker_dns", "model"};
-    const struct opt_list *was[] = {&cur->workers, &cur->worker_dns, &cur->models};
-    const struct opt_list *now[] = {&next->workers, &next->worker_dns, &next->models};
+    static const char *const lists[] = {"worker",     "prefill_worker",     "decode_worker",
+                                        "worker_dns", "prefill_worker_dns", "decode_worker_dns",
+                                        "model"};
+    const struct opt_list *was[] = {
+        &cur->workers,    &cur->prefill_workers,    &cur->decode_workers,
+        &cur->worker_dns, &cur->prefill_worker_dns, &cur->decode_worker_dns,
+        &cur->models};
+    const struct opt_list *now[] = {
+        &next->workers,    &next->prefill_workers,    &next->decode_workers,
+        &next->worker_dns, &next->prefill_worker_dns, &next->decode_worker_dns,
+        &next->models};
 
     opt_fields_diff(live_fields, NFIELDS(live_fields), cur, next, OPT_DIFF_LIVE);
-    for (size_t i = 0; i < 3; i++)
+    for (size_t i = 0; i < sizeof lists / sizeof *lists; i++)
         if (!lists_same(was[i], now[i]))
             log_info("reload: %s changed", lists[i]);
     if (!classes_same(&cur->classes, &next->classes)) {

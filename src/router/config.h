@@ -6,10 +6,11 @@
  * comma-separated values, and the highest source that gives one replaces the others. All
  * of it is checked at parse time, workers included (and the workers file read), so
  * --check-config catches what a start would refuse; at least one of --worker, --workers-file
- * and --worker-dns is required. The policy classes (classes.h) are structures, not single values:
- * they are read only from the file, from the same text as its settings, and have no flag or
- * variable (both are refused, naming the file as the place for them). Pure: nothing here binds or
- * dials. */
+ * and --worker-dns (or their --prefill-... and --decode-... forms, which give their workers a
+ * role) is required, and a worker or a name given two roles by these options is refused. The policy
+ * classes (classes.h) are structures, not single values: they are read only from the file, from the
+ * same text as its settings, and have no flag or variable (both are refused, naming the file as the
+ * place for them). Pure: nothing here binds or dials. */
 #ifndef ADMIT_ROUTER_CONFIG_H
 #define ADMIT_ROUTER_CONFIG_H
 
@@ -29,11 +30,15 @@
 enum rc_dns_family { RC_DNS_V4, RC_DNS_V6, RC_DNS_V4_PREFERRED, RC_DNS_V6_PREFERRED };
 
 struct router_cfg {
-    struct opt_list workers;    /* "PROXY_URL=PUB_URL", each checked */
-    char workers_file[512];     /* a file of workers, re-read on SIGHUP ("" = none) */
-    struct wlist file_workers;  /* what it held when the config was read (canonical) */
-    struct opt_list worker_dns; /* "NAME:HTTP_PORT:PUB_PORT", each checked */
-    unsigned dns_interval_ms;   /* the names are resolved again this often */
+    struct opt_list workers;            /* "PROXY_URL=PUB_URL", each checked: role as published */
+    struct opt_list prefill_workers;    /* the same, workers of the prefill role (issue 27) */
+    struct opt_list decode_workers;     /* the same, workers of the decode role */
+    char workers_file[512];             /* a file of workers, re-read on SIGHUP ("" = none) */
+    struct wlist file_workers;          /* what it held when the config was read (canonical) */
+    struct opt_list worker_dns;         /* "NAME:HTTP_PORT:PUB_PORT", each checked */
+    struct opt_list prefill_worker_dns; /* the same, their workers of the prefill role */
+    struct opt_list decode_worker_dns;  /* the same, their workers of the decode role */
+    unsigned dns_interval_ms;           /* the names are resolved again this often */
     char dns_nameserver[NETADDR_HOST_MAX + 8]; /* "IP:PORT" for evdns; "" = resolv.conf */
     enum rc_dns_family dns_family;             /* which records a name's workers come from */
     int subscriber_nng;             /* --subscriber=nng: nng's SUB for every worker (else auto) */

@@ -3,6 +3,7 @@
 #include "resolver.h"
 #include "router.h"
 #include "wlist.h"
+#include "admit/load.h"
 #include "util/log.h"
 #include "wire/prom.h"
 #include "util/xmalloc.h"
@@ -18,6 +19,8 @@
 /* A name that keeps failing is logged again at most this often. */
 #define DNS_LOG_EVERY_MS 60000
 
+_Static_assert(WLIST_ROLE_NONE == ROUTER_ROLE_PUBLISHED, "a source without a role: published");
+
 /* Room for one entry split into its URLs. */
 #define PROXY_MAX (NETADDR_HOST_MAX + 16)
 
@@ -29,6 +32,7 @@ struct dname {
     int gone; /* no longer configured: freed when its running lookup answers */
     char name[WLIST_DNS_NAME_MAX + 1];
     unsigned http_port, pub_port;
+    int role; /* the role of its workers (--prefill-worker-dns...), or WLIST_ROLE_NONE */
     struct evdns_request *req; /* the lookup running, or NULL */
     int second;                /* it asks for the --dns-family's other records */
     struct wlist cur;          /* the workers of its last answer with addresses */
@@ -47,7 +51,7 @@ struct discover {
     struct event *tick;     /* resolves the names again every dns_interval_ms */
     struct dname **names;   /* those of the config, then those leaving (gone) */
     size_t nnames;
-    struct wlist fixed; /* the --worker entries, as last applied */
+    struct wlist fixed; /* the --worker, --prefill-worker, --decode-worker entries, as applied */
     struct wlist file;  /* the workers file's workers, as last applied */
     uint64_t reloads_ok, reloads_failed;
 };
@@ -63,17 +67,17 @@ static int apply(struct discover *d, const char *what, struct wlist *cur, struct
 {
     struct wlist add = {0}, gone = {0};
     char proxy[PROXY_MAX], pub[WLIST_PUB_URL_MAX + 1], why[512];
-    int rc = 0;
+    int rc = 0, role;
 
     wlist_diff(cur, next, &add, &gone);
     for (size_t i = 0; i < gone.n; i++)
-        if (wlist_split(gone.items[i], proxy, sizeof proxy, pub, sizeof pub) == 0) {
+        if (wlist_split(gone.items[i], proxy, sizeof proxy, pub, sizeof pub, NULL) == 0) {
             log_info("%s: worker %s is gone", what, proxy);
             router_retire_worker(d->r, proxy);
         }
     for (size_t i = 0; i < add.n && rc == 0; i++) {
-        if (wlist_split(add.items[i], proxy, sizeof proxy, pub, sizeof pub) != 0 ||
-            router_add_worker(d->r, proxy, pub, ROUTER_ROLE_PUBLISHED, why, sizeof why) != 0) {
+        if (wlist_split(add.items[i], proxy, sizeof proxy, pub, sizeof pub, &role) != 0 ||
+            router_add_worker(d->r, proxy, pub, role, why, sizeof why) != 0) {
             if (strict) {
                 snprintf(err, errlen, "%s: %s", what, why);
                 rc = -1;
@@ -81,7 +85,8 @@ static int apply(struct discover *d, const char *what, struct wlist *cur, struct
                 log_warn("%s: worker %s not added: %s", what, add.items[i], why);
             wlist_remove(next, add.items[i]);
         } else
-            log_info("%s: worker %s added (load from %s)", what, proxy, pub);
+            log_info("%s: worker %s added (load from %s, role %s)", what, proxy, pub,
+                     wlist_role_label(role));
     }
     wlist_move(cur, next);
     wlist_free(&add);
@@ -177,9 +182,9 @@ static void on_answer(int result, char type, int count, int ttl, void *addresses
         n->bad = 0;
         n->why[0] = '\0';
         if (type == DNS_IPv4_A)
-            wlist_from_ipv4(addresses, (size_t) count, n->http_port, n->pub_port, &next);
+            wlist_from_ipv4(addresses, (size_t) count, n->http_port, n->pub_port, n->role, &next);
         else
-            wlist_from_ipv6(addresses, (size_t) count, n->http_port, n->pub_port, &next);
+            wlist_from_ipv6(addresses, (size_t) count, n->http_port, n->pub_port, n->role, &next);
         snprintf(what, sizeof what, "dns %s", n->name);
         apply(n->d, what, &n->cur, &next, 0, NULL, 0);
         return;
@@ -241,51 +246,64 @@ static void on_tick(evutil_socket_t fd, short what, void *arg)
     discover_resolve_now(arg);
 }
 
-/* The name followed (not leaving) with these ports, or NULL. */
+/* The name followed (not leaving) with these ports and role, or NULL. */
 static struct dname *find_name(const struct discover *d, const char *name, unsigned http_port,
-                               unsigned pub_port)
+                               unsigned pub_port, int role)
 {
     for (size_t i = 0; i < d->nnames; i++) {
         struct dname *n = d->names[i];
 
         if (n->gone != 1 && strcmp(n->name, name) == 0 && n->http_port == http_port &&
-            n->pub_port == pub_port)
+            n->pub_port == pub_port && n->role == role)
             return n;
     }
     return NULL;
 }
 
+/* cfg's lists of names, each with the role of its workers. */
+static const struct opt_list *dns_list(const struct router_cfg *cfg, int i, int *role)
+{
+    static const int roles[] = {WLIST_ROLE_NONE, ADMIT_LOAD_ROLE_PREFILL, ADMIT_LOAD_ROLE_DECODE};
+
+    *role = roles[i];
+    return i == 0 ? &cfg->worker_dns : i == 1 ? &cfg->prefill_worker_dns : &cfg->decode_worker_dns;
+}
+
 /* Follows cfg's names: each new one is added (resolved by the caller), each one no longer
  * there retires its workers and is forgotten once its running lookup answers. A name given
- * twice is followed once. */
+ * twice is followed once; one whose role changed is another name (the old one retires its
+ * workers, the new one adds them with the new role). */
 static void follow_names(struct discover *d, const struct router_cfg *cfg, int reloading)
 {
     char name[WLIST_DNS_NAME_MAX + 1], msg[256];
     unsigned http_port, pub_port;
+    int role;
 
     for (size_t i = 0; i < d->nnames; i++)
         if (!d->names[i]->gone)
             d->names[i]->gone = 2; /* marked: unmarked below if cfg still names it */
-    for (size_t i = 0; i < cfg->worker_dns.n; i++) {
-        struct dname *n;
+    for (size_t j = 0, i = 0; j < 3; j++, i = 0)
+        for (const struct opt_list *l = dns_list(cfg, (int) j, &role); i < l->n; i++) {
+            struct dname *n;
 
-        if (wlist_dns_spec(cfg->worker_dns.items[i], name, &http_port, &pub_port, msg,
-                           sizeof msg) != 0)
-            fatal("--worker-dns: %s", msg); /* checked at parse time: this cannot fail */
-        if ((n = find_name(d, name, http_port, pub_port)) != NULL) {
-            n->gone = 0; /* still named (or named twice) */
-            continue;
+            if (wlist_dns_spec(l->items[i], name, &http_port, &pub_port, msg, sizeof msg) != 0)
+                fatal("--worker-dns: %s", msg); /* checked at parse time: this cannot fail */
+            if ((n = find_name(d, name, http_port, pub_port, role)) != NULL) {
+                n->gone = 0; /* still named (or named twice) */
+                continue;
+            }
+            n = xcalloc(1, sizeof *n);
+            n->d = d;
+            snprintf(n->name, sizeof n->name, "%s", name);
+            n->http_port = http_port;
+            n->pub_port = pub_port;
+            n->role = role;
+            d->names = xrealloc(d->names, (d->nnames + 1) * sizeof *d->names);
+            d->names[d->nnames++] = n;
+            if (reloading)
+                log_info("dns %s: new in the configuration; its workers are followed (role %s)",
+                         n->name, wlist_role_label(role));
         }
-        n = xcalloc(1, sizeof *n);
-        n->d = d;
-        snprintf(n->name, sizeof n->name, "%s", name);
-        n->http_port = http_port;
-        n->pub_port = pub_port;
-        d->names = xrealloc(d->names, (d->nnames + 1) * sizeof *d->names);
-        d->names[d->nnames++] = n;
-        if (reloading)
-            log_info("dns %s: new in the configuration; its workers are followed", n->name);
-    }
     for (size_t i = d->nnames; i-- > 0;) {
         struct dname *n = d->names[i];
         struct wlist none = {0};
@@ -334,7 +352,8 @@ struct discover *discover_new(struct event_base *base, struct router *r,
     d->tick = event_new(base, -1, EV_PERSIST, on_tick, d);
     if (d->tick == NULL)
         fatal("event_new failed");
-    if (cfg->worker_dns.n > 0 && (d->dns = resolver_new(base, cfg, err, errlen)) == NULL) {
+    if (cfg->worker_dns.n + cfg->prefill_worker_dns.n + cfg->decode_worker_dns.n > 0 &&
+        (d->dns = resolver_new(base, cfg, err, errlen)) == NULL) {
         discover_free(d);
         return NULL;
     }
@@ -342,22 +361,34 @@ struct discover *discover_new(struct event_base *base, struct router *r,
     return d;
 }
 
+/* cfg's lists of workers, each with the role it gives them. */
+static const struct opt_list *worker_list(const struct router_cfg *cfg, int i, int *role)
+{
+    static const int roles[] = {WLIST_ROLE_NONE, ADMIT_LOAD_ROLE_PREFILL, ADMIT_LOAD_ROLE_DECODE};
+
+    *role = roles[i];
+    return i == 0 ? &cfg->workers : i == 1 ? &cfg->prefill_workers : &cfg->decode_workers;
+}
+
 int discover_start(struct discover *d, char *err, size_t errlen)
 {
     struct wlist first = {0};
     char canon[WLIST_ENTRY_MAX], proxy[PROXY_MAX], pub[WLIST_PUB_URL_MAX + 1], why[512];
+    int role;
 
-    /* The --worker entries, in their order (which is the workers' order in /load). */
-    for (size_t i = 0; i < d->cfg->workers.n; i++) {
-        if (wlist_canon(d->cfg->workers.items[i], canon, sizeof canon, why, sizeof why) != 0 ||
-            wlist_add(&d->fixed, canon) == 0)
-            continue; /* checked at parse time; or named twice: one worker */
-        if (wlist_split(canon, proxy, sizeof proxy, pub, sizeof pub) != 0 ||
-            router_add_worker(d->r, proxy, pub, ROUTER_ROLE_PUBLISHED, why, sizeof why) != 0) {
-            snprintf(err, errlen, "worker: %s", why);
-            return -1;
+    /* The --worker entries, then --prefill-worker's and --decode-worker's, in their order
+     * (which is the workers' order in /load). */
+    for (size_t j = 0, i = 0; j < 3; j++, i = 0)
+        for (const struct opt_list *l = worker_list(d->cfg, (int) j, &role); i < l->n; i++) {
+            if (wlist_canon_role(l->items[i], role, canon, sizeof canon, why, sizeof why) != 0 ||
+                wlist_add(&d->fixed, canon) == 0)
+                continue; /* checked at parse time; or named twice: one worker */
+            if (wlist_split(canon, proxy, sizeof proxy, pub, sizeof pub, NULL) != 0 ||
+                router_add_worker(d->r, proxy, pub, role, why, sizeof why) != 0) {
+                snprintf(err, errlen, "worker: %s", why);
+                return -1;
+            }
         }
-    }
     if (d->cfg->workers_file[0] != '\0') {
         /* As read with the configuration (so --check-config judged the same file). */
         for (size_t i = 0; i < d->cfg->file_workers.n; i++)
@@ -377,10 +408,12 @@ void discover_reconfigure(struct discover *d, const struct router_cfg *cfg)
 {
     struct wlist next = {0}, none = {0};
     char canon[WLIST_ENTRY_MAX], err[512];
+    int role;
 
-    for (size_t i = 0; i < cfg->workers.n; i++)
-        if (wlist_canon(cfg->workers.items[i], canon, sizeof canon, err, sizeof err) == 0)
-            wlist_add(&next, canon); /* checked at parse time */
+    for (size_t j = 0, i = 0; j < 3; j++, i = 0)
+        for (const struct opt_list *l = worker_list(cfg, (int) j, &role); i < l->n; i++)
+            if (wlist_canon_role(l->items[i], role, canon, sizeof canon, err, sizeof err) == 0)
+                wlist_add(&next, canon); /* checked at parse time */
     apply(d, "--worker", &d->fixed, &next, 0, NULL, 0);
     if (strcmp(d->cfg->workers_file, cfg->workers_file) != 0 && cfg->workers_file[0] == '\0') {
         log_info("workers file %s: no longer in the configuration; its %zu workers are retired",
@@ -397,7 +430,7 @@ void discover_render_metrics(struct discover *d, struct buf *out)
 {
     if (d == NULL)
         return;
-    if (d->cfg->worker_dns.n > 0) {
+    if (d->cfg->worker_dns.n + d->cfg->prefill_worker_dns.n + d->cfg->decode_worker_dns.n > 0) {
         prom_family(out, "admit_router_dns_lookups_total", "counter",
                     "DNS lookups of --worker-dns names, by result (ok: addresses; failed: "
                     "timeout, SERVFAIL, refused; empty: NXDOMAIN or no A record; failed and "

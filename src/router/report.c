@@ -1,6 +1,7 @@
 /* report: the router's fleet and rejections, in Prometheus families and in /load (see
  * report.h). */
 #include "report.h"
+#include "admit/load.h"
 #include "admission/bt_api.h"
 #include "kvfollow.h"
 #include "kvroute.h"
@@ -367,6 +368,7 @@ void report_render_workers(struct report *rp, struct buf *out)
                    w.state == WORKER_ACTIVE ? "active" : "retired", w.inflight);
         buf_puts(out, "\"worker_id\":");
         put_string(out, w.worker_id);
+        buf_printf(out, ",\"role\":\"%s\"", admit_load_role_name((enum admit_load_role) w.role));
         buf_printf(out, ",\"alive\":%s,\"routable\":%s,\"busy\":%s,\"age_ms\":",
                    alive ? "true" : "false", sel_routable(rp->sel, k, now) ? "true" : "false",
                    alive && worker_busy(rp, k, &t) ? "true" : "false");

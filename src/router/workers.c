@@ -300,6 +300,7 @@ int workers_info(const struct workers *ws, int k, struct worker_info *out)
     out->worker_id = w->worker_id;
     out->inflight = w->inflight;
     out->last_ms = w->last_ms;
+    out->role = workers_role(ws, k);
     return 1;
 }
 

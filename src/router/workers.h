@@ -48,6 +48,7 @@ struct worker_info {
     const char *worker_id; /* from its newest message; "" until its first */
     unsigned inflight;     /* exchanges holding its upstream */
     int64_t last_ms;       /* monotonic time of its newest message; 0: never heard */
+    int role;              /* its effective role (workers_role) */
 };
 
 /* Workers that came and went, since the start. */

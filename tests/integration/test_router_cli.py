@@ -19,6 +19,10 @@ WORKER2 = "http://127.0.0.1:2=tcp://127.0.0.1:2"
 # Every option and its variable: the help must show each one.
 OPTIONS = {
     "worker": "ADMIT_ROUTER_WORKER",
+    "prefill-worker": "ADMIT_ROUTER_PREFILL_WORKER",
+    "decode-worker": "ADMIT_ROUTER_DECODE_WORKER",
+    "prefill-worker-dns": "ADMIT_ROUTER_PREFILL_WORKER_DNS",
+    "decode-worker-dns": "ADMIT_ROUTER_DECODE_WORKER_DNS",
     "model": "ADMIT_ROUTER_MODEL",
     "listen": "ADMIT_ROUTER_LISTEN",
     "metrics-listen": "ADMIT_ROUTER_METRICS_LISTEN",

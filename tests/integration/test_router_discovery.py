@@ -21,6 +21,7 @@ import time
 
 from harness import (Admitd, Mock, RawClient, Tap, chat_body, close_own, marker, own_request,
                      request, wait_for)
+from loadpub import dead_port
 from test_router import MODEL, worker
 from test_router import Router as _Router
 
@@ -446,6 +447,61 @@ def test_workers_file():
         m.stop()
 
 
+def test_roles():
+    """A worker's role from its source (issue 27), as /load shows it: --prefill-worker and
+    --decode-worker (keys of the config file here, swapped on SIGHUP), the workers file's
+    role=ROLE and its YAML mappings (a role changed in the file: the worker retired and added
+    again with it; an unknown role: file:line:column, and nothing changes), a
+    --prefill-worker-dns name's addresses; a --worker's is the one it publishes (both until it
+    says). No worker listens: a role needs no load message."""
+    ports = [dead_port() for _ in range(14)]
+
+    def w(i):
+        return "http://127.0.0.1:%d=tcp://127.0.0.1:%d" % (ports[2 * i], ports[2 * i + 1])
+
+    def url(i):
+        return "127.0.0.1:%d" % ports[2 * i]
+
+    d = tempfile.mkdtemp()
+    cfg, path = os.path.join(d, "router.yaml"), os.path.join(d, "workers")
+    write(cfg, "prefill_worker: \"%s\"\ndecode_worker: \"%s\"\n" % (w(0), w(1)))
+    write(path, "%s role=prefill\n%s\trole=decode  # the decode one\n%s\n" % (w(2), w(3), w(4)))
+    dns = DnsServer()
+    dns.records["p.test"] = ["127.0.0.7"]
+    rt = Router("--config", cfg, "--worker", w(5), "--workers-file", path,
+                "--prefill-worker-dns", "p.test:%d:%d" % (ports[12], ports[13]),
+                "--dns-nameserver", "127.0.0.1:%d" % dns.port, "--dns-interval-ms", "300")
+
+    def roles():
+        return {x["url"]: x["role"] for x in rt.workers()}
+
+    want = {url(0): "prefill", url(1): "decode", url(2): "prefill", url(3): "decode",
+            url(4): "both", url(5): "both", "127.0.0.7:%d" % ports[12]: "prefill"}
+    # The DNS name's worker comes with its answer; then every role is there at once.
+    wait_for(lambda: len(rt.workers()) == len(want), 10, "every worker listed")
+    assert roles() == want, rt.workers()
+    # SIGHUP: the config's two swapped, the file in its YAML form with two roles changed.
+    write(cfg, "prefill_worker: \"%s\"\ndecode_worker: \"%s\"\n" % (w(1), w(0)))
+    write(path, "- \"%s role=decode\"\n"
+                "- {url: \"%s\", publish: \"%s\", role: prefill}\n"
+                "- %s\n" % ((w(2),) + tuple(w(3).split("=")) + (w(4),)))
+    rt.proc.p.send_signal(signal.SIGHUP)
+    rt.proc.wait_line(r"workers file: worker http://%s added \(load from \S+, role prefill\)"
+                      % url(3), 10)
+    want.update({url(0): "decode", url(1): "prefill", url(2): "decode", url(3): "prefill"})
+    assert roles() == want, rt.workers()
+    assert all(x["state"] == "active" for x in rt.workers()), rt.workers()
+    # An unknown role: logged at its line and column; the workers keep theirs.
+    write(path, "%s role=decode\n%s role=mixed\n" % (w(2), w(3)))
+    rt.proc.p.send_signal(signal.SIGHUP)
+    rt.proc.wait_line(r"workers file not applied.*%s:2:%d: unknown role 'mixed'"
+                      % (path, len(w(3)) + 7), 10)
+    assert reloads(rt, "failed") == 1
+    assert roles() == want, rt.workers()
+    rt.stop()
+    dns.stop()
+
+
 def test_worker_host_names():
     """A worker named by host name: its engine's address is looked up on the router's loop
     without waiting. While the DNS server does not answer, that worker is not routable (its
@@ -513,6 +569,22 @@ def test_check_config():
     assert p.returncode == 0, p.stderr
     p = subprocess.run([router, "--check-config"], capture_output=True, timeout=30)
     assert p.returncode == 2 and b"--worker-dns" in p.stderr, p.stderr
+    # Workers with a role (issue 27): each option alone is a worker; a bad value names its
+    # option; a worker given two roles is refused, and so is a file's unknown role.
+    w = "http://127.0.0.1:1=tcp://127.0.0.1:2"
+    for args in (["--prefill-worker", w], ["--decode-worker", w],
+                 ["--decode-worker-dns", "w.svc:1:2"]):
+        p = subprocess.run([router] + args + ["--check-config"], capture_output=True, timeout=30)
+        assert p.returncode == 0, (args, p.stderr)
+    for args, want in ((["--prefill-worker", "nonsense"], b"--prefill-worker: 'nonsense'"),
+                       (["--decode-worker-dns", "w.svc"], b"--decode-worker-dns: 'w.svc'"),
+                       (["--worker", w, "--decode-worker", w], b"a worker has one role")):
+        p = subprocess.run([router] + args, capture_output=True, timeout=30)
+        assert p.returncode == 2 and want in p.stderr, (args, p.stderr)
+    write(path, "%s role=prefill\n%s role=decoder\n" % (w, w))
+    p = subprocess.run([router, "--workers-file", path], capture_output=True, timeout=30)
+    assert p.returncode == 2 and (":2:%d: unknown role 'decoder'" % (len(w) + 7)).encode() in \
+        p.stderr, p.stderr
 
 
 if __name__ == "__main__":
@@ -523,6 +595,7 @@ if __name__ == "__main__":
             test_dns_bad_lookups)
     tap.run("DNS: a retired worker named again is revived with its booking", test_dns_revive)
     tap.run("workers file: edited and SIGHUP, a bad line, the YAML form", test_workers_file)
+    tap.run("roles: the options', the file's and DNS names', changed on SIGHUP", test_roles)
     tap.run("workers named by host name: looked up without stopping the loop",
             test_worker_host_names)
     tap.run("workers file and DNS names in --check-config", test_check_config)

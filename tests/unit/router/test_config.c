@@ -280,6 +280,71 @@ static void test_discovery(void **state)
     router_cfg_free(&c);
 }
 
+/* Workers with a role (issue 27): --prefill-worker, --decode-worker and their DNS forms, from
+ * flags, the environment and the file; each is enough; a bad one names its option; a worker or
+ * a name given two roles is refused. */
+static void test_roles(void **state)
+{
+    static struct router_cfg c;
+    char cpath[64] = "", carg[96];
+
+    (void) state;
+    assert_int_equal(parse(&c, NULL, "--prefill-worker=" W1, "--decode-worker=" W2, NULL), OPT_RUN);
+    assert_int_equal(c.workers.n, 0);
+    assert_items(&c.prefill_workers, W1);
+    assert_items(&c.decode_workers, W2);
+    assert_int_equal(parse(&c, NULL, "--decode-worker=" W2, NULL), OPT_RUN);
+    assert_int_equal(
+        parse(&c, NULL, "--prefill-worker-dns=p.svc:1:2", "--decode-worker-dns=d.svc:1:2", NULL),
+        OPT_RUN);
+    assert_items(&c.prefill_worker_dns, "p.svc:1:2");
+    assert_items(&c.decode_worker_dns, "d.svc:1:2");
+    assert_int_equal(parse(&c, NULL, "--decode-worker-dns=d.svc:1:2", NULL), OPT_RUN);
+    {
+        const char *const env[] = {"ADMIT_ROUTER_PREFILL_WORKER", W1,
+                                   "ADMIT_ROUTER_DECODE_WORKER_DNS", "d:3:4", NULL};
+        assert_int_equal(parse(&c, env, NULL), OPT_RUN);
+        assert_items(&c.prefill_workers, W1);
+        assert_items(&c.decode_worker_dns, "d:3:4");
+    }
+    testenv_write(cpath, "decode_worker: \"" W1 "," W2 "\"\nprefill_worker_dns: p:1:2\n");
+    snprintf(carg, sizeof carg, "--config=%s", cpath);
+    assert_int_equal(parse(&c, NULL, carg, NULL), OPT_RUN);
+    assert_items(&c.decode_workers, W1 "," W2);
+    assert_items(&c.prefill_worker_dns, "p:1:2");
+    unlink(cpath);
+    /* Bad values name their option. */
+    assert_int_equal(parse(&c, NULL, "--prefill-worker=http://h:1", NULL), OPT_ERROR);
+    assert_string_equal(err, "--prefill-worker: 'http://h:1' must be PROXY_URL=PUB_URL");
+    assert_int_equal(parse(&c, NULL, "--decode-worker=http://h:1=udp://h:2", NULL), OPT_ERROR);
+    assert_non_null(strstr(err, "--decode-worker: 'http://h:1=udp://h:2': the load publisher"));
+    assert_int_equal(parse(&c, NULL, "--decode-worker-dns=d", NULL), OPT_ERROR);
+    assert_non_null(strstr(err, "--decode-worker-dns: 'd' must be NAME:HTTP_PORT:PUB_PORT"));
+    assert_int_equal(parse(&c, NULL, "--prefill-worker-dns=p:0:1", NULL), OPT_ERROR);
+    assert_non_null(strstr(err, "--prefill-worker-dns: "));
+    /* Twice with one role is one worker; with two (as published counts as one), an error. */
+    assert_int_equal(parse(&c, NULL, "--prefill-worker=" W1, "--prefill-worker=" W1, NULL),
+                     OPT_RUN);
+    assert_int_equal(parse(&c, NULL, "--prefill-worker=" W1,
+                           "--decode-worker=http://127.0.0.1:8080/="
+                           "tcp://127.0.0.1:9",
+                           NULL),
+                     OPT_ERROR);
+    assert_string_equal(err,
+                        "--decode-worker: worker 'http://127.0.0.1:8080/=tcp://127.0.0.1:9' is "
+                        "given another role already (prefill): a worker has one role");
+    assert_int_equal(c.prefill_workers.n, 0);
+    assert_int_equal(parse(&c, NULL, "--worker=" W2, "--decode-worker=" W2, NULL), OPT_ERROR);
+    assert_non_null(strstr(err, "another role already (as published)"));
+    assert_int_equal(parse(&c, NULL, "--worker-dns=a:1:2", "--decode-worker-dns=a:1:2", NULL),
+                     OPT_ERROR);
+    assert_string_equal(err, "--decode-worker-dns: 'a:1:2' is given by --worker-dns already: a "
+                             "name's workers have one role");
+    assert_int_equal(parse(&c, NULL, "--worker-dns=a:1:2", "--decode-worker-dns=a:1:3", NULL),
+                     OPT_RUN);
+    router_cfg_free(&c);
+}
+
 static void test_thresholds(void **state)
 {
     static struct router_cfg c;
@@ -637,13 +702,21 @@ static void test_usage(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_defaults),      cmocka_unit_test(test_proxy_copy),
-        cmocka_unit_test(test_worker_errors), cmocka_unit_test(test_missing_worker),
-        cmocka_unit_test(test_thresholds),    cmocka_unit_test(test_env),
-        cmocka_unit_test(test_file),          cmocka_unit_test(test_example),
-        cmocka_unit_test(test_classes),       cmocka_unit_test(test_classes_example),
-        cmocka_unit_test(test_usage),         cmocka_unit_test(test_discovery),
-        cmocka_unit_test(test_reload),        cmocka_unit_test(test_subscriber),
+        cmocka_unit_test(test_defaults),
+        cmocka_unit_test(test_proxy_copy),
+        cmocka_unit_test(test_worker_errors),
+        cmocka_unit_test(test_missing_worker),
+        cmocka_unit_test(test_roles),
+        cmocka_unit_test(test_thresholds),
+        cmocka_unit_test(test_env),
+        cmocka_unit_test(test_file),
+        cmocka_unit_test(test_example),
+        cmocka_unit_test(test_classes),
+        cmocka_unit_test(test_classes_example),
+        cmocka_unit_test(test_usage),
+        cmocka_unit_test(test_discovery),
+        cmocka_unit_test(test_reload),
+        cmocka_unit_test(test_subscriber),
         cmocka_unit_test(test_dns_family),
     };
 

@@ -1,6 +1,7 @@
 /* Unit tests for the router's worker lists (src/router/wlist.c): entries checked and made
  * canonical, the difference of two lists (what discovery adds and retires), workers files in
- * both forms with their errors at file:line, --worker-dns values, and DNS answers. */
+ * both forms with their errors at file:line, --worker-dns values, and DNS answers; the roles
+ * entries carry (issue 27). */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -8,6 +9,7 @@
 #include <cmocka.h>
 
 #include "router/wlist.h"
+#include "admit/load.h"
 #include "../testenv.h"
 
 #include <stdio.h>
@@ -70,12 +72,13 @@ static void test_split(void **state)
     char proxy[64], pub[64];
 
     (void) state;
-    assert_int_equal(wlist_split("http://a:1=tcp://a:2", proxy, sizeof proxy, pub, sizeof pub), 0);
+    assert_int_equal(
+        wlist_split("http://a:1=tcp://a:2", proxy, sizeof proxy, pub, sizeof pub, NULL), 0);
     assert_string_equal(proxy, "http://a:1");
     assert_string_equal(pub, "tcp://a:2");
-    assert_int_equal(wlist_split("http://a:1", proxy, sizeof proxy, pub, sizeof pub), -1);
-    assert_int_equal(wlist_split("http://a:1=tcp://a:2", proxy, 5, pub, sizeof pub), -1);
-    assert_int_equal(wlist_split("http://a:1=tcp://a:2", proxy, sizeof proxy, pub, 4), -1);
+    assert_int_equal(wlist_split("http://a:1", proxy, sizeof proxy, pub, sizeof pub, NULL), -1);
+    assert_int_equal(wlist_split("http://a:1=tcp://a:2", proxy, 5, pub, sizeof pub, NULL), -1);
+    assert_int_equal(wlist_split("http://a:1=tcp://a:2", proxy, sizeof proxy, pub, 4, NULL), -1);
 }
 
 /* Sorted, unique; removal keeps the order. */
@@ -209,12 +212,143 @@ static void test_file_yaml(void **state)
     assert_int_equal(parse("- http://a:1=tcp://a:2\n- [x]\n", &l), -1);
     assert_non_null(strstr(err, "w.txt:2: a worker must be a string"));
     assert_int_equal(parse("- http://a:1=tcp://a:2\n- {a: b}\n", &l), -1);
-    assert_non_null(strstr(err, "w.txt:2: a worker must be a string"));
+    assert_non_null(strstr(err, "w.txt:2:4: unknown key 'a'"));
     assert_int_equal(parse("- &x http://a:1=tcp://a:2\n- *x\n", &l), -1);
     assert_non_null(strstr(err, "anchors and aliases"));
     assert_int_equal(parse("- http://a:1=tcp://a:2\n- \"unterminated\n", &l), -1);
     assert_non_null(strstr(err, "w.txt:"));
     assert_int_equal(l.n, 0);
+    wlist_free(&l);
+}
+
+/* Roles: the canonical entry carries one (" role=ROLE"), split gives it back, and a change of
+ * role is a worker gone and one new. */
+static void test_roles(void **state)
+{
+    char out[600], msg[300], proxy[64], pub[64];
+    struct wlist cur = {0}, next = {0}, add = {0}, gone = {0};
+    int role = 99, other = 99;
+
+    (void) state;
+    assert_int_equal(wlist_canon_role("http://a:1/=tcp://a:2", ADMIT_LOAD_ROLE_PREFILL, out,
+                                      sizeof out, msg, sizeof msg),
+                     0);
+    assert_string_equal(out, "http://a:1=tcp://a:2 role=prefill");
+    assert_int_equal(wlist_split(out, proxy, sizeof proxy, pub, sizeof pub, &role), 0);
+    assert_string_equal(proxy, "http://a:1");
+    assert_string_equal(pub, "tcp://a:2");
+    assert_int_equal(role, ADMIT_LOAD_ROLE_PREFILL);
+    assert_int_equal(
+        wlist_canon_role("http://a:1=tcp://a:2", WLIST_ROLE_NONE, out, sizeof out, msg, sizeof msg),
+        0);
+    assert_string_equal(out, "http://a:1=tcp://a:2");
+    assert_int_equal(wlist_split(out, proxy, sizeof proxy, pub, sizeof pub, &role), 0);
+    assert_int_equal(role, WLIST_ROLE_NONE);
+    assert_int_equal(wlist_canon_role("http://a:1=tcp://a:2", ADMIT_LOAD_ROLE_BOTH, out, sizeof out,
+                                      msg, sizeof msg),
+                     0);
+    assert_string_equal(out, "http://a:1=tcp://a:2 role=both");
+    assert_int_equal(
+        wlist_split("http://a:1=tcp://a:2 role=x", proxy, sizeof proxy, pub, sizeof pub, &role),
+        -1);
+    assert_int_equal(
+        wlist_split("http://a:1=tcp://a:2 x=decode", proxy, sizeof proxy, pub, sizeof pub, &role),
+        -1);
+    /* The role's suffix does not count against the publisher's room. */
+    assert_int_equal(
+        wlist_split("http://a:1=tcp://a:2 role=decode", proxy, sizeof proxy, pub, 10, &role), 0);
+    assert_int_equal(role, ADMIT_LOAD_ROLE_DECODE);
+    assert_string_equal(wlist_role_label(WLIST_ROLE_NONE), "as published");
+    assert_string_equal(wlist_role_label(ADMIT_LOAD_ROLE_DECODE), "decode");
+
+    /* prefill -> decode: retired and added; the other worker untouched. */
+    fill(&cur, "http://a:1=tcp://a:2 role=prefill", "http://b:1=tcp://b:2", NULL);
+    fill(&next, "http://a:1=tcp://a:2 role=decode", "http://b:1=tcp://b:2", NULL);
+    wlist_diff(&cur, &next, &add, &gone);
+    assert_list(&add, "http://a:1=tcp://a:2 role=decode");
+    assert_list(&gone, "http://a:1=tcp://a:2 role=prefill");
+
+    /* A clash: the same worker (whatever its publisher) with another role. */
+    assert_int_equal(wlist_role_clash(&cur, "http://a:1=tcp://a:2 role=prefill", &other), 0);
+    assert_int_equal(wlist_role_clash(&cur, "http://a:1=tcp://a:9 role=prefill", &other), 0);
+    assert_int_equal(wlist_role_clash(&cur, "http://a:1=tcp://a:2", &other), 1);
+    assert_int_equal(other, ADMIT_LOAD_ROLE_PREFILL);
+    assert_int_equal(wlist_role_clash(&cur, "http://b:1=tcp://b:2 role=both", &other), 1);
+    assert_int_equal(other, WLIST_ROLE_NONE);
+    assert_int_equal(wlist_role_clash(&cur, "http://a:10=tcp://a:2", &other), 0);
+    assert_int_equal(wlist_role_clash(&cur, "http://c:1=tcp://a:2", &other), 0);
+    wlist_free(&cur);
+    wlist_free(&next);
+    wlist_free(&add);
+    wlist_free(&gone);
+}
+
+static void test_file_roles(void **state)
+{
+    struct wlist l = {0};
+
+    (void) state;
+    assert_int_equal(parse("http://a:1=tcp://a:2 role=prefill   # the prefill one\n"
+                           "http://b:1=tcp://b:2\trole=decode\n"
+                           "http://c:1=tcp://c:2 # as published\n"
+                           "http://d:1=tcp://d:2 role=both\n"
+                           "http://a:1=tcp://a:2 role=prefill\n", /* twice, the same: once */
+                           &l),
+                     0);
+    assert_list(&l, "http://a:1=tcp://a:2 role=prefill,http://b:1=tcp://b:2 role=decode,"
+                    "http://c:1=tcp://c:2,http://d:1=tcp://d:2 role=both");
+    /* An unknown role: its line and the column of its name; nothing left. */
+    assert_int_equal(parse("http://a:1=tcp://a:2\n  http://b:1=tcp://b:2 role=prefil\n", &l), -1);
+    assert_int_equal(l.n, 0);
+    assert_non_null(strstr(err, "w.txt:2:29: unknown role 'prefil'"));
+    assert_int_equal(parse("http://b:1=tcp://b:2 role=\n", &l), -1);
+    assert_non_null(strstr(err, "w.txt:1:27: unknown role ''"));
+    assert_int_equal(parse("http://b:1=tcp://b:2 rol=decode\n", &l), -1);
+    assert_non_null(strstr(err, "w.txt:1: one worker a line"));
+    assert_int_equal(parse("http://b:1=tcp://b:2 role=decode extra\n", &l), -1);
+    assert_non_null(strstr(err, "w.txt:1: one worker a line"));
+    /* One worker, two roles, in one file: an error at the second. */
+    assert_int_equal(parse("http://a:1=tcp://a:2 role=prefill\n# x\nhttp://a:1/=tcp://a:2\n", &l),
+                     -1);
+    assert_non_null(strstr(err, "w.txt:3: worker 'http://a:1/=tcp://a:2' is named again with "
+                                "another role (as published, and prefill before)"));
+    assert_int_equal(l.n, 0);
+
+    /* YAML: strings as lines have them, and mappings. */
+    assert_int_equal(parse("- http://a:1=tcp://a:2 role=prefill\n"
+                           "- {url: 'http://b:1', publish: tcp://b:2, role: decode}\n"
+                           "- url: http://c:1\n"
+                           "  publish: tcp://c:2\n"
+                           "- http://d:1=tcp://d:2\n",
+                           &l),
+                     0);
+    assert_list(&l, "http://a:1=tcp://a:2 role=prefill,http://b:1=tcp://b:2 role=decode,"
+                    "http://c:1=tcp://c:2,http://d:1=tcp://d:2");
+    assert_int_equal(parse("- http://a:1=tcp://a:2\n- url: http://b:1\n  publish: tcp://b:2\n"
+                           "  role: mixed\n",
+                           &l),
+                     -1);
+    assert_int_equal(l.n, 0);
+    assert_non_null(strstr(err, "w.txt:4:9: unknown role 'mixed'"));
+    assert_int_equal(parse("- \"http://a:1=tcp://a:2 role=x\"\n", &l), -1);
+    assert_non_null(strstr(err, "w.txt:1:30: unknown role 'x'"));
+    assert_int_equal(parse("- {url: http://b:1, role: decode}\n", &l), -1);
+    assert_non_null(strstr(err, "w.txt:1: a worker's mapping needs url and publish"));
+    assert_int_equal(parse("- {url: http://b:1, url: http://b:1, publish: tcp://b:2}\n", &l), -1);
+    assert_non_null(strstr(err, "'url' given twice"));
+    assert_int_equal(parse("- {url: http://b:1, publish: [tcp://b:2]}\n", &l), -1);
+    assert_non_null(strstr(err, "w.txt:1: a worker must be a string"));
+    assert_int_equal(parse("- {url: http://b:1=x, publish: tcp://b:2}\n", &l), -1);
+    assert_non_null(strstr(err, "is not a worker's url"));
+    assert_int_equal(parse("- {url: http://b:1, publish: udp://b:2}\n", &l), -1);
+    assert_non_null(strstr(err, "w.txt:1: 'http://b:1=udp://b:2'"));
+    assert_int_equal(parse("- http://a:1=tcp://a:2 role=decode\n"
+                           "- {url: http://a:1, publish: tcp://a:2, role: prefill}\n",
+                           &l),
+                     -1);
+    assert_non_null(strstr(err, "w.txt:2: worker 'http://a:1=tcp://a:2' is named again"));
+    assert_int_equal(parse("- http://a:1=tcp://a:2 role=decode x\n", &l), -1);
+    assert_non_null(strstr(err, "w.txt:1: a worker must be PROXY_URL=PUB_URL [role=ROLE]"));
     wlist_free(&l);
 }
 
@@ -271,7 +405,7 @@ static void test_from_ipv4(void **state)
     struct wlist l = {0};
 
     (void) state;
-    wlist_from_ipv4(addrs, 3, 8080, 5557, &l);
+    wlist_from_ipv4(addrs, 3, 8080, 5557, WLIST_ROLE_NONE, &l);
     assert_list(&l, "http://10.1.2.254:8080=tcp://10.1.2.254:5557,"
                     "http://127.0.0.3:8080=tcp://127.0.0.3:5557");
     /* Its entries are canonical: a file naming the same worker is the same entry. */
@@ -281,7 +415,10 @@ static void test_from_ipv4(void **state)
         assert_int_equal(wlist_canon(l.items[i], out, sizeof out, msg, sizeof msg), 0);
         assert_string_equal(out, l.items[i]);
     }
-    wlist_from_ipv4(addrs, 0, 1, 2, &l);
+    wlist_from_ipv4(addrs, 3, 8080, 5557, ADMIT_LOAD_ROLE_DECODE, &l);
+    assert_list(&l, "http://10.1.2.254:8080=tcp://10.1.2.254:5557 role=decode,"
+                    "http://127.0.0.3:8080=tcp://127.0.0.3:5557 role=decode");
+    wlist_from_ipv4(addrs, 0, 1, 2, WLIST_ROLE_NONE, &l);
     assert_int_equal(l.n, 0);
     wlist_free(&l);
 }
@@ -295,7 +432,7 @@ static void test_from_ipv6(void **state)
     addrs[15] = 1; /* ::1 */
     addrs[16] = 0xfd, addrs[17] = 0x00, addrs[18] = 0x0a, addrs[19] = 0xbc, addrs[31] = 0x2a;
     memcpy(addrs + 32, addrs + 16, 16); /* the same address twice: one worker */
-    wlist_from_ipv6(addrs, 3, 8080, 5557, &l);
+    wlist_from_ipv6(addrs, 3, 8080, 5557, WLIST_ROLE_NONE, &l);
     assert_list(&l, "http://[::1]:8080=tcp://[::1]:5557,"
                     "http://[fd00:abc::2a]:8080=tcp://[fd00:abc::2a]:5557");
     for (size_t i = 0; i < l.n; i++) {
@@ -313,6 +450,7 @@ int main(void)
         cmocka_unit_test(test_canon),      cmocka_unit_test(test_split),
         cmocka_unit_test(test_add_remove), cmocka_unit_test(test_diff),
         cmocka_unit_test(test_file_lines), cmocka_unit_test(test_file_yaml),
+        cmocka_unit_test(test_roles),      cmocka_unit_test(test_file_roles),
         cmocka_unit_test(test_file_read),  cmocka_unit_test(test_dns_spec),
         cmocka_unit_test(test_from_ipv4),  cmocka_unit_test(test_from_ipv6),
     };
