@@ -10,15 +10,16 @@
  *   report.h       the rejections' counters, the fleet's families and /load
  *   kvroute.h      the prefix index: a request's block keys, the ranks predicted to hold them
  *   tokenize.h     the workers' /tokenize, for the token ids of a text request (--tokenize)
+ *   pools.h        the workers' roles; with router_pd.c, disaggregated prefill and decode
  *   admission/bt_api.h  the thresholds of each model, /busy_threshold */
 #include "router.h"
+#include "router_impl.h"
 #include "admission/bt_api.h"
 #include "admission/tokcount.h"
 #include "class_queue.h"
 #include "http/proxy.h"
 #include "kvroute.h"
 #include "model_route.h"
-#include "pdbody.h"
 #include "pools.h"
 #include "report.h"
 #include "select.h"
@@ -27,9 +28,7 @@
 #include "util/jscan.h"
 #include "util/log.h"
 #include "util/xmalloc.h"
-#include "wcall.h"
 #include "wire/httputil.h"
-#include "wire/prom.h"
 #include "wire/usage.h"
 #include "workers.h"
 
@@ -38,90 +37,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-
-/* A worker marked overloaded by its own 529 is skipped this long (or until it speaks). */
-#define OVERLOAD_MARK_MS 1000
-
-/* Longest model name kept of a request (a longer one is cut: no worker serves it). */
-#define MODEL_MAX 128
-
-/* How a disaggregated request's dispatch or prefill leg ended (admit_router_disagg_total). */
-enum pd_result {
-    PD_R_HANDOFF = 0, /* the prefill answered: the decode leg goes on */
-    PD_R_DONE,        /* the prefill's answer finished the request: the client's answer */
-    PD_R_AGGREGATED,  /* a pool had no room: the model's aggregated workers took it */
-    PD_R_PREFILL_BUSY,
-    PD_R_DECODE_BUSY,
-    PD_R_NO_PREFILL,
-    PD_R_NO_DECODE,
-    PD_R_PREFILL_FAILED, /* no connection, a broken answer, or an error status */
-    PD_R_PREFILL_TIMEOUT,
-    PD_R_PREFILL_INVALID, /* an answer without kv_transfer_params to hand off */
-    PD_R_CANCELLED,       /* the client left during the prefill */
-    PD__COUNT
-};
-
-static const char *const pd_result_names[PD__COUNT] = {
-    "handoff",    "done",      "aggregated",     "prefill_busy",    "decode_busy",
-    "no_prefill", "no_decode", "prefill_failed", "prefill_timeout", "prefill_invalid",
-    "cancelled"};
-
-/* Per exchange, inside the proxy's allocation (zeroed at arrival). */
-struct rreq {
-    struct cq_req cq; /* what the policy-class queue keeps of it */
-    struct router *r;
-    const struct http_req *req; /* the request (the proxy's, valid for the exchange) */
-    struct tokz_call *tok;      /* its /tokenize call in flight, while the request waits on it */
-    int exact;      /* its keys are of token ids (its own, or its tokenizer's): the engines' KV
-                     * events can hold them */
-    int bypass;     /* GET, HEAD, OPTIONS: not booked, not judged, never queued */
-    int counted;    /* tokens, model and pin are read, once per exchange */
-    int64_t tokens; /* prompt tokens, by admitd's counter */
-    int pinned;     /* the worker a pin header names; -1 none; -2 a name no worker has */
-    int held;       /* the worker whose upstream it holds (counted in its inflight); -1 none */
-    char model[MODEL_MAX];
-    struct sel_booking bk; /* what this exchange holds on its worker */
-    /* Prefix-aware selection: the prompt's block keys, read with the rest, and what the
-     * index predicted on the rank chosen (cached tokens), for the answer's correction. */
-    uint32_t nkeys;
-    int64_t predicted;
-    /* A disaggregated request (pools.h, pdbody.h): from its dispatch, the decode leg is booked
-     * in bk on the worker it holds, and the prefill leg in pbk on pheld while its call runs;
-     * dbody is the decode leg's body once the prefill answered. agg: a request of a
-     * disaggregated model that the model's aggregated workers take whole. */
-    int pd, agg;
-    int pheld; /* the prefill worker held for the call; -1 none */
-    int64_t pcached;
-    struct sel_booking pbk;
-    struct wcall *pcall;
-    struct pd_facts facts;
-    struct buf dbody;
-    /* Not zeroed at arrival (hooks.zeroed): 4.4 KiB a request. keys[0 .. nkeys) are written
-     * by read_request() before anything reads them, the tail is reset by pick() before
-     * on_body() keeps anything in it (predicted is 0 until then). */
-    struct usage_tail tail; /* the answer's last bytes, while predicted > 0 */
-    uint64_t keys[KVR_MAX_KEYS];
-};
-
-struct router {
-    struct proxy *px;
-    struct metrics *m;
-    const struct router_cfg *cfg; /* replaced by each reload (router_reconfigure) */
-    struct bt_registry *bt;
-    struct sel *sel;
-    struct kvroute *kv;
-    struct model_route *models;
-    struct workers *ws;
-    struct class_queue *cq;
-    struct report *rep;
-    struct tokz *tz;
-    struct pools *pools; /* the workers' roles: disaggregated models (pools.h) */
-    struct event_base *base;
-    uint64_t pd_results[PD__COUNT];
-    int tok_next; /* where the search for a worker to tokenize begins: turns go round */
-    void (*on_change)(void *arg);
-    void *on_change_arg;
-};
 
 /* ---- what a request says ------------------------------------------------------------- */
 
@@ -223,9 +138,8 @@ static void read_request(struct router *r, struct rreq *q, const struct http_req
     }
 }
 
-/* Exchange q now holds worker k's upstream (a pick, or a migration's): the worker it
- * held before, if another, is let go. */
-static struct upstream *hold(struct router *r, struct rreq *q, int k)
+/* router_hold: see router_impl.h. */
+struct upstream *router_hold(struct router *r, struct rreq *q, int k)
 {
     struct upstream *up;
 
@@ -290,8 +204,6 @@ static int tokenizer_of(struct router *r, const struct rreq *q)
     return -1;
 }
 
-static enum px_verdict pd_dispatch(struct router *r, struct rreq *q);
-
 /* A request that passed the router's checks goes on to its class's queue (or selection); one
  * of a disaggregated model that may go starts its prefill leg. */
 static enum px_verdict go_on(struct router *r, struct rreq *q)
@@ -299,13 +211,13 @@ static enum px_verdict go_on(struct router *r, struct rreq *q)
     enum px_verdict v =
         cq_arrive(r->cq, &q->cq, q->req, q->model, q->tokens, q->pinned, q->keys, q->nkeys);
 
-    return v == PX_FORWARD ? pd_dispatch(r, q) : v;
+    return v == PX_FORWARD ? rpd_dispatch(r, q) : v;
 }
 
 /* A request leaves its class's queue: the same way on. */
 static void cq_go(void *arg, struct pxreq *x)
 {
-    if (pd_dispatch(arg, pxreq_state(x)) == PX_FORWARD)
+    if (rpd_dispatch(arg, pxreq_state(x)) == PX_FORWARD)
         proxy_forward(x);
 }
 
@@ -348,233 +260,11 @@ static int tokenize(struct router *r, struct rreq *q)
         tokz_count(r->tz, TOKZ_NO_WORKER);
     } else {
         /* held as a pick holds it: a retired worker stays until the call is over */
-        q->tok = tokz_start(r->tz, hold(r, q, k), body.data, body.len, r->cfg->tokenize_timeout_ms,
-                            kvr_max_ids(r->kv), on_tokenized, q);
+        q->tok = tokz_start(r->tz, router_hold(r, q, k), body.data, body.len,
+                            r->cfg->tokenize_timeout_ms, kvr_max_ids(r->kv), on_tokenized, q);
     }
     buf_free(&body);
     return q->tok != NULL;
-}
-
-/* ---- disaggregated requests: a prefill leg, then the decode leg (pools.h, pdbody.h) ------ */
-
-/* Lets go of the prefill leg: its call (closed: the worker sees the close and stops), its
- * booking and its worker. Idempotent. */
-static void pd_release_prefill(struct router *r, struct rreq *q)
-{
-    wcall_cancel(q->pcall);
-    q->pcall = NULL;
-    sel_release(r->sel, &q->pbk);
-    if (q->pheld >= 0)
-        workers_release(r->ws, q->pheld);
-    q->pheld = -1;
-}
-
-/* The pair could not be had and the model has no aggregated worker: the overload status when
- * a pool is busy, 503 when one has no worker, the pool named in X-Admitd-Reason. */
-static enum px_verdict pd_refuse(struct router *r, struct rreq *q, const struct pools_choice *ch)
-{
-    int prefill = ch->failed == ADMIT_LOAD_ROLE_PREFILL;
-    char msg[MODEL_MAX + 96];
-
-    if (ch->res == SEL_ALL_BUSY) {
-        r->pd_results[prefill ? PD_R_PREFILL_BUSY : PD_R_DECODE_BUSY]++;
-        snprintf(msg, sizeof msg, "All %s workers are busy, please retry later",
-                 prefill ? "prefill" : "decode");
-        report_rejected(r->rep, REPORT_ALL_BUSY);
-        report_model_rejected(r->rep, q->model, q->req->target);
-        cq_count_busy(r->cq, &q->cq);
-        proxy_answer_error(q->cq.x, r->cfg->overload_status, "overloaded_error", msg,
-                           router_cfg_retry_after(r->cfg), prefill ? "prefill-busy" : "decode-busy",
-                           OUT_REJECTED);
-    } else {
-        r->pd_results[prefill ? PD_R_NO_PREFILL : PD_R_NO_DECODE]++;
-        snprintf(msg, sizeof msg, "Server unavailable: no %s worker serving %.128s is available",
-                 prefill ? "prefill" : "decode", q->model[0] ? q->model : "the model");
-        report_rejected(r->rep, REPORT_NO_WORKER);
-        proxy_answer_error(q->cq.x, 503, "unavailable_error", msg, router_cfg_retry_after(r->cfg),
-                           prefill ? "no-prefill-worker" : "no-decode-worker", OUT_UNAVAILABLE);
-    }
-    return PX_ANSWERED;
-}
-
-/* The prefill leg failed: both bookings go (the decode one when the exchange ends, in this
- * call), and the client gets one answer. */
-static void pd_fail(struct router *r, struct rreq *q, enum pd_result res, int status,
-                    const char *msg, const char *reason)
-{
-    r->pd_results[res]++;
-    proxy_answer_error(q->cq.x, status, status == 504 ? "timeout_error" : "upstream_error", msg, 0,
-                       reason, res == PD_R_PREFILL_TIMEOUT ? OUT_TIMEOUT : OUT_UPSTREAM_ERROR);
-}
-
-/* The prefill worker answered (or failed): the decode leg goes on with the transfer's
- * parameters, or the answer is the client's, or the request fails once. */
-static void on_prefill(void *arg, enum wcall_end end, int status, const char *ans, size_t len)
-{
-    struct rreq *q = arg;
-    struct router *r = q->r;
-    struct buf params;
-    char msg[160], rid[300];
-    const char *id = http_req_header(q->req, "X-Request-Id");
-
-    q->pcall = NULL;
-    /* The prefill worker's answer, when it is the client's, names the request as the worker
-     * did: the client's X-Request-Id echoed, as an engine's answer has it. */
-    rid[0] = '\0';
-    if (id != NULL && strlen(id) < sizeof rid - 20)
-        snprintf(rid, sizeof rid, "X-Request-Id: %s\r\n", id);
-    /* Its usage says what the prefill worker found cached: the index's prediction corrected. */
-    if (end == WCALL_OK && status == 200 && q->pcached > 0 && q->pbk.booked) {
-        int64_t c = usage_cached_tokens(ans, len);
-
-        if (c >= 0 || c == USAGE_CACHED_UNSAID)
-            kvr_correct(r->kv, q->pbk.worker, q->pbk.rank, q->keys, q->nkeys, q->exact, q->pcached,
-                        c);
-    }
-    if (end == WCALL_OK && status == r->cfg->overload_status && q->pheld >= 0)
-        sel_mark_overloaded(r->sel, q->pheld, (int64_t) clock_mono_ms() + OVERLOAD_MARK_MS);
-    pd_release_prefill(r, q);
-    cq_kick_soon(r->cq); /* its prefill is over: room for a waiting request, perhaps */
-    if (end != WCALL_OK) {
-        pd_fail(r, q, end == WCALL_TIMEOUT ? PD_R_PREFILL_TIMEOUT : PD_R_PREFILL_FAILED,
-                end == WCALL_TIMEOUT ? 504 : 502,
-                end == WCALL_TIMEOUT ? "Gateway timeout: the prefill worker did not answer in time"
-                                     : "Bad gateway: the prefill worker's answer broke",
-                end == WCALL_TIMEOUT ? "prefill-timeout" : "prefill-failed");
-        return;
-    }
-    if (status != 200) {
-        /* A client error is the client's to see (the decode leg would refuse it the same);
-         * anything else is the prefill worker's failure. */
-        if (status >= 400 && status < 500) {
-            r->pd_results[PD_R_PREFILL_FAILED]++;
-            proxy_answer_as(q->cq.x, status, "application/json", ans, len, rid, "prefill-error",
-                            OUT_UPSTREAM_ERROR);
-            return;
-        }
-        snprintf(msg, sizeof msg, "Bad gateway: the prefill worker answered %d", status);
-        pd_fail(r, q, PD_R_PREFILL_FAILED, 502, msg, "prefill-failed");
-        return;
-    }
-    buf_init(&params);
-    switch (pd_answer_read(ans, len, &q->facts, &params)) {
-    case PD_HANDOFF:
-        if (pd_decode_body(q->req->body, q->req->body_len, params.data, params.len, &q->dbody) != 0)
-            goto invalid;
-        r->pd_results[PD_R_HANDOFF]++;
-        pxreq_set_body(q->cq.x, q->dbody.data, q->dbody.len);
-        buf_free(&params);
-        proxy_forward(q->cq.x); /* to the decode worker it holds (pick) */
-        return;
-    case PD_DONE:
-        buf_free(&params);
-        r->pd_results[PD_R_DONE]++;
-        sel_release(r->sel, &q->bk); /* no decode leg */
-        if (!q->facts.stream) {
-            proxy_answer_as(q->cq.x, 200, "application/json", ans, len, rid, NULL, OUT_OK);
-        } else if (pd_answer_sse(ans, len, &q->facts, &q->dbody) == 0) {
-            proxy_answer_as(q->cq.x, 200, "text/event-stream", q->dbody.data, q->dbody.len, rid,
-                            NULL, OUT_OK);
-        } else {
-            goto invalid_done;
-        }
-        return;
-    case PD_INVALID:
-        break;
-    }
-invalid:
-    buf_free(&params);
-invalid_done:
-    pd_fail(r, q, PD_R_PREFILL_INVALID, 502,
-            "Bad gateway: the prefill worker's answer has no kv_transfer_params",
-            "prefill-invalid");
-}
-
-/* The extra field lines of a prefill leg: the client's request id (the two legs share it, as
- * vLLM's proxy sends them) and its credentials (a worker may require them). */
-static void pd_headers(const struct http_req *req, char *out, size_t outlen)
-{
-    static const char *const pass[] = {"X-Request-Id", "Authorization"};
-    size_t n = 0;
-
-    out[0] = '\0';
-    for (size_t i = 0; i < sizeof pass / sizeof *pass; i++) {
-        const char *v = http_req_header(req, pass[i]);
-        int k;
-
-        if (v != NULL && (k = snprintf(out + n, outlen - n, "%s: %s\r\n", pass[i], v)) > 0 &&
-            (size_t) k < outlen - n)
-            n += (size_t) k;
-        else
-            out[n] = '\0';
-    }
-}
-
-/* A request that may go on: one of a disaggregated model gets its pair of workers, both
- * booked now, and its prefill leg starts (PX_WAIT: the answer's callback goes on), or the
- * model's aggregated workers take it (PX_FORWARD, pick() among them), or it is answered
- * (PX_ANSWERED); any other request goes on to pick() (PX_FORWARD). */
-static enum px_verdict pd_dispatch(struct router *r, struct rreq *q)
-{
-    struct pools_req pr;
-    struct pools_choice ch;
-    struct busy_thresholds t;
-    struct sel_hit hits[KVR_MAX_HITS];
-    struct wcall_req rq = {0};
-    struct buf body;
-    char headers[512];
-    uint64_t now;
-    size_t nhits = 0;
-
-    if (q->pinned != -1 || q->bypass || !pools_any(r->pools) ||
-        !pools_split(r->pools, sel_workers(r->sel), mroute_eligible(r->models, q->model, -1), &pr))
-        return PX_FORWARD;
-    now = clock_mono_ms();
-    bt_registry_get(r->bt, q->model, &t);
-    if (q->nkeys > 0)
-        nhits = kvr_match(r->kv, q->keys, q->nkeys, q->tokens, now, hits);
-    pools_pick(r->sel, &pr, (int64_t) now, q->tokens, &t, hits, nhits, &ch);
-    if (ch.res != SEL_OK) {
-        if (!pr.agg)
-            return pd_refuse(r, q, &ch);
-        r->pd_results[PD_R_AGGREGATED]++;
-        q->agg = 1;
-        return PX_FORWARD;
-    }
-    buf_init(&body);
-    if (pd_prefill_body(q->req->body, q->req->body_len, &body, &q->facts) != 0) {
-        buf_free(&body);
-        proxy_answer_error(q->cq.x, 400, "invalid_request_error",
-                           "A disaggregated model's request body must be a JSON object", 0,
-                           "bad-request", OUT_BAD_REQUEST);
-        return PX_ANSWERED;
-    }
-    /* Both booked at once: the prefill's tokens on its worker (what it does not cache), the
-     * decode leg's blocks on the other (its KV comes whole, transferred: no prefill there). */
-    sel_book_cached(r->sel, &q->pbk, ch.pw, ch.pr, q->tokens, ch.cached);
-    kvr_routed(r->kv, ch.pw, ch.pr, q->keys, q->nkeys, q->exact, now);
-    q->pcached = ch.cached;
-    sel_book_cached(r->sel, &q->bk, ch.dw, ch.dr, q->tokens, q->tokens);
-    q->pd = 1;
-    hold(r, q, ch.dw);
-    q->pheld = ch.pw;
-    pd_headers(q->req, headers, sizeof headers);
-    rq.target = q->req->target;
-    rq.headers = headers;
-    rq.body = body.data;
-    rq.len = body.len;
-    rq.timeout_ms = r->cfg->upstream_timeout_ms;
-    rq.body_max = 8u << 20;
-    q->pcall = wcall_start(r->base, workers_hold(r->ws, ch.pw), &rq, on_prefill, q);
-    buf_free(&body);
-    proxy_wait_clear(q->cq.x); /* a class's queue timeout is over: it waits on its prefill */
-    if (q->pcall == NULL) {
-        pd_release_prefill(r, q);
-        pd_fail(r, q, PD_R_PREFILL_FAILED, 503,
-                "Server unavailable: the prefill worker could not be reached", "prefill-failed");
-        return PX_ANSWERED;
-    }
-    return PX_WAIT;
 }
 
 /* ---- admission: the router's hooks, continued --------------------------------------------- */
@@ -655,10 +345,7 @@ static void on_finish(void *arg, struct pxreq *x, enum outcome o)
 
     tokz_cancel(q->tok); /* the client left, or a drain, while its tokenizer was asked */
     q->tok = NULL;
-    if (q->pcall != NULL)
-        r->pd_results[PD_R_CANCELLED]++; /* the client left, or a drain, during its prefill */
-    pd_release_prefill(r, q);
-    buf_free(&q->dbody);
+    rpd_end(r, q); /* a disaggregated request's prefill leg and decode body */
     /* A whole answer that says what the engine found cached corrects what the index
      * predicted on that rank; one whose usage leaves it out does, as 0, once that worker has
      * shown that it reports it (kvr_correct). */
@@ -693,54 +380,6 @@ static int on_retry_after(void *arg)
 
 /* ---- route: the choice of a worker --------------------------------------------------- */
 
-/* pick() of a disaggregated model's request: the decode worker its dispatch booked, another
- * decode worker when that one refused before any byte (the same transfer parameters), or, for
- * one the aggregated workers take, the choice among them. */
-static struct upstream *pd_pick(struct router *r, struct rreq *q, const struct upstream *exclude,
-                                int *status, char *msg, size_t msglen, int *busy)
-{
-    struct pools_req pr;
-    struct busy_thresholds t;
-    struct sel_hit hits[KVR_MAX_HITS];
-    uint64_t now = clock_mono_ms();
-    size_t nhits = 0;
-    int64_t cached = 0;
-    int w, ex = exclude != NULL ? workers_index_of(r->ws, exclude) : -1;
-    unsigned rank;
-    enum sel_result res;
-
-    if (q->pd && exclude == NULL && q->held >= 0)
-        return workers_upstream(r->ws, q->held);
-    sel_release(r->sel, &q->bk); /* a migration: the worker it leaves holds nothing of it */
-    bt_registry_get(r->bt, q->model, &t);
-    pools_split(r->pools, sel_workers(r->sel), mroute_eligible(r->models, q->model, -1), &pr);
-    if (q->pd) {
-        res = pools_pick_decode(r->sel, &pr, (int64_t) now, q->tokens, &t, ex, &w, &rank);
-    } else {
-        if (q->nkeys > 0)
-            nhits = kvr_match(r->kv, q->keys, q->nkeys, q->tokens, now, hits);
-        res = sel_pick_kv(r->sel, (int64_t) now, q->tokens, &t, ex, -1,
-                          pr.pool[ADMIT_LOAD_ROLE_BOTH], hits, nhits, &w, &rank, &cached);
-    }
-    if (res == SEL_OK) {
-        sel_book_cached(r->sel, &q->bk, w, rank, q->tokens, q->pd ? q->tokens : cached);
-        if (!q->pd) {
-            kvr_routed(r->kv, w, rank, q->keys, q->nkeys, q->exact, now);
-            q->predicted = cached;
-            usage_tail_reset(&q->tail);
-        }
-        return hold(r, q, w);
-    }
-    *busy = res == SEL_ALL_BUSY;
-    *status = *busy ? r->cfg->overload_status : 503;
-    snprintf(msg, msglen,
-             *busy ? "All %s workers are busy, please retry later"
-                   : "Server unavailable: no %s worker is available",
-             q->pd ? "decode" : "aggregated");
-    report_rejected(r->rep, *busy ? REPORT_ALL_BUSY : REPORT_NO_WORKER);
-    return NULL;
-}
-
 static struct upstream *pick(void *arg, struct pxreq *x, const struct http_req *req,
                              const struct upstream *exclude, int *status, char *msg, size_t msglen,
                              int *busy)
@@ -765,7 +404,7 @@ static struct upstream *pick(void *arg, struct pxreq *x, const struct http_req *
         return NULL;
     }
     if (q->pd || q->agg)
-        return pd_pick(r, q, exclude, status, msg, msglen, busy);
+        return rpd_pick(r, q, exclude, status, msg, msglen, busy);
     /* A migration: the worker it leaves holds nothing of it any more. */
     sel_release(r->sel, &q->bk);
     q->predicted = 0;
@@ -787,7 +426,7 @@ static struct upstream *pick(void *arg, struct pxreq *x, const struct http_req *
             kvr_routed(r->kv, w, rank, q->keys, q->nkeys, q->exact, now);
             q->predicted = cached;
         }
-        return hold(r, q, w);
+        return router_hold(r, q, w);
     case SEL_ALL_BUSY:
         *status = r->cfg->overload_status;
         snprintf(msg, msglen, "All workers are busy, please retry later");
@@ -991,11 +630,7 @@ void router_render_metrics(struct router *r, struct buf *out)
     workers_render_metrics(r->ws, out);
     cq_render_metrics(r->cq, out);
     tokz_render_metrics(r->tz, out);
-    if (pools_any(r->pools))
-        prom_labelled(out, "admit_router_disagg_total", "counter",
-                      "Requests of disaggregated models, by how their dispatch and prefill leg "
-                      "ended",
-                      "result", pd_result_names, r->pd_results, PD__COUNT);
+    rpd_render_metrics(r, out);
 }
 
 void router_render_workers(struct router *r, struct buf *out)
