@@ -25,6 +25,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 #include <zmq.h>
 
 #ifndef ADMIT_VERSION
@@ -38,17 +39,23 @@
 
 /* ---- replies ---- */
 
-/* An OpenAI error object. msg may quote client bytes that are not UTF-8, which jansson
- * refuses; then a generic message goes out instead. */
-static void reply_error(struct evhttp_request *req, int code, const char *type, const char *msg)
+/* An OpenAI error object, its param the field at fault (NULL: null). msg may quote client
+ * bytes that are not UTF-8, which jansson refuses; then a generic message goes out instead. */
+static void reply_error_param(struct evhttp_request *req, int code, const char *type,
+                              const char *msg, const char *param)
 {
-    json_t *j = json_pack("{s:{s:s, s:s, s:n, s:i}}", "error", "message", msg, "type", type,
-                          "param", "code", code);
+    json_t *j = json_pack("{s:{s:s, s:s, s:s?, s:i}}", "error", "message", msg, "type", type,
+                          "param", param, "code", code);
 
     if (j == NULL)
-        j = json_pack("{s:{s:s, s:s, s:n, s:i}}", "error", "message", "invalid request", "type",
-                      type, "param", "code", code);
+        j = json_pack("{s:{s:s, s:s, s:s?, s:i}}", "error", "message", "invalid request", "type",
+                      type, "param", param, "code", code);
     mock_reply_json(req, code, j);
+}
+
+static void reply_error(struct evhttp_request *req, int code, const char *type, const char *msg)
+{
+    reply_error_param(req, code, type, msg, NULL);
 }
 
 /* ---- the client's request id ---- */
@@ -83,9 +90,10 @@ static const char *request_id_of(struct evhttp_request *req)
 
 /* ---- generation requests ---- */
 
-/* Checks the fields the engine uses; err gets the OpenAI error message. */
+/* Checks the fields the engine uses; err gets the OpenAI error message, *param the field at
+ * fault when the error names one for the error's param. */
 static int gen_parse(const struct mock_engine *e, const json_t *body, enum mock_api api,
-                     struct mock_gen *g, char *err, size_t errlen)
+                     struct mock_gen *g, const char **param, char *err, size_t errlen)
 {
     const json_t *model = json_object_get(body, "model");
     const json_t *stream = json_object_get(body, "stream");
@@ -96,6 +104,7 @@ static int gen_parse(const struct mock_engine *e, const json_t *body, enum mock_
     json_int_t n = MOCK_DEFAULT_MAX_TOKENS;
 
     memset(g, 0, sizeof *g);
+    *param = NULL;
     g->api = api;
     if (model != NULL && !json_is_null(model) && !json_is_string(model)) {
         snprintf(err, errlen, "'model' must be a string");
@@ -132,7 +141,7 @@ static int gen_parse(const struct mock_engine *e, const json_t *body, enum mock_
         }
         g->kv_seed = mock_kvc_salt(json_string_value(salt), json_string_length(salt));
     }
-    return 0;
+    return mock_kvx_parse(body, &g->kvx, param, err, errlen);
 }
 
 static void handle_generation(struct mock_engine *e, struct evhttp_request *req, enum mock_api api,
@@ -143,6 +152,7 @@ static void handle_generation(struct mock_engine *e, struct evhttp_request *req,
     json_t *body = NULL;
     json_error_t jerr;
     struct mock_gen g;
+    const char *param = NULL;
     char err[256];
 
     e->requests_total++;
@@ -159,8 +169,8 @@ static void handle_generation(struct mock_engine *e, struct evhttp_request *req,
     }
     if (!json_is_object(body)) {
         reply_error(req, 400, "invalid_request_error", "the request body must be a JSON object");
-    } else if (gen_parse(e, body, api, &g, err, sizeof err) != 0) {
-        reply_error(req, 400, "invalid_request_error", err);
+    } else if (gen_parse(e, body, api, &g, &param, err, sizeof err) != 0) {
+        reply_error_param(req, 400, "invalid_request_error", err, param);
     } else {
         struct mock_toks t = {0};
 
@@ -373,6 +383,7 @@ static void render_metrics(const struct mock_engine *e, struct buf *out)
                   (double) e->connections_total);
     global_family(out, "admit_mock_max_num_batched_tokens", "gauge",
                   "Configured --max-num-batched-tokens", e->o.max_num_batched_tokens);
+    mock_kvx_metrics(out, mock_role_name(e->o.role), &e->kvx);
 }
 
 static void handle_metrics(const struct mock_engine *e, struct evhttp_request *req)
@@ -467,6 +478,9 @@ struct mock_engine *mock_engine_new(struct event_base *base, const struct mock_o
     if (e->o.nserved > MOCK_MAX_SERVED)
         e->o.nserved = MOCK_MAX_SERVED;
     e->started = (long long) time(NULL);
+    /* Until a listener names them better (mock_engine_bind). */
+    snprintf(e->engine_id, sizeof e->engine_id, "mock-pid%ld", (long) getpid());
+    snprintf(e->kv_host, sizeof e->kv_host, "127.0.0.1");
     e->ranks = xcalloc(e->o.data_parallel_size, sizeof *e->ranks);
     for (unsigned i = 0; i < e->o.data_parallel_size; i++) {
         e->ranks[i].index = i;
@@ -488,6 +502,28 @@ struct mock_engine *mock_engine_new(struct event_base *base, const struct mock_o
     evhttp_set_gencb(e->http, mock_on_request, e);
     evhttp_set_bevcb(e->http, mock_on_connection, e);
     return e;
+}
+
+/* A prefill leg's remote_engine_id and remote_host, from the first listener's "host:port"
+ * ("[v6]:port"): one id per process and listener, as vLLM's engine id is one per engine. A
+ * wildcard host is not an address to read from: loopback instead. */
+static void name_engine(struct mock_engine *e, const char *bound)
+{
+    const char *colon = strrchr(bound, ':');
+    size_t n = colon != NULL ? (size_t) (colon - bound) : strlen(bound);
+
+    if (n >= 2 && bound[0] == '[' && bound[n - 1] == ']') {
+        bound++;
+        n -= 2;
+    }
+    if (n == 0 || n >= sizeof e->kv_host || (n == 7 && strncmp(bound, "0.0.0.0", n) == 0) ||
+        (n == 2 && strncmp(bound, "::", n) == 0))
+        snprintf(e->kv_host, sizeof e->kv_host, "127.0.0.1");
+    else
+        snprintf(e->kv_host, sizeof e->kv_host, "%.*s", (int) n, bound);
+    snprintf(e->engine_id, sizeof e->engine_id, "mock-%s:%s", e->kv_host,
+             colon != NULL ? colon + 1 : "0");
+    e->named = 1;
 }
 
 int mock_engine_bind(struct mock_engine *e, const char *host, int port, char *bound,
@@ -520,6 +556,8 @@ int mock_engine_bind(struct mock_engine *e, const char *host, int port, char *bo
     }
     if (net_local_name(evhttp_bound_socket_get_fd(s), bound, boundlen) != 0)
         snprintf(bound, boundlen, "%s:%d", host, port);
+    if (!e->named)
+        name_engine(e, bound);
     return 0;
 }
 

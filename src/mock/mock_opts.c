@@ -29,6 +29,7 @@ enum mock_opt_kind {
     MO_KVSTR,    /* a KV events endpoint or topic (char[MOCK_KV_ENDPOINT_MAX]) */
     MO_ENCODING, /* positional|map */
     MO_KVCONFIG, /* vLLM's --kv-events-config JSON */
+    MO_ROLE,     /* both|prefill|decode */
     MO_SET,      /* a switch without a value: sets the int field to 1 */
     MO_CLEAR,    /* ... to 0 */
     MO_HELP,
@@ -66,6 +67,12 @@ static const struct mock_opt mock_optv[] = {
      "data-parallel ranks, each with its own slots and KV cache (default 1)"},
     {"token-interval-ms", MO_UINT, MOFF(token_interval_ms), 0, 3600000, "MS",
      "fixed gap before each token instead of the decode model, not scaled (default 0 = off)"},
+    {"stop-after", MO_UINT, MOFF(stop_after), 0, MOCK_MAX_TOKENS_CAP, "N",
+     "the Nth generated token ends every request with finish_reason stop, even at max_tokens "
+     "(default 0 = off: every request ends at max_tokens, length)"},
+    {"role", MO_ROLE, MOFF(role), 0, 0, "ROLE",
+     "both, prefill or decode: the disaggregated role /metrics reports; every role serves "
+     "both legs and whole requests (default both)"},
     {"enable-prefix-caching", MO_CLEAR, MOFF(no_prefix_caching), 0, 0, NULL,
      "cache KV blocks of prompts and answers across requests (the default)"},
     {"no-enable-prefix-caching", MO_SET, MOFF(no_prefix_caching), 0, 0, NULL,
@@ -120,6 +127,19 @@ void mock_opts_defaults(struct mock_opts *o)
         fatal("bad built-in listen address: %s", err);
     o->log_level = LOG_INFO;
     o->kv_buffer_steps = MOCK_DEFAULT_KV_BUFFER_STEPS;
+}
+
+const char *mock_role_name(enum mock_role r)
+{
+    switch (r) {
+    case MOCK_ROLE_PREFILL:
+        return "prefill";
+    case MOCK_ROLE_DECODE:
+        return "decode";
+    case MOCK_ROLE_BOTH:
+    default:
+        return "both";
+    }
 }
 
 static void mock_usage(void)
@@ -317,6 +337,14 @@ static int mock_opt_apply(struct mock_opts *o, const struct mock_opt *d, const c
         return -1;
     case MO_KVCONFIG:
         return kv_config(o, v, err, errlen);
+    case MO_ROLE:
+        for (enum mock_role r = MOCK_ROLE_BOTH; r <= MOCK_ROLE_DECODE; r++)
+            if (strcmp(v, mock_role_name(r)) == 0) {
+                o->role = r;
+                return 0;
+            }
+        snprintf(err, errlen, "--%s: '%s' must be both, prefill or decode", d->name, v);
+        return -1;
     case MO_SET:
     case MO_CLEAR:
     case MO_HELP:

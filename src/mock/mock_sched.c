@@ -68,13 +68,17 @@ struct mreq {
     size_t nids;
     struct mock_kvseq kv; /* the prefix cache blocks held while running */
     uint64_t kv_seed;     /* its cache_salt's seed of the block chain (0: none) */
-    unsigned max_tokens;
+    unsigned max_tokens;  /* tokens it generates: the request's, or --stop-after if fewer */
+    int eos;              /* its last token ends it (--stop-after): finish_reason "stop" */
     unsigned generated;
-    unsigned blocks; /* KV blocks its context takes on its rank while running (in the cache
-                        or its own, see mreq_own_blocks) */
+    struct mock_kvx kvx;  /* its leg of a disaggregated request */
+    unsigned transferred; /* a decode leg's prompt tokens received, not prefilled */
+    unsigned blocks;      /* KV blocks its context takes on its rank while running (in the cache
+                             or its own, see mreq_own_blocks) */
     long long created;
     char id[sizeof "chatcmpl-" + MOCK_REQUEST_ID_MAX]; /* the completion id of every reply */
-    char *model;                                       /* echoed in replies */
+    const char *rid;  /* in id: the request id after "chatcmpl-" or "cmpl-" */
+    char *model;      /* echoed in replies */
     char *model_json; /* the same as a JSON string literal, quotes included */
 };
 
@@ -258,6 +262,37 @@ static int mreq_details(const struct mreq *m)
     return m->e->o.prompt_tokens_details;
 }
 
+/* "stop" when the request's last token ended it (--stop-after), else "length": max_tokens. */
+static const char *mreq_finish_reason(const struct mreq *m)
+{
+    return m->eos ? "stop" : "length";
+}
+
+/* The kv_transfer_params of a prefill leg's answer, as vLLM's NixlConnector gives them only
+ * to a request that ended length-capped (else null, as for any other leg). Called before the
+ * request releases its blocks. */
+static json_t *mreq_kv_params(struct mreq *m)
+{
+    struct mock_engine *e = m->e;
+    struct mock_kvx_site site = {e->engine_id, e->kv_host, m->rank->index};
+    uint32_t *ids;
+    size_t n;
+    json_t *j;
+
+    if (m->kvx.leg != MOCK_KVX_PREFILL || m->eos)
+        return json_null();
+    ids = xmalloc(((size_t) mock_blocks_for(m->prompt_tokens, e->o.block_size) + 1) * sizeof *ids);
+    n = mock_kvx_block_ids(m->kv.held, m->kv.nheld, m->prompt_tokens, e->o.block_size,
+                           e->o.num_gpu_blocks, &e->next_own_block, ids);
+    j = mock_kvx_answer(&site, ids, n, m->rid);
+    free(ids);
+    if (j == NULL)
+        fatal("cannot build kv_transfer_params");
+    e->kvx.transfers[MOCK_KVX_PREFILL]++;
+    e->kvx.tokens[MOCK_KVX_PREFILL] += m->prompt_tokens;
+    return j;
+}
+
 /* The end of a stream: finish_reason, usage if asked for, [DONE], each its own event. */
 static void mreq_reply_stream_end(struct mreq *m)
 {
@@ -265,11 +300,15 @@ static void mreq_reply_stream_end(struct mreq *m)
 
     sse_head(m, b);
     if (m->api == MOCK_API_CHAT)
-        evbuffer_add_printf(b, "\"choices\":[{\"index\":0,\"delta\":{},\"logprobs\":null,"
-                               "\"finish_reason\":\"length\"}]}\n\n");
+        evbuffer_add_printf(b,
+                            "\"choices\":[{\"index\":0,\"delta\":{},\"logprobs\":null,"
+                            "\"finish_reason\":\"%s\"}]}\n\n",
+                            mreq_finish_reason(m));
     else
-        evbuffer_add_printf(b, "\"choices\":[{\"index\":0,\"text\":\"\",\"logprobs\":null,"
-                               "\"finish_reason\":\"length\"}]}\n\n");
+        evbuffer_add_printf(b,
+                            "\"choices\":[{\"index\":0,\"text\":\"\",\"logprobs\":null,"
+                            "\"finish_reason\":\"%s\"}]}\n\n",
+                            mreq_finish_reason(m));
     evhttp_send_reply_chunk(m->req, b);
     if (m->include_usage) {
         sse_head(m, b);
@@ -303,12 +342,12 @@ static void mreq_reply_full(struct mreq *m)
         buf_append(&text, piece, sizeof piece);
     }
     if (m->api == MOCK_API_CHAT)
-        choice =
-            json_pack("{s:i, s:{s:s, s:s%}, s:n, s:s}", "index", 0, "message", "role", "assistant",
-                      "content", text.data, text.len, "logprobs", "finish_reason", "length");
+        choice = json_pack("{s:i, s:{s:s, s:s%}, s:n, s:s}", "index", 0, "message", "role",
+                           "assistant", "content", text.data, text.len, "logprobs", "finish_reason",
+                           mreq_finish_reason(m));
     else
         choice = json_pack("{s:i, s:s%, s:n, s:s}", "index", 0, "text", text.data, text.len,
-                           "logprobs", "finish_reason", "length");
+                           "logprobs", "finish_reason", mreq_finish_reason(m));
     body = json_pack("{s:s, s:s, s:I, s:s, s:[o], s:{s:I, s:I, s:I}}", "id", m->id, "object",
                      m->api == MOCK_API_CHAT ? "chat.completion" : "text_completion", "created",
                      (json_int_t) m->created, "model", m->model, "choices", choice, "usage",
@@ -323,6 +362,10 @@ static void mreq_reply_full(struct mreq *m)
                             json_pack("{s:I}", "cached_tokens", (json_int_t) m->cached_tokens));
     else if (m->e->o.details_if_cached) /* vLLM's JSON answer: the field is there, null */
         json_object_set_new(json_object_get(body, "usage"), "prompt_tokens_details", json_null());
+    /* Only an answer to a request that named kv_transfer_params names them (vLLM has the key,
+     * null, in every answer; clients of the mock do not expect it in theirs). */
+    if (m->kvx.present)
+        json_object_set_new(body, "kv_transfer_params", mreq_kv_params(m));
     mock_reply_json(m->req, 200, body);
 }
 
@@ -460,6 +503,7 @@ static void mreq_start(struct mreq *m)
 {
     struct mock_engine *e = m->e;
     struct mock_rank *r = m->rank;
+    unsigned computed;
 
     TAILQ_REMOVE(&r->waiting, m, link);
     r->nwaiting--;
@@ -478,6 +522,17 @@ static void mreq_start(struct mreq *m)
         r->prefix_hits += cached;
     }
     r->own_blocks += mreq_own_blocks(m);
+    /* A decode leg received the KV of remote_block_ids: those tokens need no prefill, nor do
+     * the cached ones; the rest are computed. */
+    if (m->kvx.leg == MOCK_KVX_DECODE) {
+        m->transferred =
+            mock_kvx_transferred(m->kvx.remote_blocks, e->o.block_size, m->prompt_tokens);
+        e->kvx.transfers[MOCK_KVX_DECODE]++;
+        e->kvx.tokens[MOCK_KVX_DECODE] += m->transferred;
+    }
+    computed =
+        m->prompt_tokens - (m->transferred > m->cached_tokens ? m->transferred : m->cached_tokens);
+    e->kvx.computed += computed;
     if (m->stream) {
         struct evkeyvalq *h = evhttp_request_get_output_headers(m->req);
 
@@ -489,8 +544,7 @@ static void mreq_start(struct mreq *m)
         evhttp_add_header(h, "Cache-Control", "no-cache");
         evhttp_send_reply_start(m->req, 200, "OK");
     }
-    /* Only the uncached tokens are computed. */
-    mreq_arm(m, mock_prefill_ms(m->prompt_tokens - m->cached_tokens, e->o.speedup_ratio), 1);
+    mreq_arm(m, mock_prefill_ms(computed, e->o.speedup_ratio), 1);
 }
 
 /* Starts waiting requests, oldest first, while sequence slots are free; one whose client has
@@ -535,6 +589,12 @@ void mock_sched_submit(struct mock_engine *e, struct evhttp_request *req, const 
     m->ids = g->ids;
     m->nids = g->nids;
     m->max_tokens = g->max_tokens;
+    /* --stop-after: the model's end of sequence comes first; at max_tokens too, it wins */
+    if (e->o.stop_after > 0 && e->o.stop_after <= m->max_tokens) {
+        m->max_tokens = e->o.stop_after;
+        m->eos = 1;
+    }
+    m->kvx = g->kvx;
     m->kv_seed = g->kv_seed;
     m->created = (long long) time(NULL);
     /* vLLM's form: "chatcmpl-" or "cmpl-" before the client's X-Request-Id, so that every
@@ -543,6 +603,7 @@ void mock_sched_submit(struct mock_engine *e, struct evhttp_request *req, const 
         snprintf(m->id, sizeof m->id, "%s-%s", kind, g->request_id);
     else
         snprintf(m->id, sizeof m->id, "%s-mock-%llu", kind, (unsigned long long) ++e->next_id);
+    m->rid = m->id + strlen(kind) + 1;
     m->model = xstrdup(g->model);
     /* The model name comes from jansson or from validated options, so it is valid UTF-8. */
     m->model_json = model != NULL ? json_dumps(model, JSON_ENCODE_ANY) : NULL;

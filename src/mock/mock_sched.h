@@ -13,6 +13,8 @@
 #include "mock_opts.h"
 #include "mock_model.h"
 #include "mock_kvcache.h"
+#include "mock_disagg.h"
+#include "util/netaddr.h"
 
 #include <sys/queue.h>
 
@@ -60,6 +62,11 @@ struct mock_engine {
     uint64_t requests_total;    /* generation requests received, valid or not */
     uint64_t cancelled_total;   /* clients that left before the end */
     uint64_t connections_total; /* client connections accepted */
+    struct mock_kvx_counts kvx; /* disaggregated legs served, prompt tokens prefilled */
+    uint32_t next_own_block;    /* the next id of a block outside the prefix cache */
+    char engine_id[NETADDR_HOST_MAX + 16]; /* a prefill leg's remote_engine_id */
+    char kv_host[NETADDR_HOST_MAX];        /* ... and remote_host: the listener's host */
+    int named;                             /* the two are the first listener's */
     uint64_t next_id;
     void *zctx;        /* the ZMQ context of the KV events publishers, or NULL */
     long long started; /* Unix time of creation, the "created" of the served model */
@@ -78,6 +85,7 @@ struct mock_gen {
     size_t nids;
     unsigned max_tokens; /* 1..MOCK_MAX_TOKENS_CAP */
     uint64_t kv_seed;    /* mock_kvc_salt() of its cache_salt, 0 without one */
+    struct mock_kvx kvx; /* its kv_transfer_params: which leg of a disaggregated request */
     const char *model;   /* echoed back; the engine copies it */
     /* the client's valid X-Request-Id (the base of the completion id, as vLLM's), or NULL
      * for the engine's own; the engine copies it */
