@@ -12,7 +12,7 @@
  * decodes to the same value. kv_block_size (optional in v1) decodes to unknown or to a size
  * from 1 to 2^53-1; models (optional too) to unknown or to a list within its bounds, every name
  * valid and listed once, which the list itself agrees with (walking it finds n names in len
- * bytes). */
+ * bytes); role (optional too) to one of the three roles. */
 #include "admit/load.h"
 #include "load_jansson.h"
 
@@ -97,6 +97,9 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         if (seen != (unsigned) l->n || bytes != l->len)
             abort();
     }
+    if (m.role != ADMIT_LOAD_ROLE_BOTH && m.role != ADMIT_LOAD_ROLE_PREFILL &&
+        m.role != ADMIT_LOAD_ROLE_DECODE)
+        abort();
     n = admit_load_encode(&m, buf, sizeof buf);
     if (n < 0 || n > ADMIT_LOAD_MSG_MAX ||
         admit_load_decode(buf, (size_t) n, &again, err, sizeof err) != 0 ||

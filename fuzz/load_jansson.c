@@ -2,7 +2,7 @@
  * lib/admission/load.c when the single-pass decoder replaced it (see load_jansson.h). jansson
  * builds the whole tree first (rejecting duplicate keys at any depth), then each field is looked up
  * and checked in a fixed order, so that order decides which error a message with several gets;
- * unknown keys are ignored, kv_block_size and models may be absent. */
+ * unknown keys are ignored, kv_block_size, models and role may be absent. */
 #include "load_jansson.h"
 
 #include <jansson.h>
@@ -107,6 +107,20 @@ static int get_models(json_t *root, struct admit_load_models *out, char *err, si
     return 0;
 }
 
+/* The optional role: absent or null is both; else a role's name, or the message is invalid. */
+static int get_role(json_t *root, enum admit_load_role *out, char *err, size_t errlen)
+{
+    json_t *v = json_object_get(root, "role");
+
+    *out = ADMIT_LOAD_ROLE_BOTH;
+    if (v == NULL || json_is_null(v))
+        return 0; /* from an aggregated worker, or a publisher older than the field */
+    if (!json_is_string(v) ||
+        admit_load_role_parse(json_string_value(v), json_string_length(v), out) != 0)
+        return fail(err, errlen, "field 'role' must be \"prefill\", \"decode\", \"both\" or null");
+    return 0;
+}
+
 static int decode_object(json_t *root, struct admit_load *out, char *err, size_t errlen)
 {
     json_t *v;
@@ -152,7 +166,9 @@ static int decode_object(json_t *root, struct admit_load *out, char *err, size_t
         if (get_int(root, numfields[i].name, numfields[i].min, 1, f, err, errlen) != 0)
             return -1;
     }
-    return get_models(root, &out->models, err, errlen);
+    if (get_models(root, &out->models, err, errlen) != 0)
+        return -1;
+    return get_role(root, &out->role, err, errlen);
 }
 
 int load_jansson_decode(const void *data, size_t len, struct admit_load *out, char *err,

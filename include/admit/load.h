@@ -68,7 +68,9 @@ struct admit_load_models {
  * and such a message decodes with kv_block_size unknown. It is the block size of
  * active_decode_blocks (the engine's when it reports one, else admitd's --block-size), so a
  * router can book ceil(prompt tokens / kv_block_size) blocks per request; 0 is refused.
- * models was added the same way: absent (or null) decodes as an unknown list. */
+ * models was added the same way: absent (or null) decodes as an unknown list. So was role:
+ * absent (or null) decodes as both, which the encoder does not write (an aggregated worker's
+ * messages are what they were before the field); any value but a role's name is refused. */
 struct admit_load {
     char worker_id[ADMIT_LOAD_WORKER_ID_MAX + 1];
     int64_t dp_rank;                /* 0-based data-parallel rank */

@@ -5,11 +5,11 @@
  * bytes, strict about types, because a router must never act on a value it misread).
  *
  * The longest valid message: a worker id of 127 control bytes (each escaped as \u00XX: 762
- * bytes), every integer at 2^53-1 (16 digits), "draining" and a model list of
- * ADMIT_LOAD_MODELS_JSON_MAX (512) bytes make 1817 bytes, topic included (1262 before
- * kv_block_size, 1295 before models, whose key takes 10 bytes more), within
- * ADMIT_LOAD_MSG_MAX; test_load.c's test_longest_message checks that number. A field added
- * later must keep it within the limit. */
+ * bytes), every integer at 2^53-1 (16 digits), "draining", a model list of
+ * ADMIT_LOAD_MODELS_JSON_MAX (512) bytes and the role "prefill" make 1834 bytes, topic
+ * included (1262 before kv_block_size, 1295 before models, whose key takes 10 bytes more,
+ * 1817 before role), within ADMIT_LOAD_MSG_MAX; test_load.c's test_longest_message checks that
+ * number. A field added later must keep it within the limit. */
 #include "admit/load.h"
 #include "util/jscan.h"
 #include "admission/load_impl.h"
@@ -252,6 +252,10 @@ int admit_load_to_json(const struct admit_load *m, char *buf, size_t cap)
         }
         put(buf, cap, &n, "]");
     }
+    /* Only a disaggregated worker says its role: an aggregated one's messages stay what they
+     * were before the field, and a reader takes a message without it as "both". */
+    if (m->role == ADMIT_LOAD_ROLE_PREFILL || m->role == ADMIT_LOAD_ROLE_DECODE)
+        put(buf, cap, &n, ",\"role\":\"%s\"", admit_load_role_name(m->role));
     if (put(buf, cap, &n, "}") != 0)
         return -1;
     return (int) n;

@@ -30,7 +30,7 @@ _Static_assert(TEXT_MAX <= JSCAN_TEXT_MAX, "a load message fits a scan");
 _Static_assert(TEXT_MAX / 2 <= JSCAN_DEPTH_MAX, "no load message nests too deeply");
 _Static_assert(TEXT_MAX / 4 <= JSCAN_KEYS_MAX, "no load message has too many keys");
 
-enum kind { K_VERSION, K_WORKER, K_STATE, K_INT, K_NULLABLE, K_MODELS };
+enum kind { K_VERSION, K_WORKER, K_STATE, K_INT, K_NULLABLE, K_MODELS, K_ROLE };
 
 /* Room for the widest name (max_num_batched_tokens, 22 bytes) and its NUL. */
 #define NAME_ROOM 23
@@ -62,6 +62,7 @@ static const struct field fields[] = {
     FIXED("heartbeat_ms", K_INT, 0, 1, offsetof(struct admit_load, heartbeat_ms)),
     LOAD_NUMFIELDS(NUMFIELD) /* kv_used_blocks ... request_queue_limit */
     {"models", sizeof "models" - 1, K_MODELS, 1, 0, 0, 0},
+    {"role", sizeof "role" - 1, K_ROLE, 1, 0, 0, 0},
 };
 #define NFIELDS     (sizeof fields / sizeof fields[0])
 #define NAME_WIDEST (NAME_ROOM - 1)
@@ -241,6 +242,32 @@ static int read_string(struct decode *d, unsigned i)
     return 0;
 }
 
+/* role: null or absent (both, as admit_load_init() left it), or the name of a role. Anything
+ * else is refused rather than taken as both: a router that misread a worker's role would send
+ * it the wrong leg of a request. */
+static const char role_err[] = "field 'role' must be \"prefill\", \"decode\", \"both\" or null";
+
+static int read_role(struct decode *d, unsigned i)
+{
+    struct jscan_str str;
+    char name[8]; /* the longest name, "prefill", and a NUL */
+    size_t n;
+    int c = jscan_peek(&d->s);
+
+    if (c == 'n')
+        return jscan_null(&d->s) == 1 ? 0 : -1;
+    if (c != '"') {
+        say(d, FIELD(i), "%s", role_err);
+        return jscan_skip(&d->s);
+    }
+    if (jscan_string(&d->s, &str) != 0)
+        return -1;
+    n = jscan_str_copy(&str, name, sizeof name - 1);
+    if (n > sizeof name - 1 || admit_load_role_parse(name, n, &d->out->role) != 0)
+        say(d, FIELD(i), "%s", role_err);
+    return 0;
+}
+
 /* The names read so far, to find one given twice without comparing each with all: a table of
  * twice as many slots as names, each 0 or the name's index + 1, by a hash of the name. */
 #define NAME_SLOTS 128
@@ -410,6 +437,9 @@ static int read_object(struct decode *d)
                 break;
             case K_MODELS:
                 rv = read_models(d, (unsigned) i);
+                break;
+            case K_ROLE:
+                rv = read_role(d, (unsigned) i);
                 break;
             default:
                 rv = read_int(d, (unsigned) i);

@@ -47,6 +47,7 @@ void loadsrc_fill(const struct loadsrc_in *in, struct admit_load *msgs, unsigned
             m->queued_requests = 0;
         }
         m->state = in->state;
+        m->role = in->role;
         if (in->models != NULL)
             m->models = *in->models;
     }

@@ -21,6 +21,7 @@ struct loadsrc_in {
     unsigned fallback_max_batched_tokens; /* 0 = unknown */
     enum admit_load_state state;
     const struct admit_load_models *models; /* the engine's model names; NULL = unknown */
+    enum admit_load_role role;              /* the worker's (--role), in every message */
 };
 
 /** fills msgs[0..*n) (at most max) with one message per rank; identity fields are left to

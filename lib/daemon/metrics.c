@@ -170,6 +170,8 @@ void metrics_render(const struct metrics_view *v, struct buf *out)
     prom_family(out, "admitd_build_info", "gauge", "Build information");
     buf_init(&l);
     prom_label(&l, "version", v->version);
+    if (v->m->role != NULL)
+        prom_label(&l, "role", v->m->role);
     prom_sample(out, "admitd_build_info", l.data, 1);
     buf_free(&l);
 }

@@ -43,6 +43,7 @@ struct metrics {
     uint64_t limit_changes;     /* POST /admission or SIGHUP changes applied */
     struct listen_stats listen[LISTENER__COUNT];
     struct prom_hist queue_wait; /* seconds from arrival to slot, for admitted requests */
+    const char *role;            /* admitd's --role, a label of admitd_build_info; NULL: no label */
 };
 
 /* The limits and live occupancy that the render needs besides the counters. */

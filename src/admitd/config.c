@@ -33,6 +33,18 @@ static int parse_publisher(void *obj, const char *raw, char *msg, size_t msglen)
     return opt_auto_or_nng(raw, &c->publisher_nng, msg, msglen);
 }
 
+/* --role: prefill, decode or both (docs/load-message.md, the `role` field). */
+static int parse_role(void *obj, const char *raw, char *msg, size_t msglen)
+{
+    struct cfg *c = obj;
+
+    if (admit_load_role_parse(raw, strlen(raw), &c->role) != 0) {
+        snprintf(msg, msglen, "'%.120s' must be prefill, decode or both", raw);
+        return -1;
+    }
+    return 0;
+}
+
 /* --engine-kv-events-topic: any bytes but NUL (ZMQ's subscription is a prefix of the first
  * frame; vLLM's default topic is empty). */
 static int engine_kv_topic(void *obj, const char *raw, char *msg, size_t msglen)
@@ -113,6 +125,10 @@ static const struct opt_def opts[] = {
         NULL, NULL, parse_publisher),
     OPT("worker-id", "ADMITD_WORKER_ID", OPT_ID, OPT_AT(struct cfg, worker_id), 0, 0, NULL,
         "worker id in load messages (default: hostname:port of --listen)"),
+    OPT("role", "ADMITD_ROLE", OPT_CUSTOM, OPT_AT(struct cfg, role), 0, 0, "both",
+        "what the engine serves, said in load messages: both (whole requests), prefill or "
+        "decode (one leg of disaggregated serving)",
+        NULL, NULL, parse_role),
     OPT("heartbeat-ms", "ADMITD_HEARTBEAT_MS", OPT_UINT, OPT_AT(struct cfg, heartbeat_ms), 10,
         3600000, "1000", "republish the load this often even when nothing changed"),
     OPT("engine-metrics-url", "ADMITD_ENGINE_METRICS_URL", OPT_CUSTOM,

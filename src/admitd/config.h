@@ -9,6 +9,7 @@
 #ifndef ADMIT_CONFIG_H
 #define ADMIT_CONFIG_H
 
+#include "admit/load.h"
 #include "util/log.h"
 #include "util/netaddr.h"
 #include "config/opt.h"
@@ -41,6 +42,7 @@ struct cfg {
     char publish[256];              /* nng PUB URL to listen on; "" = do not publish */
     int publisher_nng;              /* --publisher=nng: nng's PUB (else our own, sppub) */
     char worker_id[128];            /* "" = host:port of the client listener */
+    enum admit_load_role role;      /* what part of a request the engine serves (--role) */
     unsigned heartbeat_ms;          /* republish unchanged load this often */
     struct http_url engine_metrics; /* where the engine's /metrics is */
     char engine_metrics_path[256];  /* its path */

@@ -182,6 +182,7 @@ static void fill_load(void *arg, struct admit_load *msgs, unsigned *n)
         .fallback_max_batched_tokens = w->cfg->max_num_batched_tokens,
         .models = &w->models,
         .state = w->state,
+        .role = w->cfg->role,
     };
 
     loadsrc_fill(&in, msgs, PUB_MAX_RANKS, n);
@@ -379,7 +380,9 @@ static int on_admission(void *arg, const char *body, size_t len, const char *who
 /* ---- reload (SIGHUP) ------------------------------------------------------------------ */
 
 /* Settings that only take effect after a restart: listeners, the engine's address and the
- * publisher are bound once. */
+ * publisher are bound once. So is the role: it is the engine's (a vLLM started as a prefill or
+ * a decode instance, with its KV transfer set up for it), which a reload cannot change, and a
+ * router would send a leg to a worker whose engine does not serve it. */
 static const struct opt_field fixed_fields[] = {
     OPT_FIELD(struct cfg, listen),
     OPT_FIELD(struct cfg, metrics_listen),
@@ -397,6 +400,7 @@ static const struct opt_field fixed_fields[] = {
     OPT_FIELD(struct cfg, publish),
     OPT_FIELD_AS("publisher", struct cfg, publisher_nng),
     OPT_FIELD(struct cfg, worker_id),
+    OPT_FIELD(struct cfg, role),
     OPT_FIELD(struct cfg, heartbeat_ms),
     OPT_FIELD(struct cfg, engine_metrics),
     OPT_FIELD(struct cfg, engine_metrics_path),
@@ -531,6 +535,7 @@ struct worker *worker_start(struct event_base *base, struct cfg *cfg, char *err,
     w->models_seen = -2; /* none yet (no engine_models_result) */
     w->engine_reach = -1;
     metrics_init(&w->m);
+    w->m.role = admit_load_role_name(cfg->role);
     if (cfg->mock_engine && start_mock(w, base, err, errlen) != 0)
         goto fail;
     w->popts = (struct proxy_opts){
@@ -612,9 +617,10 @@ void worker_describe(const struct worker *w, char *out, size_t outlen)
                  c->engine_request_limit, c->request_queue_limit);
     else
         snprintf(limits, sizeof limits, "engine-request-limit=none (no cap)");
-    snprintf(out, outlen, "ready listen=%s metrics=%s publish=%s upstream=%s worker-id=%s %s",
+    snprintf(out, outlen,
+             "ready listen=%s metrics=%s publish=%s upstream=%s worker-id=%s role=%s %s",
              w->listen_at, w->metrics_at, w->pub ? w->publish_at : "none", c->upstream.hostport,
-             c->worker_id, limits);
+             c->worker_id, admit_load_role_name(c->role), limits);
 }
 
 void worker_free(struct worker *w)

@@ -57,6 +57,17 @@ def test_bad_queue_limit_exits_2():
         assert "DYN_DYNAMO_REQUEST_QUEUE_LIMIT" in err, err
 
 
+def test_bad_role_exits_2():
+    for bad in ("router", "", "Prefill", "prefill,decode"):
+        rc, out, err = run([ADMITD, "--role=" + bad])
+        assert rc == 2, (bad, rc, err)
+        assert "--role" in err and "must be prefill, decode or both" in err, err
+        rc, out, err = run([ADMITD], env={"ADMITD_ROLE": bad})
+        assert rc == 2 and "ADMITD_ROLE" in err, (bad, err)
+    rc, out, err = run([ADMITD, "--role=decode", "--check-config"])
+    assert rc == 0, err
+
+
 def test_other_startup_errors():
     for argv in (["--listen=nonsense"], ["--upstream=https://x:1"], ["--no-such-option"],
                  ["stray-argument"], ["--log-level=chatty"]):
@@ -91,6 +102,7 @@ if __name__ == "__main__":
     tap.run("--help and --version", test_help_and_version)
     tap.run("a bad engine limit exits 2 naming the option", test_bad_engine_limit_exits_2)
     tap.run("a bad queue limit exits 2 naming the variable", test_bad_queue_limit_exits_2)
+    tap.run("a bad role exits 2 naming the option", test_bad_role_exits_2)
     tap.run("other startup errors exit 2", test_other_startup_errors)
     tap.run("a flag wins over the environment", test_flag_wins_over_env_at_runtime)
     tap.run("--mock-engine runs the built-in engine", test_builtin_mock_engine)

@@ -321,6 +321,41 @@ def test_nngcat_and_admit_top_read_it():
     mock.stop()
 
 
+def raw_messages(ad, count):
+    """count load messages as they are on the wire (nngcat: nng's own SUB), as text."""
+    p = subprocess.run(["nngcat", "--sub", "--dial=" + ad.publish, "--subscribe=kv_metrics",
+                        "--quoted", "--count=%d" % count], capture_output=True, timeout=30)
+    assert p.returncode == 0, p.stderr
+    lines = [json.loads(line) for line in p.stdout.decode().strip().splitlines()]
+    assert len(lines) == count and all(t.startswith("kv_metrics {") for t in lines), lines
+    return lines
+
+
+def test_role():
+    """--role prefill: every message ends with "role":"prefill", /load and the ready line say
+    it, and admitd_build_info has it as a label. Without --role: no role key at all (an
+    aggregated worker's messages are what they were before the field), role=both elsewhere."""
+    for role in ("prefill", "decode", None):
+        args = ["--mock-engine", "--heartbeat-ms", "100", "--worker-id", "gpu-role"]
+        if role is not None:
+            args += ["--role", role]
+        ad = Admitd("http://127.0.0.1:1", *args)
+        for text in raw_messages(ad, 3):
+            msg = json.loads(text[len("kv_metrics "):])
+            assert msg["worker_id"] == "gpu-role", msg
+            if role is None:
+                assert "role" not in msg and '"role"' not in text, text
+            else:
+                assert text.endswith(',"role":"%s"}' % role) and msg["role"] == role, text
+        shown = role or "both"
+        assert " role=%s " % shown in ad.proc.match.string, ad.proc.match.string
+        load = json.loads(request(ad.maddr, "GET", "/load")[2])
+        assert [r.get("role") for r in load["ranks"]] == [role], load
+        info = [k for k in ad.metrics() if k.startswith("admitd_build_info{")]
+        assert len(info) == 1 and 'role="%s"' % shown in info[0], info
+        ad.stop()
+
+
 def test_either_publisher_and_its_subscribers():
     """The same messages from either PUB: nngcat (nng's SUB) reads both. Ours adds no thread
     to admitd's one, nng's does. Our own counts its
@@ -402,6 +437,7 @@ if __name__ == "__main__":
     tap.run("a killed engine turns the engine fields null, the proxy goes on",
             test_engine_killed_turns_engine_fields_null)
     tap.run("nngcat and admit-top read the messages", test_nngcat_and_admit_top_read_it)
+    tap.run("--role in every message, absent without it", test_role)
     tap.run("either publisher, its subscribers counted",
             test_either_publisher_and_its_subscribers)
     tap.run("publisher errors and --publish none", test_publish_errors)

@@ -328,6 +328,7 @@ def test_config_file_precedence_and_reload():
     for text, want in (("engine_request_limit: 2\nbogus: 1\n", ":2:1: unknown setting 'bogus'"),
                        ("engine_request_limit: two\n", ":1:23: engine_request_limit: 'two'"),
                        ("listen: [1, 2]\n", ":1:9: expected a single value for 'listen'"),
+                       ("role: leader\n", ":1:7: role: 'leader' must be prefill, decode or both"),
                        ("a: &x 1\nb: *x\n", "anchors and aliases are not allowed")):
         write(text)
         p = subprocess.run([ADMITD, "--config", path, "--check-config"], capture_output=True,
@@ -347,10 +348,13 @@ def test_config_file_precedence_and_reload():
     ad = Admitd(mock.url, "--config", path)
     assert ad.metrics()["admitd_engine_request_limit"] == 4
     write("engine_request_limit: 6\nrequest_queue_limit: 2\nheartbeat_ms: 5000\n"
-          "retry_after: 4\noverload_status_code: 503\n")
+          "retry_after: 4\noverload_status_code: 503\nrole: prefill\n")
     ad.proc.p.send_signal(signal.SIGHUP)
     ad.proc.wait_line("configuration reloaded", 10)
     ad.proc.wait_line("heartbeat_ms changed; it takes effect after a restart", 10)
+    ad.proc.wait_line("role changed; it takes effect after a restart", 10)
+    # The role is the engine's: the messages keep saying both (no role key) until a restart.
+    assert "role" not in json.loads(request(ad.maddr, "GET", "/load")[2])["ranks"][0]
     m = ad.metrics()
     assert m["admitd_engine_request_limit"] == 6 and m["admitd_request_queue_limit"] == 2, m
     assert m["admitd_limit_changes_total"] == 1, m

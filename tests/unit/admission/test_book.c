@@ -72,7 +72,7 @@ static void test_loadsrc_composes_and_nulls(void **state)
     struct gate_stats st = {.slots_used = 3, .queued = 2, .limit = 4, .queue_limit = 8};
     struct engine_snapshot e;
     struct admit_load msgs[8];
-    struct loadsrc_in in = {&st, 0, b, &e, 0, ADMIT_LOAD_SERVING, NULL};
+    struct loadsrc_in in = {&st, 0, b, &e, 0, ADMIT_LOAD_SERVING, NULL, ADMIT_LOAD_ROLE_BOTH};
     unsigned n;
 
     (void) state;
@@ -101,6 +101,12 @@ static void test_loadsrc_composes_and_nulls(void **state)
     assert_int_equal(msgs[0].max_num_batched_tokens, ADMIT_LOAD_UNKNOWN);
     assert_int_equal(msgs[0].kv_block_size, 16);
     assert_int_equal(msgs[1].kv_block_size, 16);
+    assert_int_equal(msgs[0].role, ADMIT_LOAD_ROLE_BOTH);
+    /* The worker's role goes into every rank's message. */
+    in.role = ADMIT_LOAD_ROLE_DECODE;
+    loadsrc_fill(&in, msgs, 8, &n);
+    assert_int_equal(msgs[0].role, ADMIT_LOAD_ROLE_DECODE);
+    assert_int_equal(msgs[1].role, ADMIT_LOAD_ROLE_DECODE);
     /* The block size is the book's (which worker.c sets from the engine's, else from
      * --block-size), not a copy of the scrape's: a scrape saying 16 does not override 32. */
     book_configure(b, 2, 32);

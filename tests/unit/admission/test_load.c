@@ -509,6 +509,83 @@ static void test_error_precedence(void **state)
                         "control characters");
 }
 
+/* role: written only when not both (an aggregated worker's message is byte for byte what it was
+ * before the field); absent or null read as both; a role's name (escapes decoded) as that role;
+ * anything else refuses the message, after every other field's error. */
+static void test_role(void **state)
+{
+    static const struct {
+        const char *frag;
+        enum admit_load_role want;
+    } good[] = {
+        {"", ADMIT_LOAD_ROLE_BOTH},
+        {"\"role\":null,", ADMIT_LOAD_ROLE_BOTH},
+        {"\"role\":\"both\",", ADMIT_LOAD_ROLE_BOTH},
+        {"\"role\":\"prefill\",", ADMIT_LOAD_ROLE_PREFILL},
+        {"\"role\":\"decode\",", ADMIT_LOAD_ROLE_DECODE},
+        {"\"role\" : \"pre\\u0066ill\",", ADMIT_LOAD_ROLE_PREFILL},
+        {"\"r\\u006fle\":\"decode\",", ADMIT_LOAD_ROLE_DECODE},
+    };
+    static const char *const bad[] = {
+        "\"role\":\"\",",
+        "\"role\":\"Prefill\",",
+        "\"role\":\"prefill \",",
+        "\"role\":\"prefillx\",",
+        "\"role\":\"router\",",
+        "\"role\":\"decode\\u0001\",",
+        "\"role\":1,",
+        "\"role\":0,",
+        "\"role\":true,",
+        "\"role\":[\"prefill\"],",
+        "\"role\":{},",
+    };
+    char json[ADMIT_LOAD_MSG_MAX], buf[ADMIT_LOAD_MSG_MAX], plain[ADMIT_LOAD_MSG_MAX], err[256];
+    struct admit_load m, back;
+    int n, n0;
+
+    (void) state;
+    sample(&m);
+    assert_int_equal(m.role, ADMIT_LOAD_ROLE_BOTH); /* admit_load_init()'s */
+    n0 = admit_load_encode(&m, plain, sizeof plain);
+    assert_true(n0 > 0);
+    assert_null(strstr(plain, "role"));
+    for (int r = ADMIT_LOAD_ROLE_PREFILL; r <= ADMIT_LOAD_ROLE_DECODE; r++) {
+        char want[32];
+
+        m.role = (enum admit_load_role) r;
+        n = admit_load_encode(&m, buf, sizeof buf);
+        snprintf(want, sizeof want, ",\"role\":\"%s\"}", admit_load_role_name(m.role));
+        assert_int_equal(n, n0 + (int) strlen(want) - 1);
+        assert_memory_equal(buf, plain, (size_t) n0 - 1); /* the same message, and the role */
+        assert_string_equal(buf + n0 - 1, want);
+        memset(&back, 0x55, sizeof back);
+        assert_int_equal(admit_load_decode(buf, (size_t) n, &back, err, sizeof err), 0);
+        assert_memory_equal(&m, &back, sizeof m);
+        assert_int_equal(admit_load_to_json(&m, json, sizeof json), n - 11);
+        assert_string_equal(json, buf + 11);
+    }
+    m.role = ADMIT_LOAD_ROLE_BOTH;
+    assert_int_equal(admit_load_encode(&m, buf, sizeof buf), n0);
+    assert_string_equal(buf, plain);
+    for (size_t i = 0; i < sizeof good / sizeof good[0]; i++) {
+        n = snprintf(buf, sizeof buf, "kv_metrics " HEAD "%s" FULL_TAIL, good[i].frag);
+        memset(&back, 0x55, sizeof back);
+        if (admit_load_decode(buf, (size_t) n, &back, err, sizeof err) != 0)
+            fail_msg("refused %s: %s", good[i].frag, err);
+        assert_int_equal(back.role, good[i].want);
+    }
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++)
+        if (strcmp(decode_with(bad[i]), "field 'role' must be \"prefill\", \"decode\", "
+                                        "\"both\" or null") != 0)
+            fail_msg("%s: %s", bad[i], decode_with(bad[i]));
+    /* Given twice: invalid JSON (as any key). The least of the field errors: after models'. */
+    assert_non_null(strstr(decode_with("\"role\":\"prefill\",\"role\":\"decode\","), "duplicate"));
+    assert_string_equal(decode_with("\"role\":\"x\",\"models\":1,"),
+                        "field 'models' must be an array of strings or null");
+    assert_string_equal(decode_err("{\"role\":7,\"v\":1,\"worker_id\":\"w\"}"),
+                        "field 'state' must be \"serving\" or \"draining\"");
+}
+
 /* Model names are judged decoded: escapes count as the bytes they stand for, a name spelt two
  * ways is the same name, and the bound on the list is its compact length. */
 static void test_models_decoded(void **state)
@@ -623,6 +700,10 @@ static void test_longest_message(void **state)
     }
     n = admit_load_encode(&m, buf, sizeof buf);
     assert_int_equal(n, 1817);
+    /* And the longer role: 17 bytes more (,"role":"prefill"). */
+    m.role = ADMIT_LOAD_ROLE_PREFILL;
+    n = admit_load_encode(&m, buf, sizeof buf);
+    assert_int_equal(n, 1817 + 17);
     assert_true(n <= ADMIT_LOAD_MSG_MAX);
     assert_int_equal(admit_load_decode(buf, (size_t) n, &back, err, sizeof err), 0);
     assert_memory_equal(&m, &back, sizeof m);
@@ -787,6 +868,7 @@ int main(void)
         cmocka_unit_test(test_error_precedence),
         cmocka_unit_test(test_models_decoded),
         cmocka_unit_test(test_models_build),
+        cmocka_unit_test(test_role),
         cmocka_unit_test(test_longest_message),
         cmocka_unit_test(test_truncations),
         cmocka_unit_test(test_table_newest_wins_and_staleness),

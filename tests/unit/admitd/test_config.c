@@ -219,6 +219,46 @@ static void test_engine_kv_events(void **state)
     assert_non_null(strstr(err, "--engine-kv-events-topic"));
 }
 
+/* --role: both by default; prefill or decode from a flag, the environment or the file; any
+ * other value an error naming where it came from (the file's with file:line:column). */
+static void test_role(void **state)
+{
+    static const char *const env[] = {"ADMITD_ROLE", "decode", NULL};
+    static const char *const bad_env[] = {"ADMITD_ROLE", "Prefill", NULL};
+    char path[] = "/tmp/admitd-test-XXXXXX", arg[64], err[256];
+    int fd = mkstemp(path);
+    struct cfg c;
+
+    (void) state;
+    assert_int_equal(parse(&c, NULL, err, sizeof err, 1), CFG_RUN);
+    assert_int_equal(c.role, ADMIT_LOAD_ROLE_BOTH);
+    assert_int_equal(parse(&c, NULL, err, sizeof err, 2, "--role=prefill"), CFG_RUN);
+    assert_int_equal(c.role, ADMIT_LOAD_ROLE_PREFILL);
+    assert_int_equal(parse(&c, env, err, sizeof err, 1), CFG_RUN);
+    assert_int_equal(c.role, ADMIT_LOAD_ROLE_DECODE);
+    assert_int_equal(parse(&c, env, err, sizeof err, 2, "--role=both"), CFG_RUN);
+    assert_int_equal(c.role, ADMIT_LOAD_ROLE_BOTH);
+    assert_int_equal(parse(&c, NULL, err, sizeof err, 2, "--role=router"), CFG_ERROR);
+    assert_non_null(strstr(err, "--role"));
+    assert_non_null(strstr(err, "'router' must be prefill, decode or both"));
+    assert_int_equal(parse(&c, NULL, err, sizeof err, 2, "--role="), CFG_ERROR);
+    assert_int_equal(parse(&c, bad_env, err, sizeof err, 1), CFG_ERROR);
+    assert_non_null(strstr(err, "ADMITD_ROLE"));
+    assert_true(fd >= 0);
+    assert_true(write(fd, "role: prefill\n", 14) == 14);
+    close(fd);
+    snprintf(arg, sizeof arg, "--config=%s", path);
+    assert_int_equal(parse(&c, NULL, err, sizeof err, 2, arg), CFG_RUN);
+    assert_int_equal(c.role, ADMIT_LOAD_ROLE_PREFILL);
+    fd = open(path, O_WRONLY | O_TRUNC);
+    assert_true(write(fd, "role: decoder\n", 14) == 14);
+    close(fd);
+    assert_int_equal(parse(&c, NULL, err, sizeof err, 2, arg), CFG_ERROR);
+    assert_non_null(strstr(err, path));
+    assert_non_null(strstr(err, ":1:7: role: 'decoder' must be prefill, decode or both"));
+    unlink(path);
+}
+
 static void test_config_file_precedence(void **state)
 {
     char path[] = "/tmp/admitd-test-XXXXXX";
@@ -272,6 +312,7 @@ int main(void)
         cmocka_unit_test(test_bad_addresses_and_options),
         cmocka_unit_test(test_config_file_precedence),
         cmocka_unit_test(test_engine_kv_events),
+        cmocka_unit_test(test_role),
     };
 
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -98,6 +98,12 @@ static void test_metrics_render_dynamo_names(void **state)
     assert_true(sample(b.data, "dynamo_request_queue") == 0);
     assert_true(sample(b.data, "admitd_engine_request_limit") == 0);
     buf_free(&b);
+    /* admitd's role, a label of the build info (none above: NULL, as the router leaves it). */
+    m.role = "prefill";
+    buf_init(&b);
+    metrics_render(&v, &b);
+    assert_true(sample(b.data, "admitd_build_info{version=\"9.9.9\",role=\"prefill\"}") == 1);
+    buf_free(&b);
 }
 
 int main(void)
