@@ -7,6 +7,11 @@
  * (router_retire_worker). A worker named by several sources (a --worker too, or two names) is
  * retired only when none names it any more.
  *
+ * A source may give its workers a role (issue 27): --prefill-worker and --decode-worker, their
+ * DNS forms, role=ROLE in the workers file; --worker, --worker-dns and the file's entries
+ * without one leave it to what the worker publishes (ROUTER_ROLE_PUBLISHED). The role is part
+ * of a source's entry (wlist.h), so a change of role is a worker retired and added again.
+ *
  * DNS is libevent's evdns, on the router's loop: no thread, and no blocking getaddrinfo. Each
  * name is asked for its A records (or AAAA, --dns-family); every address is a worker,
  * http://ADDR:HTTP_PORT with its publisher tcp://ADDR:PUB_PORT. A name whose answer has addresses

@@ -220,38 +220,27 @@ void wlist_diff(const struct wlist *cur, const struct wlist *next, struct wlist 
 
 /* ---- workers files ---------------------------------------------------------------------- */
 
-/* Writes "path:line: message" to err; returns -1. */
-static int fail_at(char *err, size_t errlen, const char *path, int line, const char *fmt, ...)
-    __attribute__((format(printf, 5, 6)));
-
-static int fail_at(char *err, size_t errlen, const char *path, int line, const char *fmt, ...)
-{
-    char msg[400];
-    va_list ap;
-
-    va_start(ap, fmt);
-    vsnprintf(msg, sizeof msg, fmt, ap);
-    va_end(ap);
-    snprintf(err, errlen, "%s:%d: %s", path, line, msg);
-    return -1;
-}
-
-/* Writes "path:line:column: message" to err; returns -1. */
+/* Writes "path:line:column: message" (col 0: "path:line: message") to err; returns -1. */
 static int fail_col(char *err, size_t errlen, const char *path, int line, int col, const char *fmt,
                     ...) __attribute__((format(printf, 6, 7)));
 
 static int fail_col(char *err, size_t errlen, const char *path, int line, int col, const char *fmt,
                     ...)
 {
-    char msg[400];
+    char msg[400], at[16] = "";
     va_list ap;
 
     va_start(ap, fmt);
     vsnprintf(msg, sizeof msg, fmt, ap);
     va_end(ap);
-    snprintf(err, errlen, "%s:%d:%d: %s", path, line, col, msg);
+    if (col > 0)
+        snprintf(at, sizeof at, ":%d", col);
+    snprintf(err, errlen, "%s:%d%s: %s", path, line, at, msg);
     return -1;
 }
+
+/* The same at a line. */
+#define fail_at(err, errlen, path, line, ...) fail_col(err, errlen, path, line, 0, __VA_ARGS__)
 
 /* A role's name (n bytes) into *role, or -1 with the error at line:col. */
 static int take_role(const char *name, size_t n, int *role, const char *path, int line, int col,

@@ -590,7 +590,7 @@ def test_load_shape_and_rejections():
     rt = Router([w, never], "--active-prefill-tokens-threshold", "50", "--kv-block-size", "8")
     rt.wait_routable(1)
     ws = rt.workers()
-    worker_keys = {"url", "publish", "state", "in_flight", "worker_id", "alive", "routable",
+    worker_keys = {"url", "publish", "state", "in_flight", "worker_id", "role", "alive", "routable",
                    "busy", "age_ms", "models", "prefix_index_blocks", "kv_events",
                    "kv_events_blocks", "ranks"}
     rank_keys = {"dp_rank", "alive", "booked", "published", "capacity", "block_size", "room"}
@@ -599,6 +599,7 @@ def test_load_shape_and_rejections():
     assert (live["url"], live["publish"], live["worker_id"]) == (url_of(ad), ad.publish, "live")
     assert (live["alive"], live["routable"], live["busy"]) == (True, True, False), live
     assert (live["state"], live["in_flight"], dead["state"]) == ("active", 0, "active"), ws
+    assert (live["role"], dead["role"]) == ("both", "both"), ws  # --worker: as published
     assert isinstance(live["age_ms"], int) and 0 <= live["age_ms"] < 1000, live
     assert [r["dp_rank"] for r in live["ranks"]] == [0] and set(live["ranks"][0]) == rank_keys
     r = live["ranks"][0]
