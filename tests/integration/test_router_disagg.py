@@ -9,6 +9,7 @@ ports picked at run time; the router is told the roles by --prefill-worker and -
 """
 
 import json
+import os
 import socket
 import threading
 import time
@@ -17,7 +18,8 @@ from harness import (LoopbackServer, Mock, RawClient, Tap, close_own, error_mess
                      own_request, own_response, request, wait_for)
 from test_router import MODEL, worker
 from test_router import Router as _Router
-from test_router_booking import content, nothing_booked, wait_unbooked
+from test_router_booking import content, load_rank, nothing_booked, wait_unbooked
+from test_router_classes import config, dispatched, pending
 
 CHAT = "/v1/chat/completions"
 
@@ -228,29 +230,39 @@ def closes_at_once(conn):
     conn.close()
 
 
-def test_prefill_failures():
-    """A prefill worker that closes before answering: 502 once; one that never answers: 504
-    after the upstream timeout; a client that leaves during its prefill cancels it. Both
-    bookings end each time."""
-    for serve, status, reason, timeout in ((closes_at_once, 502, "prefill-failed", "30000"),
-                                           (never_answers, 504, "prefill-timeout", "700")):
-        srv = LoopbackServer(serve)
-        dm = Mock("--role", "decode")
-        da, dw = worker(dm)
-        pa, pw = worker(type("M", (), {"url": srv.url})())
-        rt = Router([pw], [dw], "--upstream-timeout-ms", timeout)
-        try:
-            rt.wait_routable(2)
-            st, hdrs, data = own_request(rt.addr, CHAT, body(stream=False), marker())
-            assert st == status and hdrs.get("x-admitd-reason") == reason, (st, hdrs, data)
-            assert dm.metrics()["admit_mock_requests_total"] == 0
-            wait_unbooked(rt, "a prefill that " + reason)
-        finally:
-            rt.stop()
-            for p in (pa, da, dm):
-                p.stop()
-            srv.stop()
-    # A client that leaves while its (slow) prefill runs.
+def prefill_fails(serve, status, reason, timeout):
+    srv = LoopbackServer(serve)
+    dm = Mock("--role", "decode")
+    da, dw = worker(dm)
+    pa, pw = worker(type("M", (), {"url": srv.url})())
+    rt = Router([pw], [dw], "--upstream-timeout-ms", timeout)
+    try:
+        rt.wait_routable(2)
+        st, hdrs, data = own_request(rt.addr, CHAT, body(stream=False), marker())
+        assert st == status and hdrs.get("x-admitd-reason") == reason, (st, hdrs, data)
+        assert dm.metrics()["admit_mock_requests_total"] == 0
+        assert disagg(rt, reason.replace("-", "_")) == 1
+        wait_unbooked(rt, "a prefill that " + reason)
+    finally:
+        rt.stop()
+        for p in (pa, da, dm):
+            p.stop()
+        srv.stop()
+
+
+def test_prefill_closes():
+    """A prefill worker that closes before answering: 502 once, both bookings back."""
+    prefill_fails(closes_at_once, 502, "prefill-failed", "30000")
+
+
+def test_prefill_timeout():
+    """A prefill worker that never answers: 504 after the upstream timeout, both back."""
+    prefill_fails(never_answers, 504, "prefill-timeout", "700")
+
+
+def test_client_leaves_prefill():
+    """A client that leaves while its (slow) prefill runs: the prefill is cancelled (its
+    connection closed: the engine stops), nothing reaches the decode worker, both back."""
     pm, dm, pa, da, pw, dw = pair(p_args=("--speedup-ratio", "0.001"))
     rt = Router([pw], [dw])
     try:
@@ -269,6 +281,117 @@ def test_prefill_failures():
         rt.stop()
         for p in (pa, da, pm, dm):
             p.stop()
+
+
+def test_bookings_per_leg():
+    """Both legs booked at dispatch: during the prefill, the prefill worker its prompt's tokens
+    and the decode worker its blocks; the prefill's answer gives the prefill booking back while
+    the decode leg streams; the end gives back the rest."""
+    pm, dm, pa, da, pw, dw = pair(p_args=("--speedup-ratio", "0.002"),
+                                  d_args=("--token-interval-ms", "100"))
+    rt = Router([pw], [dw], "--kv-overlap-score-weight", "0")
+    purl, durl = pw[0][len("http://"):], dw[0][len("http://"):]
+    c = None
+    try:
+        rt.wait_routable(2)
+        c = RawClient(rt.addr, marker=marker())
+        c.post(CHAT, body(tokens=400, max_tokens=100))
+        wait_for(lambda: pm.metrics()["admit_mock_requests_in_flight"] == 1, 10,
+                 "the prefill running")
+        p, d = load_rank(rt, purl)["booked"], load_rank(rt, durl)["booked"]
+        assert p["prefill_tokens"] == 400 and p["requests"] == 1, p
+        assert d["prefill_tokens"] == 0 and d["decode_blocks"] == 25 and d["requests"] == 1, d
+        status, hdrs = c.read_head()
+        assert status == 200, status
+        wait_for(lambda: dm.metrics()["admit_mock_requests_in_flight"] == 1, 10,
+                 "the decode leg running")
+        p, d = load_rank(rt, purl)["booked"], load_rank(rt, durl)["booked"]
+        assert p == {"prefill_tokens": 0, "decode_blocks": 0, "requests": 0}, p
+        assert d["decode_blocks"] == 25 and d["requests"] == 1, d
+        c.close()
+        c = None
+        wait_unbooked(rt, "the stream's client left", [pm, dm])
+    finally:
+        if c is not None:
+            c.close()
+        rt.stop()
+        for x in (pa, da, pm, dm):
+            x.stop()
+
+
+CLASSES = """
+policy_classes:
+  - name: interactive
+    prefill_busy_threshold: 150
+    decode_busy_threshold: 0.9
+    quantum: 1000
+default_policy_class: interactive
+"""
+
+
+def test_class_waits_for_both_pools():
+    """A policy class holds a request until a prefill worker and a decode worker both have
+    room under the class's thresholds (the prefill pool by its tokens): the second request of
+    100 tokens waits while the first is in its prefill, and goes when that prefill answered."""
+    pm, dm, pa, da, pw, dw = pair(p_args=("--speedup-ratio", "0.005"))
+    path = config(CLASSES)
+    rt = Router([pw], [dw], "--config", path, "--kv-overlap-score-weight", "0")
+    clients = []
+    try:
+        rt.wait_routable(2)
+        for i in range(2):
+            c = RawClient(rt.addr, marker=marker(i))
+            c.post(CHAT, body(tokens=100, max_tokens=4))
+            clients.append(c)
+            if i == 0:
+                wait_for(lambda: pm.metrics()["admit_mock_requests_in_flight"] == 1, 10,
+                         "the first prefill running")
+        # Either it waits, or (wrongly) its prefill starts: whichever comes first decides.
+        wait_for(lambda: pending(rt, "interactive") == 1 or
+                 pm.metrics()["admit_mock_requests_total"] >= 2, 10, "the second request held")
+        assert pm.metrics()["admit_mock_requests_total"] == 1, "the second prefill started"
+        assert pending(rt, "interactive") == 1
+        for c in clients:
+            status, _, data, complete = own_response(c)
+            assert status == 200 and complete, (status, data[:200])
+        assert dispatched(rt, "interactive") == 2
+        assert transfers(dm, "decode") == 2
+        wait_unbooked(rt, "the queued pair", [pm, dm])
+    finally:
+        close_own(clients)
+        rt.stop()
+        os.unlink(path)
+        for x in (pa, da, pm, dm):
+            x.stop()
+
+
+def test_roles_published():
+    """Roles from admitd's --role, the router told only --worker; one fleet, two models: the
+    aggregated model's requests go whole to its worker, the other's are disaggregated."""
+    pm = Mock("--role", "prefill", "--model-name", "pd-model")
+    dm = Mock("--role", "decode", "--model-name", "pd-model")
+    am = Mock()
+    pa, pw = worker(pm, "--role", "prefill")
+    da, dw = worker(dm, "--role", "decode")
+    aa, aw = worker(am)
+    rt = _Router([pw, dw, aw])
+    try:
+        wait_for(lambda: sorted(w["role"] for w in rt.workers()) == ["both", "decode", "prefill"],
+                 15, "the published roles")
+        rt.wait_routable(3)
+        b = body(max_tokens=4)
+        b["model"] = "pd-model"
+        status, _, _ = own_request(rt.addr, CHAT, b, marker())
+        assert status == 200
+        status, _, _ = own_request(rt.addr, CHAT, body(max_tokens=4), marker())
+        assert status == 200
+        assert transfers(pm, "prefill") == 1 and transfers(dm, "decode") == 1
+        assert am.metrics()["admit_mock_requests_total"] == 1
+        wait_unbooked(rt, "two models' requests")
+    finally:
+        rt.stop()
+        for x in (pa, da, aa, pm, dm, am):
+            x.stop()
 
 
 def test_decode_retry():
@@ -308,8 +431,17 @@ if __name__ == "__main__":
             test_overload_decode_blocks)
     tap.run("a pool with no worker: 503 naming it, or the aggregated workers take it",
             test_pool_without_worker)
-    tap.run("prefill failures and a client leaving during prefill free both bookings",
-            test_prefill_failures)
+    tap.run("a prefill worker closing before its answer: 502 once, both bookings back",
+            test_prefill_closes)
+    tap.run("a prefill worker that never answers: 504 after the timeout, both back",
+            test_prefill_timeout)
+    tap.run("a client leaving during its prefill cancels it, both bookings back",
+            test_client_leaves_prefill)
+    tap.run("both legs booked at dispatch; the prefill's released at its answer",
+            test_bookings_per_leg)
+    tap.run("a policy class waits until both pools have room", test_class_waits_for_both_pools)
+    tap.run("roles published by admitd; an aggregated model beside a disaggregated one",
+            test_roles_published)
     tap.run("a decode worker refusing before any byte: another decode worker, same params",
             test_decode_retry)
     tap.done()
