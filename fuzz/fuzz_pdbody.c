@@ -1,8 +1,10 @@
 /* libFuzzer harness for pdbody (src/router/pdbody.c): any bytes as a client's body and as a
  * prefill worker's answer. What the flow writes must always be JSON the next leg can read: a
- * prefill body is an object with stream false and max_tokens 1; a handoff's params are an
- * object, and a decode body made with them carries them; a finished answer's SSE stream is
- * "data: " events of JSON objects ending in [DONE]. The first byte picks the client's facts. */
+ * prefill body is an object with stream false and max_tokens 1, and the splice makes the body
+ * the jansson tree makes (the same verdict, value, member order and facts); a handoff's params
+ * are an object, and a decode body made with them carries them; a finished answer's SSE
+ * stream is "data: " events of JSON objects ending in [DONE]. The first byte picks the
+ * client's facts for the answer's part. */
 #include "router/pdbody.h"
 
 #include <jansson.h>
@@ -54,15 +56,37 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     buf_init(&out);
     buf_init(&params);
     buf_init(&dec);
-    /* As a client's body. */
-    if (pd_prefill_body(s, n, &out, &f) == 0) {
-        j = json_loadb(out.data, out.len, 0, NULL);
-        if (!json_is_object(j) || !json_is_false(json_object_get(j, "stream")) ||
-            json_integer_value(json_object_get(j, "max_tokens")) != 1)
+    /* As a client's body: the splice against the tree. */
+    {
+        struct pd_facts fs, ft;
+        struct buf tree;
+        int rs = pd_prefill_body(s, n, &out, &fs), rt;
+
+        buf_init(&tree);
+        rt = pd_prefill_body_tree(s, n, &tree, &ft);
+        if (rs != rt || (rs != 0 && out.len != 0))
             abort();
-        json_decref(j);
-    } else if (out.len != 0) {
-        abort();
+        if (rs == 0) {
+            json_t *t = json_loadb(tree.data, tree.len, 0, NULL);
+            const char *ka, *kb;
+            void *ia, *ib;
+
+            j = json_loadb(out.data, out.len, 0, NULL);
+            if (!json_is_object(j) || !json_is_false(json_object_get(j, "stream")) ||
+                json_integer_value(json_object_get(j, "max_tokens")) != 1 || !json_equal(j, t) ||
+                memcmp(&fs, &ft, sizeof fs) != 0)
+                abort();
+            for (ia = json_object_iter(j), ib = json_object_iter(t); ia != NULL || ib != NULL;
+                 ia = json_object_iter_next(j, ia), ib = json_object_iter_next(t, ib)) {
+                ka = ia ? json_object_iter_key(ia) : NULL;
+                kb = ib ? json_object_iter_key(ib) : NULL;
+                if (ka == NULL || kb == NULL || strcmp(ka, kb) != 0)
+                    abort();
+            }
+            json_decref(t);
+            json_decref(j);
+        }
+        buf_free(&tree);
     }
     /* As a prefill answer. */
     switch (pd_answer_read(s, n, &f, &params)) {

@@ -35,8 +35,15 @@ enum pd_answer {
  *  the body is not a JSON object (out unchanged) */
 int pd_prefill_body(const char *body, size_t len, struct buf *out, struct pd_facts *facts);
 /** the decode leg's body into out: the client's body with kv_transfer_params set to the JSON
- *  value params[0 .. plen); 0, or -1 when either is not JSON (out unchanged) */
+ *  value params[0 .. plen) (pd_answer_read()'s, copied as it is); 0, or -1 when the body is
+ *  not a JSON object (out unchanged) */
 int pd_decode_body(const char *body, size_t len, const char *params, size_t plen, struct buf *out);
+/** pd_prefill_body() through a jansson tree (what it does past the scanner's limits); the
+ *  same body, members in the same order (for the tests that hold the two paths together) */
+int pd_prefill_body_tree(const char *body, size_t len, struct buf *out, struct pd_facts *facts);
+/** pd_decode_body() through a jansson tree, the same way */
+int pd_decode_body_tree(const char *body, size_t len, const char *params, size_t plen,
+                        struct buf *out);
 /** reads a prefill answer: PD_HANDOFF with its kv_transfer_params (compact JSON) in params,
  *  PD_DONE when it finished (a finish_reason other than "length", or f->one_token), else
  *  PD_INVALID */

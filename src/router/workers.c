@@ -168,9 +168,15 @@ static int revive(struct workers *ws, struct worker *w, const char *pub_url, cha
     return 0;
 }
 
+/* The one rule of a worker's role: its source's, else the one it publishes. */
+static int role_of(const struct worker *w)
+{
+    return w->src_role >= 0 ? w->src_role : w->pub_role;
+}
+
 void workers_note_role(struct workers *ws, struct worker *w)
 {
-    int role = w->src_role >= 0 ? w->src_role : w->pub_role;
+    int role = role_of(w);
 
     if (role != pools_role(ws->pools, w->idx) && w->last_ms != 0)
         log_info("worker %s: role %s", w->proxy_url, admit_load_role_name(role));
@@ -179,9 +185,7 @@ void workers_note_role(struct workers *ws, struct worker *w)
 
 int workers_role(const struct workers *ws, int k)
 {
-    return k >= 0 && (size_t) k < ws->n && ws->w[k]->state != WORKER_FREE
-               ? (ws->w[k]->src_role >= 0 ? ws->w[k]->src_role : ws->w[k]->pub_role)
-               : -1;
+    return k >= 0 && (size_t) k < ws->n && ws->w[k]->state != WORKER_FREE ? role_of(ws->w[k]) : -1;
 }
 
 int workers_add(struct workers *ws, const char *proxy_url, const char *pub_url, int role, char *err,

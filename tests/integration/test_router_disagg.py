@@ -287,7 +287,7 @@ def test_bookings_per_leg():
     """Both legs booked at dispatch: during the prefill, the prefill worker its prompt's tokens
     and the decode worker its blocks; the prefill's answer gives the prefill booking back while
     the decode leg streams; the end gives back the rest."""
-    pm, dm, pa, da, pw, dw = pair(p_args=("--speedup-ratio", "0.002"),
+    pm, dm, pa, da, pw, dw = pair(p_args=("--speedup-ratio", "0.04"),
                                   d_args=("--token-interval-ms", "100"))
     rt = Router([pw], [dw], "--kv-overlap-score-weight", "0")
     purl, durl = pw[0][len("http://"):], dw[0][len("http://"):]
@@ -333,7 +333,7 @@ def test_class_waits_for_both_pools():
     """A policy class holds a request until a prefill worker and a decode worker both have
     room under the class's thresholds (the prefill pool by its tokens): the second request of
     100 tokens waits while the first is in its prefill, and goes when that prefill answered."""
-    pm, dm, pa, da, pw, dw = pair(p_args=("--speedup-ratio", "0.005"))
+    pm, dm, pa, da, pw, dw = pair(p_args=("--speedup-ratio", "0.02"))
     path = config(CLASSES)
     rt = Router([pw], [dw], "--config", path, "--kv-overlap-score-weight", "0")
     clients = []
@@ -419,6 +419,45 @@ def test_decode_retry():
             p.stop()
 
 
+def test_prefix_on_prefill_pool():
+    """Prefix-aware selection in the prefill pool: three conversations interleaved on two
+    prefill workers each keep theirs (idle workers taken in turn would move them at every
+    turn), and the prefill answers' cached_tokens confirm the index's predictions."""
+    pms = [Mock("--role", "prefill", "--enable-prompt-tokens-details") for _ in range(2)]
+    dm = Mock("--role", "decode")
+    ws = [worker(m) for m in pms]
+    da, dw = worker(dm)
+    rt = Router([w for _, w in ws], [dw])
+    try:
+        rt.wait_routable(3)
+        msgs = {n: [{"role": "user", "content": "%s opens: %s" % (n, "context " * 200)}]
+                for n in ("alpha", "beta", "delta")}
+        where = {n: [] for n in msgs}
+        for k in range(3):
+            for n in msgs:
+                before = [transfers(m, "prefill") for m in pms]
+                b = {"model": MODEL, "stream": False, "max_tokens": 4, "messages": msgs[n]}
+                status, _, data = own_request(rt.addr, CHAT, b, marker())
+                assert status == 200, data[:200]
+                after = [transfers(m, "prefill") for m in pms]
+                where[n].append([i for i in range(2) if after[i] > before[i]])
+                answer = json.loads(data)["choices"][0]["message"]["content"]
+                msgs[n] = msgs[n] + [{"role": "assistant", "content": answer},
+                                     {"role": "user", "content": "turn %d of %s" % (k, n)}]
+                time.sleep(0.25)  # the workers' load messages catch up (100 ms heartbeats)
+        assert all(len(w) == 1 for ws_ in where.values() for w in ws_), where
+        assert all(len(set(w[0] for w in ws_)) == 1 for ws_ in where.values()), where
+        m = rt.metrics()
+        assert m["admit_router_prefix_confirmed_cached_tokens_total"] > 0, m
+        wait_unbooked(rt, "the conversations")
+    finally:
+        rt.stop()
+        for a, _ in ws:
+            a.stop()
+        for x in [da, dm] + pms:
+            x.stop()
+
+
 if __name__ == "__main__":
     tap = Tap()
     tap.run("prefill then decode: the transfer's params handed on, each client its own",
@@ -442,6 +481,8 @@ if __name__ == "__main__":
     tap.run("a policy class waits until both pools have room", test_class_waits_for_both_pools)
     tap.run("roles published by admitd; an aggregated model beside a disaggregated one",
             test_roles_published)
+    tap.run("the prefill pool is prefix-aware: each conversation keeps its prefill worker",
+            test_prefix_on_prefill_pool)
     tap.run("a decode worker refusing before any byte: another decode worker, same params",
             test_decode_retry)
     tap.done()
