@@ -39,13 +39,9 @@ static int is_one(const json_t *o, const char *key)
 #define KEY_MAX 32
 
 /* The members a prefill leg replaces or drops. */
-static const char *const prefill_drop[] = {"kv_transfer_params",
-                                           "stream",
-                                           "stream_options",
-                                           "max_tokens",
-                                           "max_completion_tokens",
-                                           "min_tokens",
-                                           "min_completion_tokens"};
+static const char *const prefill_drop[] = {
+    "kv_transfer_params",    "stream",     "stream_options",       "max_tokens",
+    "max_completion_tokens", "min_tokens", "min_completion_tokens"};
 
 /* 1 when name is one of set[0 .. n). */
 static int in_set(const char *name, const char *const *set, size_t n)

@@ -264,10 +264,8 @@ static void test_splice_matches_tree(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_prefill_body),
-        cmocka_unit_test(test_decode_body),
-        cmocka_unit_test(test_answer_read),
-        cmocka_unit_test(test_answer_sse),
+        cmocka_unit_test(test_prefill_body),        cmocka_unit_test(test_decode_body),
+        cmocka_unit_test(test_answer_read),         cmocka_unit_test(test_answer_sse),
         cmocka_unit_test(test_splice_matches_tree),
     };
 
