@@ -178,9 +178,10 @@ class Result:
     __slots__ = ("status", "ttft", "e2e", "prompt", "cached", "content", "t_end")
 
 
-def stream_request(conn, path, body, headers):
+def stream_request(conn, path, body, headers, times=None):
     """One streaming request on a keep-alive connection: a Result (status, ttft and e2e in
-    seconds, usage's prompt and cached tokens or None, the content as returned)."""
+    seconds, usage's prompt and cached tokens or None, the content as returned); the arrival
+    of each content chunk appended to `times` when given (disagg.py's inter-token gaps)."""
     r = Result()
     r.ttft = r.e2e = r.prompt = r.cached = None
     r.content = ""
@@ -206,8 +207,11 @@ def stream_request(conn, path, body, headers):
         for ch in ev.get("choices") or []:
             piece = (ch.get("delta") or {}).get("content") if "delta" in ch else ch.get("text")
             if piece:
+                now = time.monotonic()
                 if r.ttft is None:
-                    r.ttft = time.monotonic() - t0
+                    r.ttft = now - t0
+                if times is not None:
+                    times.append(now)
                 parts.append(piece)
         u = ev.get("usage")
         if u:
