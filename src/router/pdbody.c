@@ -143,9 +143,18 @@ fail:
     return -1;
 }
 
-/* The prefill leg's own members, after the client's (splice() left a ',' or a '{'). */
-static void prefill_members(struct buf *out, int has_mct)
+/* The prefill leg's own members, after the client's (splice() left a ',' or a '{'). A client
+ * that asked for one token gets its answer from this leg: it asks for no transfer, so that the
+ * prefill worker keeps no KV for a decoder that will not come (vLLM holds it 480 s). */
+static void prefill_members(struct buf *out, int has_mct, int one_token)
 {
+    if (one_token) {
+        buf_puts(out, "\"stream\":false,\"max_tokens\":1");
+        if (has_mct)
+            buf_puts(out, ",\"max_completion_tokens\":1");
+        buf_append(out, "}", 1);
+        return;
+    }
     buf_puts(out, "\"kv_transfer_params\":{\"do_remote_decode\":true,\"do_remote_prefill\":false,"
                   "\"remote_engine_id\":null,\"remote_block_ids\":null,\"remote_host\":null,"
                   "\"remote_port\":null},\"stream\":false,\"max_tokens\":1");
@@ -163,7 +172,7 @@ int pd_prefill_body(const char *body, size_t len, struct buf *out, struct pd_fac
     memset(f, 0, sizeof *f);
     if (splice(body, len, prefill_drop, sizeof prefill_drop / sizeof *prefill_drop, out, f,
                &has_mct) == 0) {
-        prefill_members(out, has_mct);
+        prefill_members(out, has_mct, f->one_token);
         return 0;
     }
     return pd_prefill_body_tree(body, len, out, f);
@@ -189,9 +198,11 @@ int pd_prefill_body_tree(const char *body, size_t len, struct buf *out, struct p
     /* Out, then in again at the end: the members in the order the splice writes them. */
     for (size_t i = 0; i < sizeof prefill_drop / sizeof *prefill_drop; i++)
         json_object_del(root, prefill_drop[i]);
-    kv = json_pack("{s:b, s:b, s:n, s:n, s:n, s:n}", "do_remote_decode", 1, "do_remote_prefill", 0,
-                   "remote_engine_id", "remote_block_ids", "remote_host", "remote_port");
-    json_object_set_new(root, "kv_transfer_params", kv);
+    if (!f->one_token) {
+        kv = json_pack("{s:b, s:b, s:n, s:n, s:n, s:n}", "do_remote_decode", 1, "do_remote_prefill",
+                       0, "remote_engine_id", "remote_block_ids", "remote_host", "remote_port");
+        json_object_set_new(root, "kv_transfer_params", kv);
+    }
     json_object_set_new(root, "stream", json_false());
     json_object_set_new(root, "max_tokens", json_integer(1));
     if (has_mct)

@@ -3,7 +3,8 @@
  *
  * The prefill leg is the client's body with kv_transfer_params {"do_remote_decode": true, the
  * rest null}, stream false, max_tokens 1 (and max_completion_tokens 1 when the body has it), and
- * no stream_options, min_tokens or min_completion_tokens. The prefill worker answers a whole
+ * no stream_options, min_tokens or min_completion_tokens; a client that asked for one token
+ * asks for no transfer (its prefill is its answer). The prefill worker answers a whole
  * completion with a top-level kv_transfer_params (where its KV waits); the decode leg is the
  * client's body again with that value in kv_transfer_params, as the answer gave it. A prefill
  * answer that finished on its one token (a stop, or the client asked for one token) is the

@@ -24,6 +24,10 @@
 #include <stdio.h>
 #include <string.h>
 
+/* The largest prefill answer read (a one-token completion and its transfer's block ids: a few
+ * KiB; vLLM's with logprobs of a long prompt more). */
+#define PD_ANSWER_MAX (8u << 20)
+
 static const char *const pd_result_names[PD__COUNT] = {
     "handoff",    "done",      "aggregated",     "prefill_busy",    "decode_busy",
     "no_prefill", "no_decode", "prefill_failed", "prefill_timeout", "prefill_invalid",
@@ -245,7 +249,7 @@ enum px_verdict rpd_dispatch(struct router *r, struct rreq *q)
     rq.body = body.data;
     rq.len = body.len;
     rq.timeout_ms = r->cfg->upstream_timeout_ms;
-    rq.body_max = 8u << 20;
+    rq.body_max = PD_ANSWER_MAX;
     q->pcall = wcall_start(r->base, workers_hold(r->ws, ch.pw), &rq, on_prefill, q);
     buf_free(&body);
     proxy_wait_clear(q->cq.x); /* a class's queue timeout is over: it waits on its prefill */
@@ -278,8 +282,16 @@ struct upstream *rpd_pick(struct router *r, struct rreq *q, const struct upstrea
         return workers_upstream(r->ws, q->held);
     sel_release(r->sel, &q->bk); /* a migration: the worker it leaves holds nothing of it */
     bt_registry_get(r->bt, q->model, &t);
-    pools_split(r->pools, sel_workers(r->sel), mroute_eligible(r->models, q->model, -1), &pr);
-    if (q->pd) {
+    if (!pools_split(r->pools, sel_workers(r->sel), mroute_eligible(r->models, q->model, -1),
+                     &pr)) {
+        /* Its model's prefill and decode workers all left since its dispatch: a decode leg has
+         * nowhere to go, a request for the aggregated workers goes to any that serves it. */
+        pr.pool[ADMIT_LOAD_ROLE_BOTH] = mroute_eligible(r->models, q->model, -1);
+        pr.pool[ADMIT_LOAD_ROLE_DECODE] = NULL;
+    }
+    if (q->pd && pr.pool[ADMIT_LOAD_ROLE_DECODE] == NULL) {
+        res = SEL_NO_WORKER;
+    } else if (q->pd) {
         res = pools_pick_decode(r->sel, &pr, (int64_t) now, q->tokens, &t, ex, &w, &rank);
     } else {
         if (q->nkeys > 0)

@@ -97,6 +97,13 @@ def test_handoff():
         # A non-streaming client gets the decode worker's JSON.
         status, _, data = own_request(rt.addr, CHAT, body(max_tokens=5, stream=False), marker())
         assert status == 200 and json.loads(data)["choices"][0]["finish_reason"] == "length"
+        # One token asked for: the prefill leg is the answer, and asks for no transfer.
+        served = dm.metrics()["admit_mock_requests_total"]
+        status, _, data = own_request(rt.addr, CHAT, body(max_tokens=1), marker())
+        assert status == 200 and data.endswith(b"data: [DONE]\n\n"), data[-200:]
+        assert transfers(pm, "prefill") == 9, pm.metrics()
+        assert dm.metrics()["admit_mock_requests_total"] == served
+        assert disagg(rt, "done") == 1
         wait_unbooked(rt, "the handoffs", [pm, dm])
     finally:
         rt.stop()

@@ -65,6 +65,8 @@ static void test_prefill_body(void **state)
     assert_false(f.stream);
     j = parse(&out);
     assert_null(json_object_get(j, "max_completion_tokens"));
+    /* Its prefill is its answer: no transfer asked for, no KV kept for a decoder. */
+    assert_null(json_object_get(j, "kv_transfer_params"));
     json_decref(j);
     buf_free(&out);
 }
