@@ -266,7 +266,9 @@ enum rank_stat {
     RS_PREFIX_QUERIES,
     RS_PREFIX_HITS,
     RS_CACHED_BLOCKS,
-    RS_EVICTIONS
+    RS_EVICTIONS,
+    RS_STALLS,
+    RS_STALL_SECONDS
 };
 
 static double rank_stat(const struct mock_engine *e, const struct mock_rank *r, enum rank_stat s)
@@ -292,6 +294,10 @@ static double rank_stat(const struct mock_engine *e, const struct mock_rank *r, 
         return r->cache != NULL ? (double) mock_kvc_cached(r->cache) : 0;
     case RS_EVICTIONS:
         return r->cache != NULL ? (double) mock_kvc_evictions(r->cache) : 0;
+    case RS_STALLS:
+        return (double) r->decode_stalls;
+    case RS_STALL_SECONDS:
+        return (double) r->decode_stall_us / 1e6;
     }
     return 0;
 }
@@ -365,6 +371,11 @@ static void render_metrics(const struct mock_engine *e, struct buf *out)
                 "KV blocks holding a cached prefix block, in use or evictable", RS_CACHED_BLOCKS);
     rank_family(out, e, "admit_mock_prefix_cache_evictions_total", "counter",
                 "Cached KV blocks evicted (least recently used first) for new ones", RS_EVICTIONS);
+    rank_family(out, e, "admit_mock_decode_stalls_total", "counter",
+                "Decode tokens that waited for the rank's prefills (--prefill-interference)",
+                RS_STALLS);
+    rank_family(out, e, "admit_mock_decode_stall_seconds_total", "counter",
+                "Time decode tokens waited for the rank's prefills", RS_STALL_SECONDS);
     global_family(out, "admit_mock_requests_running_peak", "gauge",
                   "Most requests ever running at once, over all ranks", e->running_peak);
     global_family(out, "admit_mock_requests_total", "counter",

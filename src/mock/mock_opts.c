@@ -70,6 +70,10 @@ static const struct mock_opt mock_optv[] = {
     {"stop-after", MO_UINT, MOFF(stop_after), 0, MOCK_MAX_TOKENS_CAP, "N",
      "the Nth generated token ends every request with finish_reason stop, even at max_tokens "
      "(default 0 = off: every request ends at max_tokens, length)"},
+    {"prefill-interference", MO_SET, MOFF(prefill_interference), 0, 0, NULL,
+     "one batch a step per rank, as an engine without chunked prefill: the rank's prefills run "
+     "one at a time and its decoding requests get no token while one runs (default off: every "
+     "request on its own clock)"},
     {"role", MO_ROLE, MOFF(role), 0, 0, "ROLE",
      "both, prefill or decode: the disaggregated role /metrics reports; every role serves "
      "both legs and whole requests (default both)"},

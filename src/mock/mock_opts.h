@@ -45,6 +45,7 @@ struct mock_opts {
     unsigned data_parallel_size;       /* ranks */
     unsigned token_interval_ms;        /* > 0: fixed gap per token instead of the decode model */
     unsigned stop_after;               /* > 0: the Nth token ends every request ("stop") */
+    int prefill_interference;          /* prefills serialised per rank, stalling its decodes */
     enum mock_role role;               /* --role, reported only */
     int no_prefix_caching;             /* --no-enable-prefix-caching (0, the default: cache on) */
     int prompt_tokens_details;         /* --enable-prompt-tokens-details: cached_tokens in usage */

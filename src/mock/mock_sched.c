@@ -2,8 +2,10 @@
  *
  * Life of a request (an mreq): it waits FIFO on its rank until a sequence slot is free, then
  * runs: one timer fires for prefill, then once per decode step, each step producing one token
- * (a batch of tokens per loop turn when steps take no time). It ends in exactly one of four
- * ways, each of which calls mreq_free(), the only release path:
+ * (a batch of tokens per loop turn when steps take no time). With --prefill-interference the
+ * rank's prefill timeline (mock_busy) couples them: a prefill ends after the rank's earlier
+ * ones, and a decode step due while the rank prefills waits for the end. A request ends in
+ * exactly one of four ways, each of which calls mreq_free(), the only release path:
  *   - finished: the reply is handed to evhttp (mreq_finish);
  *   - the client hung up while no reply had started: cwatch tells us and we close the
  *     connection, which frees the evhttp request (mreq_on_hangup);
@@ -57,8 +59,10 @@ struct mreq {
     struct cwatch *watch;            /* hang-up watch while no reply has started */
     struct event *timer;             /* prefill, then each decode step */
     enum mreq_state state;
-    uint64_t due_us; /* CLOCK_MONOTONIC deadline of the pending timer */
-    int paused;      /* the client has too much unsent: wait for the flush callback */
+    uint64_t due_us;          /* CLOCK_MONOTONIC deadline of the pending timer */
+    uint64_t prefill_from_us; /* when its prefill began on the rank (--prefill-interference) */
+    int paused;               /* the client has too much unsent: wait for the flush callback */
+    int stalled;              /* its next token waits for the rank's prefills */
     enum mock_api api;
     int stream;
     int include_usage;
@@ -130,6 +134,8 @@ static void mreq_free(struct mreq *m)
         r->nrunning--;
         r->own_blocks -= mreq_own_blocks(m);
         m->e->running_total--;
+        if (m->state == MR_PREFILL && m->e->o.prefill_interference)
+            mock_busy_cancel(&r->busy, (uint64_t) clock_mono_us(), m->prefill_from_us, m->due_us);
         if (r->cache != NULL)
             mock_kvc_release(r->cache, &m->kv);
     }
@@ -145,19 +151,12 @@ static void mreq_free(struct mreq *m)
     free(m);
 }
 
-/* Arms the timer ms after the previous deadline, or after now when restart is set. Counting
- * from the deadline keeps timer latency (epoll rounds up to whole ms) from adding up over
- * thousands of tokens; a deadline already past fires at once but builds no further debt. */
-static void mreq_arm(struct mreq *m, double ms, int restart)
+/* Arms the timer for the deadline due; one already past fires at once. */
+static void mreq_arm_at(struct mreq *m, uint64_t now, uint64_t due)
 {
-    uint64_t now = (uint64_t) clock_mono_us(), due, delay;
+    uint64_t delay;
     struct timeval tv;
 
-    if (!(ms > 0))
-        ms = 0;
-    if (ms > MREQ_MAX_DELAY_MS)
-        ms = MREQ_MAX_DELAY_MS;
-    due = (restart ? now : m->due_us) + (uint64_t) (ms * 1000);
     if (due < now)
         due = now;
     m->due_us = due;
@@ -165,6 +164,20 @@ static void mreq_arm(struct mreq *m, double ms, int restart)
     tv.tv_sec = (time_t) (delay / 1000000);
     tv.tv_usec = (suseconds_t) (delay % 1000000);
     evtimer_add(m->timer, &tv);
+}
+
+/* Arms the timer ms after the previous deadline, or after now when restart is set. Counting
+ * from the deadline keeps timer latency (epoll rounds up to whole ms) from adding up over
+ * thousands of tokens; a deadline already past fires at once but builds no further debt. */
+static void mreq_arm(struct mreq *m, double ms, int restart)
+{
+    uint64_t now = (uint64_t) clock_mono_us();
+
+    if (!(ms > 0))
+        ms = 0;
+    if (ms > MREQ_MAX_DELAY_MS)
+        ms = MREQ_MAX_DELAY_MS;
+    mreq_arm_at(m, now, (restart ? now : m->due_us) + (uint64_t) (ms * 1000));
 }
 
 /* The delay before the next token, from the KV fill of the rank as it is now. */
@@ -417,6 +430,19 @@ static void mreq_on_timer(evutil_socket_t fd, short what, void *arg)
         mreq_arm(m, mreq_step_ms(m), 0);
         return;
     }
+    /* --prefill-interference: while the rank prefills, no decode step runs on it */
+    if (m->e->o.prefill_interference) {
+        uint64_t now = (uint64_t) clock_mono_us(), at = mock_busy_next(&m->rank->busy, now);
+
+        if (at > now) {
+            m->rank->decode_stalls += !m->stalled;
+            m->rank->decode_stall_us += at - now;
+            m->stalled = 1;
+            mreq_arm_at(m, now, at);
+            return;
+        }
+    }
+    m->stalled = 0;
     mreq_decode(m);
 }
 
@@ -504,6 +530,7 @@ static void mreq_start(struct mreq *m)
     struct mock_engine *e = m->e;
     struct mock_rank *r = m->rank;
     unsigned computed;
+    double ms;
 
     TAILQ_REMOVE(&r->waiting, m, link);
     r->nwaiting--;
@@ -544,7 +571,14 @@ static void mreq_start(struct mreq *m)
         evhttp_add_header(h, "Cache-Control", "no-cache");
         evhttp_send_reply_start(m->req, 200, "OK");
     }
-    mreq_arm(m, mock_prefill_ms(computed, e->o.speedup_ratio), 1);
+    ms = mock_prefill_ms(computed, e->o.speedup_ratio);
+    if (e->o.prefill_interference) {
+        uint64_t now = (uint64_t) clock_mono_us();
+
+        mreq_arm_at(m, now, mock_busy_reserve(&r->busy, now, ms, &m->prefill_from_us));
+    } else {
+        mreq_arm(m, ms, 1);
+    }
 }
 
 /* Starts waiting requests, oldest first, while sequence slots are free; one whose client has

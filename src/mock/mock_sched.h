@@ -14,6 +14,7 @@
 #include "mock_model.h"
 #include "mock_kvcache.h"
 #include "mock_disagg.h"
+#include "mock_busy.h"
 #include "util/netaddr.h"
 
 #include <sys/queue.h>
@@ -45,6 +46,9 @@ struct mock_rank {
     uint64_t prefix_hits;     /* of which cached */
     uint64_t prompt_tokens_total;
     uint64_t generation_tokens_total;
+    struct mock_busy busy;    /* its prefill work, with --prefill-interference */
+    uint64_t decode_stalls;   /* decode tokens that waited for its prefill work */
+    uint64_t decode_stall_us; /* how long they waited, in all */
 };
 
 struct mock_engine {

@@ -13,12 +13,17 @@ follows), all on loopback ports picked at run time, one admit-router in front.
    --worker, whole requests), 2 prefill + 2 decode, and 1 prefill + 3 decode
    (--prefill-worker / --decode-worker: the router sends a prefill leg, then the decode leg
    streamed to the client). The same mocks (--speedup-ratio 1, Dynamo mocker's timing fits;
-   --max-num-seqs and admitd's N = --seqs) and the same workload for each: open-loop
-   arrivals, Poisson at --rate a second for --seconds (one seeded schedule), streaming chat
-   requests of 1,000-3,000 prompt tokens (each its own, so no prefix cache hit) and max_tokens
-   64-256. Per fleet: TTFT (to the first content chunk), the gaps between content chunks of a
-   stream (inter-token latency), end to end, p50 and p99; completed and output tokens a
-   second over the run (first send to last end); 529s, 503s and other failures.
+   --prefill-interference, so that a rank's prefills run one at a time and stall its decoding
+   streams, as in an engine without chunked prefill, and a decode worker, which prefills
+   nothing, is never stalled; --max-num-seqs and admitd's N = --seqs) and the same workload
+   for each, aggregated and disaggregated: open-loop arrivals, Poisson at --rate a second for
+   --seconds (one seeded schedule), streaming chat requests of 1,000-3,000 prompt tokens (each
+   its own, so no prefix cache hit) and max_tokens 64-256. Per fleet: TTFT (to the first
+   content chunk), the gaps between content chunks of a stream (inter-token latency), end to
+   end, p50 and p99 (ITL p99.9 too); completed and output tokens a second over the run (first
+   send to last end); 529s, 503s and other failures; the decode tokens that waited for a
+   prefill on the workers that stream (both, decode: admit_mock_decode_stalls_total, and
+   their share of the tokens streamed) and their mean wait.
 2. Router CPU: the same mix at --cpu-rate a second for --cpu-seconds through one router in
    front of an aggregated fleet and one in front of a 2 + 2 fleet, both up at once, the mocks
    without delay (--speedup-ratio 0), taken in turns for --cpu-rounds rounds: the router's
@@ -54,13 +59,17 @@ def start_fleet(tag, prefill, decode, both, mock_args, n, q):
             "--metrics-listen", "127.0.0.1:0"]
     roles = [("prefill", "--prefill-worker")] * prefill + [("decode", "--decode-worker")] * decode
     roles += [("both", "--worker")] * both
+    mocks = []
     for i, (role, opt) in enumerate(roles):
         _, mock_addr = start_mock("%s-%d" % (tag, i), "--role", role, *mock_args)
+        if role != "prefill":  # a prefill leg's one token is not streamed: TTFT shows it
+            mocks.append(fleet.hostport(mock_addr))
         ad, addr = start_admitd("%s-%d" % (tag, i), mock_addr, n, q)
         argv.append("%s=http://%s=%s" % (opt, addr, ad.publish))
     rt = Proc("router-" + tag, argv)
     m = rt.wait_line(r"ready listen=(\S+) metrics=(\S+)")
     rt.addr, rt.maddr = fleet.hostport(m.group(1)), fleet.hostport(m.group(2))
+    rt.mocks = mocks
     deadline = time.monotonic() + 20
     while fleet.routable(rt.maddr) < len(roles):  # every worker's first load message is in
         if time.monotonic() > deadline:
@@ -77,6 +86,19 @@ def disagg_counts(rt):
             k, v = line.rsplit(" ", 1)
             out[k.split('"')[1]] = int(float(v))
     return out
+
+
+def stalls(rt):
+    """(decode tokens that waited for a prefill, seconds they waited) over the mocks of the
+    workers that stream (both, decode)."""
+    n = secs = 0.0
+    for addr in rt.mocks:
+        for line in fleet.get(addr, "/metrics")[1].decode().splitlines():
+            if line.startswith("admit_mock_decode_stalls_total{"):
+                n += float(line.rsplit(" ", 1)[1])
+            elif line.startswith("admit_mock_decode_stall_seconds_total{"):
+                secs += float(line.rsplit(" ", 1)[1])
+    return n, secs
 
 
 def cpu_ns(pid):
@@ -167,6 +189,7 @@ def summarize(t0, reqs):
     st = [q.status() for q in reqs]
     return {"ok": len(ok), "sent": len(reqs), "ttft": ttft, "itl": itl, "e2e": e2e,
             "rps": len(ok) / wall, "tps": sum(len(q.chunks) for q in ok) / wall,
+            "tokens": sum(len(q.chunks) for q in reqs),
             "529": st.count(529), "503": st.count(503),
             "err": len(reqs) - len(ok) - st.count(529) - st.count(503)}
 
@@ -178,7 +201,7 @@ CONFIGS = [(0, 0), (2, 2), (1, 3)]  # (prefill, decode) workers of 4; 0 + 0: agg
 
 def latency(a):
     plan = schedule(a.seed, a.rate, a.seconds)
-    mock_args = ["--speedup-ratio", "1", "--max-num-seqs", str(a.seqs)]
+    mock_args = ["--speedup-ratio", "1", "--prefill-interference", "--max-num-seqs", str(a.seqs)]
     rows = []
     for p, d in CONFIGS:
         k = a.workers // 4  # the same shares of a larger fleet
@@ -188,18 +211,22 @@ def latency(a):
         try:
             s = summarize(*drive(rt.addr, plan))
             dc = disagg_counts(rt)
+            st_n, st_s = stalls(rt)
         finally:
             stop_all()
         name = "%d prefill + %d decode" % (p, d) if p + d else "aggregated (%d x both)" % both
         rows.append([name,
                      f(pct(s["ttft"], 50)), f(pct(s["ttft"], 99)), f(pct(s["itl"], 50)),
-                     f(pct(s["itl"], 99)), f(pct(s["e2e"], 50), 0), f(pct(s["e2e"], 99), 0),
+                     f(pct(s["itl"], 99)), f(pct(s["itl"], 99.9)), f(pct(s["e2e"], 50), 0), f(pct(s["e2e"], 99), 0),
                      "%d/%d" % (s["ok"], s["sent"]), f(s["rps"], 2), f(s["tps"], 0),
                      s["529"], s["503"], s["err"],
+                     "%d (%.1f %%)" % (st_n, 100.0 * st_n / max(1, s["tokens"])),
+                     f(1e3 * st_s / st_n if st_n else float("nan")),
                      ", ".join("%s %d" % kv for kv in sorted(dc.items()) if kv[1]) or "-"])
     return table(["fleet", "TTFT p50 ms", "TTFT p99 ms", "ITL p50 ms", "ITL p99 ms",
-                  "e2e p50 ms", "e2e p99 ms", "completed", "completed/s", "output tok/s",
-                  "529", "503", "errors", "disagg_total"], rows)
+                  "ITL p99.9 ms", "e2e p50 ms", "e2e p99 ms", "completed", "completed/s", "output tok/s",
+                  "529", "503", "errors", "tokens stalled by a prefill", "mean stall ms",
+                  "disagg_total"], rows)
 
 
 # ---------------------------------------------------------------- 2. router CPU
