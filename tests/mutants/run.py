@@ -2,7 +2,9 @@
 """The mutation check: the test suite must catch each deliberate bug in tests/mutants/mutants.txt.
 
 It copies the tree into a scratch folder and builds what the named tests run (plainly, and
-with ASan+UBSan when a mutant asks for it). Then for each mutant (the build with fewer
+with ASan+UBSan when a mutant asks for it), and with --jobs N (default 2) N-1 more copies with
+plain builds: N mutants are judged side by side, a file's mutants in one copy, one after
+another (a mutant whose test meson runs alone is judged alone, first). Then for each mutant (the build with fewer
 mutants first, each build's by file): it applies the patch, and for each test the mutant
 names (the unit tests first, then the others, each group in the order named) rebuilds only
 what that test runs (its ninja targets, from meson introspect) and runs it, as `meson test`
@@ -33,6 +35,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import threading
 import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -340,11 +343,55 @@ def verify_all(builds, pending):
     return bad
 
 
+def set_up(kind, path, src, mutants, start, lock, label):
+    """The build of kind at path from the tree at src, with what mutants' tests run built;
+    (Build, None), or (None, what went wrong)."""
+    b = Build(kind, path)
+    if not os.path.exists(os.path.join(b.path, "build.ninja")):
+        rc, out = run(["meson", "setup", b.path, src, "--buildtype=debugoptimized"] +
+                      BUILDS[kind], cwd=src)
+        if rc != 0:
+            return None, out[-3000:]
+    else:
+        # A meson.build changed since the last run: have ninja reconfigure first.
+        run(["ninja", "-C", b.path, "build.ninja"], cwd=src)
+    try:
+        b.introspect()
+    except (RuntimeError, ValueError) as e:
+        return None, "mutants: %s" % e
+    mine = [mu for mu in mutants if mu.build == kind]
+    named = sorted({t for mu in mine for t in mu.tests})
+    missing = [t for t in named if t not in b.targets]
+    if missing:
+        return None, "mutants: no such tests in the %s build: %s" % (kind, " ".join(missing))
+    for mu in mine:
+        for t, fns in mu.checks.items():
+            text = ""
+            for script in b.scripts(t):
+                with open(script, encoding="utf-8") as f:
+                    text += f.read()
+            gone = [fn for fn in sorted(fns) if not re.search(r"^def %s\(" % fn, text, re.M)]
+            if gone:
+                return None, "mutants: %s: checks: %s has no check %s" % (mu.name, t,
+                                                                         ", ".join(gone))
+    t0 = time.time()
+    rc, out = b.ninja(named)
+    if rc != 0:
+        return None, "mutants: the unmutated %s build fails:\n%s" % (kind, out[-3000:])
+    with lock:
+        print("# %s build ready (%.0f s) after %.0f s" % (label, time.time() - t0,
+                                                          time.time() - start))
+        sys.stdout.flush()
+    return b, None
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--list", action="store_true", help="check the list and print it")
     ap.add_argument("--only", help="comma-separated mutant names")
     ap.add_argument("--dir", default=os.path.join(ROOT, "build-mutants"))
+    ap.add_argument("--jobs", type=int, default=min(2, os.cpu_count() or 1),
+                    help="mutants judged side by side, each in a copy of the tree (default 2)")
     ap.add_argument("--budget-s", type=float, default=900.0,
                     help="after this many seconds the rest is not run (and counts as failed)")
     a = ap.parse_args()
@@ -364,59 +411,65 @@ def main():
         return 0
     start = time.time()
     a.dir = os.path.abspath(a.dir)
-    src = os.path.join(a.dir, "src")
-    copy_tree(src)
-    builds, results = {}, []
-    for kind in sorted({mu.build for mu in mutants}):
-        b = Build(kind, os.path.join(a.dir, kind))
-        if not os.path.exists(os.path.join(b.path, "build.ninja")):
-            rc, out = run(["meson", "setup", b.path, src, "--buildtype=debugoptimized"] +
-                          BUILDS[kind], cwd=src)
-            if rc != 0:
-                print(out[-3000:], file=sys.stderr)
-                return 2
-        else:
-            # A meson.build changed since the last run: have ninja reconfigure first.
-            run(["ninja", "-C", b.path, "build.ninja"], cwd=src)
-        try:
-            b.introspect()
-        except (RuntimeError, ValueError) as e:
-            print("mutants: %s" % e, file=sys.stderr)
-            return 2
-        mine = [mu for mu in mutants if mu.build == kind]
-        named = sorted({t for mu in mine for t in mu.tests})
-        missing = [t for t in named if t not in b.targets]
-        if missing:
-            print("mutants: no such tests in the %s build: %s" % (kind, " ".join(missing)),
-                  file=sys.stderr)
-            return 2
-        for mu in mine:
-            for t, fns in mu.checks.items():
-                text = ""
-                for script in b.scripts(t):
-                    with open(script, encoding="utf-8") as f:
-                        text += f.read()
-                gone = [fn for fn in sorted(fns) if not re.search(r"^def %s\(" % fn, text, re.M)]
-                if gone:
-                    print("mutants: %s: checks: %s has no check %s" % (mu.name, t, ", ".join(gone)),
-                          file=sys.stderr)
+    kinds = sorted({mu.build for mu in mutants})
+    # Lanes: each a copy of the tree with builds of its own, judging mutants side by side (a
+    # test mostly waits on sockets and timers). Lane 0 has every kind of build; the others
+    # only the plain one, which nearly every mutant uses.
+    jobs = max(1, min(a.jobs, len(mutants)))
+    lanes = []
+    for i in range(jobs):
+        root = a.dir if i == 0 else os.path.join(a.dir, "lane%d" % i)
+        want = kinds if i == 0 else [k for k in kinds if k == "plain"]
+        if i > 0 and not want:
+            break
+        lanes.append((os.path.join(root, "src"), {k: os.path.join(root, k) for k in want}))
+    for src, _ in lanes:
+        copy_tree(src)
+    lock = threading.Lock()
+    with concurrent.futures.ThreadPoolExecutor(max_workers=2) as pool:
+        futs = [[(k, pool.submit(set_up, k, path, src, mutants, start, lock,
+                                 k if n == 0 else "%s (lane %d)" % (k, n)))
+                 for k, path in paths.items()] for n, (src, paths) in enumerate(lanes)]
+        lane_builds = []
+        for fl in futs:
+            got = {}
+            for k, f in fl:
+                b, err = f.result()
+                if b is None:
+                    print(err, file=sys.stderr)
                     return 2
-        t0 = time.time()
-        rc, out = b.ninja(named)
-        if rc != 0:
-            print("mutants: the unmutated %s build fails:\n%s" % (kind, out[-3000:]), file=sys.stderr)
-            return 2
-        builds[kind] = b
-        print("# %s build ready (%.0f s) after %.0f s" % (kind, time.time() - t0,
-                                                          time.time() - start))
-        sys.stdout.flush()
+                got[k] = b
+            lane_builds.append(got)
+    builds = lane_builds[0]
+    results = [None] * len(mutants)
     # The build with fewer mutants first, so that the files its mutants touched are not
     # rebuilt in the other one; and each build's mutants by file, so that a file put back is
-    # compiled again once, not once for each mutant of another file in between.
+    # compiled again once, not once for each mutant of another file in between. A lane takes
+    # a file's mutants together, the next file when it is done.
     per_build = {k: sum(mu.build == k for mu in mutants) for k in builds}
-    mutants.sort(key=lambda mu: (per_build[mu.build], mu.build, mu.file))
+    order = sorted(range(len(mutants)), key=lambda i: (per_build[mutants[i].build],
+                                                       mutants[i].build, mutants[i].file))
+    groups = []
+    for i in order:
+        mu = mutants[i]
+        if groups and (mutants[groups[-1][0]].build, mutants[groups[-1][0]].file) == (
+                mu.build, mu.file):
+            groups[-1].append(i)
+        else:
+            groups.append([i])
     times, pending = [], {}
-    for mu in mutants:
+
+    def next_group(lane):
+        with lock:
+            for g in groups:
+                if mutants[g[0]].build in lane_builds[lane]:
+                    groups.remove(g)
+                    return g
+        return None
+
+    def one(lane, idx):
+        mu = mutants[idx]
+        src = lanes[lane][0]
         t0 = time.time()
         path = os.path.join(src, mu.file)
         spent, ok = (0.0, 0.0), False
@@ -439,7 +492,8 @@ def main():
                 with open(path, "w", encoding="utf-8") as f:
                     f.write(original.replace(old, new))
                 try:
-                    ok, verdict, killer, k, tb, tt = judge(mu, builds[mu.build], t0 + 600)
+                    ok, verdict, killer, k, tb, tt = judge(mu, lane_builds[lane][mu.build],
+                                                           t0 + 600)
                     spent = (tb, tt)
                 finally:
                     # Written anew (a new mtime): whatever was built from the mutant is rebuilt.
@@ -447,16 +501,39 @@ def main():
                         f.write(original)
                 if ok:
                     key = (mu.build, killer, only_of(mu, killer), k)
-                    pending.setdefault(key, []).append(len(results))
+                    with lock:
+                        pending.setdefault(key, []).append(idx)
         took = time.time() - t0
-        times.append((took, mu.name, spent))
-        results.append(entry(mu.name, ok, took, "%s - %s\n%s\n(build %.1f s, tests %.1f s)" % (
-            "ok 1" if ok else "not ok 1", mu.why, verdict, spent[0], spent[1])))
+        results[idx] = entry(mu.name, ok, took, "%s - %s\n%s\n(build %.1f s, tests %.1f s)" % (
+            "ok 1" if ok else "not ok 1", mu.why, verdict, spent[0], spent[1]))
         lines = verdict.splitlines()
-        print("%s %s (%.1f s: build %.1f, tests %.1f): %s" % (
-            "ok" if ok else "NOT OK", mu.name, took, spent[0], spent[1], lines[0] + (
-                "\n" + lines[1] if len(lines) > 1 and lines[1].startswith("  ") else "")))
-        sys.stdout.flush()
+        with lock:
+            times.append((took, mu.name, spent))
+            print("%s %s (%.1f s: build %.1f, tests %.1f): %s" % (
+                "ok" if ok else "NOT OK", mu.name, took, spent[0], spent[1], lines[0] + (
+                    "\n" + lines[1] if len(lines) > 1 and lines[1].startswith("  ") else "")))
+            sys.stdout.flush()
+
+    def lane_loop(lane):
+        while True:
+            g = next_group(lane)
+            if g is None:
+                return
+            for idx in g:
+                one(lane, idx)
+
+    # A mutant judged by a test meson runs alone (is_parallel false) is judged alone first.
+    def alone(g):
+        return any(not all(t["is_parallel"] for t in builds[mutants[i].build].tests[n])
+                   for i in g for n in mutants[i].tests)
+
+    for g in [g for g in groups if alone(g)]:
+        groups.remove(g)
+        for idx in g:
+            one(0, idx)
+    with concurrent.futures.ThreadPoolExecutor(max_workers=len(lanes)) as pool:
+        for f in [pool.submit(lane_loop, i) for i in range(len(lanes))]:
+            f.result()
     # Every killing test, on the unmutated tree: a kill counts only if it passes there.
     t0 = time.time()
     bad = verify_all(builds, pending)
