@@ -394,7 +394,7 @@ static void render_metrics(const struct mock_engine *e, struct buf *out)
                   (double) e->connections_total);
     global_family(out, "admit_mock_max_num_batched_tokens", "gauge",
                   "Configured --max-num-batched-tokens", e->o.max_num_batched_tokens);
-    mock_kvx_metrics(out, mock_role_name(e->o.role), &e->kvx);
+    mock_kvx_metrics(out, admit_load_role_name(e->o.role), &e->kvx);
 }
 
 static void handle_metrics(const struct mock_engine *e, struct evhttp_request *req)

@@ -133,19 +133,6 @@ void mock_opts_defaults(struct mock_opts *o)
     o->kv_buffer_steps = MOCK_DEFAULT_KV_BUFFER_STEPS;
 }
 
-const char *mock_role_name(enum mock_role r)
-{
-    switch (r) {
-    case MOCK_ROLE_PREFILL:
-        return "prefill";
-    case MOCK_ROLE_DECODE:
-        return "decode";
-    case MOCK_ROLE_BOTH:
-    default:
-        return "both";
-    }
-}
-
 static void mock_usage(void)
 {
     printf("usage: admit-mock-engine [OPTION]...\n"
@@ -342,11 +329,8 @@ static int mock_opt_apply(struct mock_opts *o, const struct mock_opt *d, const c
     case MO_KVCONFIG:
         return kv_config(o, v, err, errlen);
     case MO_ROLE:
-        for (enum mock_role r = MOCK_ROLE_BOTH; r <= MOCK_ROLE_DECODE; r++)
-            if (strcmp(v, mock_role_name(r)) == 0) {
-                o->role = r;
-                return 0;
-            }
+        if (admit_load_role_parse(v, strlen(v), &o->role) == 0)
+            return 0;
         snprintf(err, errlen, "--%s: '%s' must be both, prefill or decode", d->name, v);
         return -1;
     case MO_SET:

@@ -5,6 +5,7 @@
 #ifndef ADMIT_MOCK_OPTS_H
 #define ADMIT_MOCK_OPTS_H
 
+#include "admit/load.h"
 #include "util/log.h"
 #include "util/netaddr.h"
 
@@ -28,25 +29,23 @@
  * first (until mid-2026), or as maps with the tag under "type" (vLLM 0.26). */
 enum mock_kv_encoding { MOCK_KV_POSITIONAL, MOCK_KV_MAP };
 
-/* What part of a disaggregated request the engine is deployed for (--role): only reported
- * (/metrics admit_mock_role_info); every engine serves both legs and whole requests, as
- * vLLM with a NixlConnector serves a request without kv_transfer_params whole. */
-enum mock_role { MOCK_ROLE_BOTH = 0, MOCK_ROLE_PREFILL, MOCK_ROLE_DECODE };
-
 /* Largest max_tokens honoured; larger requests are cut to it. */
 #define MOCK_MAX_TOKENS_CAP 100000
 
 struct mock_opts {
-    double speedup_ratio;              /* divides all model delays; 0 = no delay at all */
-    unsigned block_size;               /* tokens per KV block */
-    unsigned num_gpu_blocks;           /* KV blocks per data-parallel rank */
-    unsigned max_num_seqs;             /* per rank: requests that run at once; the rest wait */
-    unsigned max_num_batched_tokens;   /* only reported in metrics */
-    unsigned data_parallel_size;       /* ranks */
-    unsigned token_interval_ms;        /* > 0: fixed gap per token instead of the decode model */
-    unsigned stop_after;               /* > 0: the Nth token ends every request ("stop") */
-    int prefill_interference;          /* prefills serialised per rank, stalling its decodes */
-    enum mock_role role;               /* --role, reported only */
+    double speedup_ratio;            /* divides all model delays; 0 = no delay at all */
+    unsigned block_size;             /* tokens per KV block */
+    unsigned num_gpu_blocks;         /* KV blocks per data-parallel rank */
+    unsigned max_num_seqs;           /* per rank: requests that run at once; the rest wait */
+    unsigned max_num_batched_tokens; /* only reported in metrics */
+    unsigned data_parallel_size;     /* ranks */
+    unsigned token_interval_ms;      /* > 0: fixed gap per token instead of the decode model */
+    unsigned stop_after;             /* > 0: the Nth token ends every request ("stop") */
+    int prefill_interference;        /* prefills serialised per rank, stalling its decodes */
+    /* --role: what part of a disaggregated request the engine is deployed for, only reported
+     * (/metrics admit_mock_role_info): every engine serves both legs and whole requests, as
+     * vLLM with a NixlConnector serves a request without kv_transfer_params whole */
+    enum admit_load_role role;
     int no_prefix_caching;             /* --no-enable-prefix-caching (0, the default: cache on) */
     int prompt_tokens_details;         /* --enable-prompt-tokens-details: cached_tokens in usage */
     int details_if_cached;             /* --prompt-tokens-details-if-cached: ... only above 0 */
@@ -68,8 +67,6 @@ struct mock_opts {
 
 /** fills o with the defaults (speedup 1, the MOCK_DEFAULT_* values, info logging) */
 void mock_opts_defaults(struct mock_opts *o);
-/** the name of a role ("both", "prefill", "decode") */
-const char *mock_role_name(enum mock_role r);
 /** parses argv over o; 0 = run, 1 = --help/--version printed on stdout, -1 = err set */
 int mock_opts_parse(struct mock_opts *o, int argc, char **argv, char *err, size_t errlen);
 #endif
