@@ -118,6 +118,19 @@ void pools_thresholds(const struct busy_thresholds *t, struct busy_thresholds *p
     decode->active_prefill_tokens_threshold_frac = NAN;
 }
 
+enum sel_result pools_pick_prefill(struct sel *s, const struct pools_req *rq, int64_t now_ms,
+                                   int64_t prompt_tokens, const struct busy_thresholds *t,
+                                   const struct sel_hit *hits, size_t nhits, int exclude, int *w,
+                                   unsigned *rank, int64_t *cached)
+{
+    struct busy_thresholds tp, td;
+
+    pools_thresholds(t, &tp, &td);
+    *cached = 0;
+    return sel_pick_kv(s, now_ms, prompt_tokens, &tp, exclude, -1,
+                       rq->pool[ADMIT_LOAD_ROLE_PREFILL], hits, nhits, w, rank, cached);
+}
+
 void pools_pick(struct sel *s, const struct pools_req *rq, int64_t now_ms, int64_t prompt_tokens,
                 const struct busy_thresholds *t, const struct sel_hit *hits, size_t nhits,
                 struct pools_choice *out)
@@ -126,10 +139,9 @@ void pools_pick(struct sel *s, const struct pools_req *rq, int64_t now_ms, int64
     int64_t none;
 
     pools_thresholds(t, &tp, &td);
-    out->cached = 0;
     out->failed = ADMIT_LOAD_ROLE_PREFILL;
-    out->res = sel_pick_kv(s, now_ms, prompt_tokens, &tp, -1, -1, rq->pool[ADMIT_LOAD_ROLE_PREFILL],
-                           hits, nhits, &out->pw, &out->pr, &out->cached);
+    out->res = pools_pick_prefill(s, rq, now_ms, prompt_tokens, t, hits, nhits, -1, &out->pw,
+                                  &out->pr, &out->cached);
     if (out->res != SEL_OK)
         return;
     /* The decode worker gets the prompt's KV transferred: what it caches does not matter. */

@@ -67,6 +67,12 @@ void pools_thresholds(const struct busy_thresholds *t, struct busy_thresholds *p
 void pools_pick(struct sel *s, const struct pools_req *rq, int64_t now_ms, int64_t prompt_tokens,
                 const struct busy_thresholds *t, const struct sel_hit *hits, size_t nhits,
                 struct pools_choice *out);
+/** the prefill pool's choice alone, worker exclude left out (-1: none): a prefill leg that
+ *  worker's admitd turned away goes to another; SEL_OK with *w, *rank, *cached */
+enum sel_result pools_pick_prefill(struct sel *s, const struct pools_req *rq, int64_t now_ms,
+                                   int64_t prompt_tokens, const struct busy_thresholds *t,
+                                   const struct sel_hit *hits, size_t nhits, int exclude, int *w,
+                                   unsigned *rank, int64_t *cached);
 /** what pools_pick() would find, choosing nothing (the class queue's gate): SEL_OK when both
  *  pools have room under t */
 enum sel_result pools_gate(struct sel *s, const struct pools_req *rq, int64_t now_ms,

@@ -74,7 +74,8 @@ struct rreq {
      * dbody is the decode leg's body once the prefill answered. agg: a request of a
      * disaggregated model that the model's aggregated workers take whole. */
     int pd, agg;
-    int pheld; /* the prefill worker held for the call; -1 none */
+    int pretried; /* its prefill leg went to a second prefill worker already */
+    int pheld;    /* the prefill worker held for the call; -1 none */
     int64_t pcached;
     struct sel_booking pbk;
     struct wcall *pcall;

@@ -85,6 +85,38 @@ static void pd_fail(struct router *r, struct rreq *q, enum pd_result res, int st
                        reason, res == PD_R_PREFILL_TIMEOUT ? OUT_TIMEOUT : OUT_UPSTREAM_ERROR);
 }
 
+static int pd_start_prefill(struct router *r, struct rreq *q, int w, unsigned rank, int64_t cached,
+                            uint64_t now);
+
+/* A prefill worker's admitd turned the prefill leg away (its own cap, another router's
+ * traffic): nothing was done there, so it goes, once, to another prefill worker with room (the
+ * one that refused is skipped for OVERLOAD_MARK_MS), as a relayed request migrates after an
+ * overload answer. 1 when it went, 0 when no other can take it. */
+static int pd_prefill_elsewhere(struct router *r, struct rreq *q, int refused)
+{
+    struct pools_req pr;
+    struct busy_thresholds t;
+    struct sel_hit hits[KVR_MAX_HITS];
+    uint64_t now = clock_mono_ms();
+    size_t nhits = 0;
+    int64_t cached;
+    int w;
+    unsigned rank;
+
+    if (q->pretried ||
+        !pools_split(r->pools, sel_workers(r->sel), mroute_eligible(r->models, q->model, -1), &pr))
+        return 0;
+    q->pretried = 1;
+    bt_registry_get(r->bt, q->model, &t);
+    if (q->nkeys > 0)
+        nhits = kvr_match(r->kv, q->keys, q->nkeys, q->tokens, now, hits);
+    if (pools_pick_prefill(r->sel, &pr, (int64_t) now, q->tokens, &t, hits, nhits, refused, &w,
+                           &rank, &cached) != SEL_OK)
+        return 0;
+    pd_start_prefill(r, q, w, rank, cached, now); /* a failure there answers the client */
+    return 1;
+}
+
 /* The prefill worker answered (or failed): the decode leg goes on with the transfer's
  * parameters, or the answer is the client's, or the request fails once. */
 static void on_prefill(void *arg, enum wcall_end end, int status, const char *ans, size_t len)
@@ -94,6 +126,7 @@ static void on_prefill(void *arg, enum wcall_end end, int status, const char *an
     struct buf params;
     char msg[160], rid[300];
     const char *id = http_req_header(q->req, "X-Request-Id");
+    int refused;
 
     q->pcall = NULL;
     /* The prefill worker's answer, when it is the client's, names the request as the worker
@@ -109,8 +142,9 @@ static void on_prefill(void *arg, enum wcall_end end, int status, const char *an
             kvr_correct(r->kv, q->pbk.worker, q->pbk.rank, q->keys, q->nkeys, q->exact, q->pcached,
                         c);
     }
-    if (end == WCALL_OK && status == r->cfg->overload_status && q->pheld >= 0)
-        sel_mark_overloaded(r->sel, q->pheld, (int64_t) clock_mono_ms() + OVERLOAD_MARK_MS);
+    refused = q->pheld;
+    if (end == WCALL_OK && status == r->cfg->overload_status && refused >= 0)
+        sel_mark_overloaded(r->sel, refused, (int64_t) clock_mono_ms() + OVERLOAD_MARK_MS);
     pd_release_prefill(r, q);
     cq_kick_soon(r->cq); /* its prefill is over: room for a waiting request, perhaps */
     if (end != WCALL_OK) {
@@ -121,8 +155,10 @@ static void on_prefill(void *arg, enum wcall_end end, int status, const char *an
                 end == WCALL_TIMEOUT ? "prefill-timeout" : "prefill-failed");
         return;
     }
+    if (status == r->cfg->overload_status && pd_prefill_elsewhere(r, q, refused))
+        return;
     if (status == r->cfg->overload_status) {
-        /* Its admitd turned it away (its own cap): busy, as a pool with no room is. */
+        /* No other prefill worker could take it: busy, as a pool with no room is. */
         r->pd_results[PD_R_PREFILL_BUSY]++;
         report_rejected(r->rep, REPORT_ALL_BUSY);
         report_model_rejected(r->rep, q->model, q->req->target);
@@ -147,6 +183,7 @@ static void on_prefill(void *arg, enum wcall_end end, int status, const char *an
     buf_init(&params);
     switch (pd_answer_read(ans, len, &q->facts, &params)) {
     case PD_HANDOFF:
+        buf_reset(&q->dbody); /* the prefill leg's body: done with */
         if (pd_decode_body(q->req->body, q->req->body_len, params.data, params.len, &q->dbody) != 0)
             goto invalid;
         r->pd_results[PD_R_HANDOFF]++;
@@ -158,6 +195,7 @@ static void on_prefill(void *arg, enum wcall_end end, int status, const char *an
         buf_free(&params);
         r->pd_results[PD_R_DONE]++;
         sel_release(r->sel, &q->bk); /* no decode leg */
+        buf_reset(&q->dbody);
         if (!q->facts.stream) {
             proxy_answer_as(q->cq.x, 200, "application/json", ans, len, rid, NULL, OUT_OK);
         } else if (pd_answer_sse(ans, len, &q->facts, &q->dbody) == 0) {
@@ -198,6 +236,34 @@ static void pd_headers(const struct http_req *req, char *out, size_t outlen)
     }
 }
 
+/* Books the prefill leg on (w, rank), cached tokens of it predicted there, and posts it (its
+ * body in q->dbody): 0, or -1 when no connection could even start (then the client is
+ * answered, and the exchange's end releases the rest). */
+static int pd_start_prefill(struct router *r, struct rreq *q, int w, unsigned rank, int64_t cached,
+                            uint64_t now)
+{
+    struct wcall_req rq = {0};
+    char headers[512];
+
+    sel_book_cached(r->sel, &q->pbk, w, rank, q->tokens, cached);
+    kvr_routed(r->kv, w, rank, q->keys, q->nkeys, q->exact, now);
+    q->pcached = cached;
+    q->pheld = w;
+    pd_headers(q->req, headers, sizeof headers);
+    rq.target = q->req->target;
+    rq.headers = headers;
+    rq.body = q->dbody.data;
+    rq.len = q->dbody.len;
+    rq.timeout_ms = r->cfg->upstream_timeout_ms;
+    rq.body_max = PD_ANSWER_MAX;
+    if ((q->pcall = wcall_start(r->base, workers_hold(r->ws, w), &rq, on_prefill, q)) != NULL)
+        return 0;
+    pd_release_prefill(r, q);
+    pd_fail(r, q, PD_R_PREFILL_FAILED, 503,
+            "Server unavailable: the prefill worker could not be reached", "prefill-failed");
+    return -1;
+}
+
 /* rpd_dispatch: the pair chosen and booked at once, the prefill leg started. */
 enum px_verdict rpd_dispatch(struct router *r, struct rreq *q)
 {
@@ -205,9 +271,6 @@ enum px_verdict rpd_dispatch(struct router *r, struct rreq *q)
     struct pools_choice ch;
     struct busy_thresholds t;
     struct sel_hit hits[KVR_MAX_HITS];
-    struct wcall_req rq = {0};
-    struct buf body;
-    char headers[512];
     uint64_t now;
     size_t nhits = 0;
 
@@ -226,9 +289,9 @@ enum px_verdict rpd_dispatch(struct router *r, struct rreq *q)
         q->agg = 1;
         return PX_FORWARD;
     }
-    buf_init(&body);
-    if (pd_prefill_body(q->req->body, q->req->body_len, &body, &q->facts) != 0) {
-        buf_free(&body);
+    /* The prefill leg's body, kept in dbody until the decode leg's replaces it (a second
+     * prefill worker gets it again). */
+    if (pd_prefill_body(q->req->body, q->req->body_len, &q->dbody, &q->facts) != 0) {
         proxy_answer_error(q->cq.x, 400, "invalid_request_error",
                            "A disaggregated model's request body must be a JSON object", 0,
                            "bad-request", OUT_BAD_REQUEST);
@@ -236,29 +299,12 @@ enum px_verdict rpd_dispatch(struct router *r, struct rreq *q)
     }
     /* Both booked at once: the prefill's tokens on its worker (what it does not cache), the
      * decode leg's blocks on the other (its KV comes whole, transferred: no prefill there). */
-    sel_book_cached(r->sel, &q->pbk, ch.pw, ch.pr, q->tokens, ch.cached);
-    kvr_routed(r->kv, ch.pw, ch.pr, q->keys, q->nkeys, q->exact, now);
-    q->pcached = ch.cached;
     sel_book_cached(r->sel, &q->bk, ch.dw, ch.dr, q->tokens, q->tokens);
     q->pd = 1;
     router_hold(r, q, ch.dw);
-    q->pheld = ch.pw;
-    pd_headers(q->req, headers, sizeof headers);
-    rq.target = q->req->target;
-    rq.headers = headers;
-    rq.body = body.data;
-    rq.len = body.len;
-    rq.timeout_ms = r->cfg->upstream_timeout_ms;
-    rq.body_max = PD_ANSWER_MAX;
-    q->pcall = wcall_start(r->base, workers_hold(r->ws, ch.pw), &rq, on_prefill, q);
-    buf_free(&body);
     proxy_wait_clear(q->cq.x); /* a class's queue timeout is over: it waits on its prefill */
-    if (q->pcall == NULL) {
-        pd_release_prefill(r, q);
-        pd_fail(r, q, PD_R_PREFILL_FAILED, 503,
-                "Server unavailable: the prefill worker could not be reached", "prefill-failed");
+    if (pd_start_prefill(r, q, ch.pw, ch.pr, ch.cached, now) != 0)
         return PX_ANSWERED;
-    }
     return PX_WAIT;
 }
 

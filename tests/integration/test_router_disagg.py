@@ -401,6 +401,55 @@ def test_roles_published():
             x.stop()
 
 
+def test_prefill_refused_goes_elsewhere():
+    """A prefill worker whose admitd answers its overload status (its own cap, another
+    router's traffic): the prefill leg goes, once, to another prefill worker; with none, the
+    client gets the overload status naming the prefill pool. Both bookings back each time."""
+    seen = []
+
+    def refuse(conn):
+        try:
+            while True:
+                data = conn.recv(65536)
+                if not data:
+                    return
+                seen.append(data)
+                body = b'{"error":{"message":"Server overloaded: worker at capacity"}}'
+                conn.sendall(b"HTTP/1.1 529 Site Overloaded\r\nContent-Type: application/json\r\n"
+                             b"Content-Length: %d\r\n\r\n%s" % (len(body), body))
+        except OSError:
+            pass
+
+    srv = LoopbackServer(refuse)
+    pm, dm, pa, da, pw, dw = pair()
+    # The refusing worker's load comes from a real admitd's publisher (its HTTP side is srv).
+    fm = Mock("--role", "prefill")
+    fa, fw = worker(fm)
+    full = (srv.url, fw[1])
+    rt = Router([full, pw], [dw])
+    rt1 = Router([full], [dw])
+    try:
+        rt.wait_routable(3)
+        for i in range(4):
+            status, _, data = own_request(rt.addr, CHAT, body(max_tokens=3), marker())
+            assert status == 200, (status, data[:200])
+        assert seen, "the refusing prefill worker was never tried"
+        assert transfers(pm, "prefill") == 4 and transfers(dm, "decode") == 4
+        assert disagg(rt, "handoff") == 4 and disagg(rt, "prefill_busy") == 0
+        wait_unbooked(rt, "prefill legs that went elsewhere")
+        rt1.wait_routable(2)
+        status, hdrs, data = own_request(rt1.addr, CHAT, body(max_tokens=3), marker())
+        assert status == 529 and hdrs.get("x-admitd-reason") == "prefill-busy", (status, hdrs)
+        assert dm.metrics()["admit_mock_requests_total"] == 4
+        wait_unbooked(rt1, "a prefill leg refused everywhere")
+    finally:
+        rt.stop()
+        rt1.stop()
+        for x in (pa, da, fa, pm, dm, fm):
+            x.stop()
+        srv.stop()
+
+
 def test_decode_retry():
     """A decode worker that refuses the connection before any byte: the decode leg goes to
     another decode worker with the same transfer parameters."""
@@ -490,6 +539,8 @@ if __name__ == "__main__":
             test_roles_published)
     tap.run("the prefill pool is prefix-aware: each conversation keeps its prefill worker",
             test_prefix_on_prefill_pool)
+    tap.run("a prefill worker's admitd refusing: another prefill worker, else 529 naming it",
+            test_prefill_refused_goes_elsewhere)
     tap.run("a decode worker refusing before any byte: another decode worker, same params",
             test_decode_retry)
     tap.done()
