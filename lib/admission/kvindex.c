@@ -710,3 +710,8 @@ void kvi_stats(const struct kvindex *x, struct kvi_stats *out)
 {
     *out = x->s;
 }
+
+uint64_t kvi_blocks(const struct kvindex *x)
+{
+    return x->s.blocks;
+}

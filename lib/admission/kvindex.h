@@ -109,5 +109,7 @@ void kvi_expire(struct kvindex *idx, uint64_t now_ms);
 uint32_t kvi_held(const struct kvindex *idx, uint32_t worker, uint32_t rank);
 /** the counters and size */
 void kvi_stats(const struct kvindex *idx, struct kvi_stats *out);
+/** entries held now (kvi_stats()'s blocks, without copying the rest) */
+uint64_t kvi_blocks(const struct kvindex *idx);
 
 #endif

@@ -307,8 +307,7 @@ static int answer_locally(struct pxreq *x)
     struct proxy *px = x->px;
     struct http_reply rep = {200, "application/json", {NULL, 0, 0}};
 
-    if ((px->local == NULL || !px->local(px->local_arg, &x->req, &rep)) &&
-        (px->route.local == NULL || !px->route.local(px->route.arg, &x->req, &rep))) {
+    if (px->local == NULL || !px->local(px->local_arg, &x->req, &rep)) {
         buf_free(&rep.body);
         return 0;
     }

@@ -130,8 +130,6 @@ struct proxy_route {
     void (*overloaded)(void *arg, struct upstream *up);
     /* a second engine refused too: its overload answer goes to the client */
     void (*refused)(void *arg, const struct http_req *r);
-    /* answers requests the router handles itself (e.g. /busy_threshold); 1 if it did */
-    int (*local)(void *arg, const struct http_req *r, struct http_reply *rep);
     /* optional: the engine refused the connection, or a connection to it was found closed,
      * before any byte of the request went out (why says which: "Connection refused"...); the
      * request goes on to another engine once (pick with exclude), as after an overload answer */
@@ -153,8 +151,8 @@ int proxy_bind(struct proxy *px, const struct hostport *hp, char *bound, size_t 
 /* Answers a request the daemon handles itself: fills rep and returns 1, else 0. */
 typedef int (*proxy_local_fn)(void *arg, const struct http_req *r, struct http_reply *rep);
 
-/** installs the daemon's own answers (admitd's GET /admitd/kv_blocks), tried on every
- *  request before admission's verdict, in either mode (before the router's route.local) */
+/** installs the daemon's own answers (admitd's GET /admitd/kv_blocks, admit-router's
+ *  /busy_threshold), tried on every request before admission's verdict, in either mode */
 void proxy_set_local(struct proxy *px, proxy_local_fn local, void *arg);
 /** installs the admission hooks; before any request arrives */
 void proxy_set_admission(struct proxy *px, const struct proxy_admission *a);

@@ -259,13 +259,9 @@ static size_t kvr_merge(struct kvroute *kv, struct kvindex *x, const uint64_t *k
                         uint64_t now_ms, struct kvi_hit *out, size_t m)
 {
     struct kvi_hit hits[KVR_MAX_HITS];
-    struct kvi_stats s;
     size_t got;
 
-    if (x == NULL)
-        return m;
-    kvi_stats(x, &s);
-    if (s.blocks == 0)
+    if (x == NULL || kvi_blocks(x) == 0)
         return m;
     got = kvi_match(x, keys, n, now_ms, hits, KVR_MAX_HITS);
     for (size_t i = 0; i < got; i++) {

@@ -532,7 +532,6 @@ struct router *router_new(struct event_base *base, struct proxy *px, struct metr
     struct proxy_route route = {.pick = pick,
                                 .overloaded = overloaded,
                                 .refused = refused,
-                                .local = local,
                                 .unreachable = unreachable,
                                 .answered = answered,
                                 .arg = r};
@@ -575,6 +574,7 @@ struct router *router_new(struct event_base *base, struct proxy *px, struct metr
     r->tz = tokz_new(base);
     proxy_set_admission(px, &hooks);
     proxy_set_route(px, &route);
+    proxy_set_local(px, local, r);
     return r;
 }
 

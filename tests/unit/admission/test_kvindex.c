@@ -78,6 +78,7 @@ static void test_insert_match_depth(void **state)
     kvi_insert(x, 1, 0, a, 10, 1002);
     kvi_stats(x, &s);
     assert_int_equal(s.blocks, 26);
+    assert_int_equal(kvi_blocks(x), s.blocks); /* the getter reads the same */
     assert_int_equal(s.inserted_blocks, 26);
     assert_true(s.lookups >= 9);
     assert_true(s.bytes_per_block <= 64);
@@ -87,6 +88,7 @@ static void test_insert_match_depth(void **state)
     assert_int_equal(kvi_held(x, 8, 0), 0);
     kvi_stats(x, &s);
     assert_int_equal(s.blocks, 26);
+    assert_int_equal(kvi_blocks(x), s.blocks); /* the getter reads the same */
     kvi_free(x);
 }
 
@@ -250,6 +252,7 @@ static void test_ttl(void **state)
     kvi_stats(x, &s);
     assert_int_equal(s.evicted_ttl, 3);
     assert_int_equal(s.blocks, 3);
+    assert_int_equal(kvi_blocks(x), s.blocks); /* the getter reads the same */
     /* a new insert pushes the expiry forward */
     kvi_insert(x, 1, 0, b, 2, 11400);
     kvi_expire(x, 12000);
