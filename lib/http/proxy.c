@@ -244,10 +244,7 @@ void proxy_wait_clear(struct pxreq *x)
 
 void proxy_forward(struct pxreq *x)
 {
-    if (x->deadline_on) {
-        event_del(&x->deadline);
-        x->deadline_on = 0;
-    }
+    proxy_wait_clear(x);
     px_start_upstream(x);
 }
 

@@ -199,6 +199,13 @@ int px_hop_by_hop(const struct h1_parser *p, const struct h1_header *h)
     return 0;
 }
 
+/* The body the engine gets: the client's, or the one pxreq_set_body() gave. */
+static const char *body_of(const struct pxreq *x, size_t *len)
+{
+    *len = x->fwd_body != NULL ? x->fwd_len : x->req.body_len;
+    return x->fwd_body != NULL ? x->fwd_body : x->req.body;
+}
+
 /* The head sent to the engine: the client's fields minus the hop-by-hop ones, Host set to
  * the engine's, Content-Length recomputed (a chunked body goes with its decoded length),
  * and Expect dropped (the connection answered it). */
@@ -206,9 +213,10 @@ static void build_head(struct pxreq *x, struct buf *h)
 {
     const struct h1_parser *p = hc_head(x->c);
     enum http_method m = x->req.method;
-    size_t fwd_len = x->fwd_set ? x->fwd_len : x->req.body_len;
+    size_t fwd_len;
     char len[24];
 
+    (void) body_of(x, &fwd_len);
     buf_puts(h, http_method_name(m));
     buf_append(h, " ", 1);
     buf_puts(h, x->req.target);
@@ -237,9 +245,8 @@ static void build_head(struct pxreq *x, struct buf *h)
 
 void pxreq_set_body(struct pxreq *x, const char *body, size_t len)
 {
-    x->fwd_body = body;
+    x->fwd_body = body != NULL ? body : ""; /* set, even when empty */
     x->fwd_len = len;
-    x->fwd_set = 1;
 }
 
 /* Where a request's bytes went (write_request). */
@@ -300,8 +307,7 @@ void px_start_upstream(struct pxreq *x)
     build_head(x, head);
     v[0].iov_base = head->data;
     v[0].iov_len = head->len;
-    v[1].iov_base = (void *) (size_t) (x->fwd_set ? x->fwd_body : x->req.body);
-    v[1].iov_len = x->fwd_set ? x->fwd_len : x->req.body_len;
+    v[1].iov_base = (void *) (size_t) body_of(x, &v[1].iov_len);
     x->reusable = 1;
     sent = write_request(x, up, v);
     buf_pool_give(&px->bufs, head);

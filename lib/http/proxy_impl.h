@@ -58,9 +58,8 @@ struct pxreq {
     struct proxy *px;
     struct hconn *c;      /* the client's connection; NULL once it is given back */
     struct http_req req;  /* the request, in the client connection's buffer */
-    const char *fwd_body; /* with fwd_set: the body the engine gets instead (pxreq_set_body) */
+    const char *fwd_body; /* not NULL: the body the engine gets instead (pxreq_set_body) */
     size_t fwd_len;
-    int fwd_set;
     struct event deadline; /* while held, if admission set one */
     int deadline_on;
     struct event later; /* a connect that failed at once, reported from the loop */

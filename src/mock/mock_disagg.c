@@ -112,34 +112,23 @@ size_t mock_kvx_block_ids(const uint32_t *held, size_t nheld, unsigned prompt_to
 /* The counters by which tests tell a decode leg that received its KV from one that did not. */
 void mock_kvx_metrics(struct buf *out, const char *role, const struct mock_kvx_counts *c)
 {
-    static const struct {
-        enum mock_kvx_leg leg;
-        const char *side;
-    } sides[] = {{MOCK_KVX_PREFILL, "prefill"}, {MOCK_KVX_DECODE, "decode"}};
+    /* In leg order: MOCK_KVX_PREFILL, then MOCK_KVX_DECODE. */
+    static const char *const sides[] = {"prefill", "decode"};
     struct buf l;
 
     buf_init(&l);
     prom_family(out, "admit_mock_role_info", "gauge", "The engine's --role (reported only)");
     prom_label(&l, "role", role);
     prom_sample(out, "admit_mock_role_info", l.data, 1);
-    prom_family(out, "admit_mock_kv_transfers_total", "counter",
-                "Disaggregated legs: prefill answers with kv_transfer_params, decode legs started "
-                "with remote blocks");
-    for (size_t i = 0; i < sizeof sides / sizeof sides[0]; i++) {
-        buf_reset(&l);
-        prom_label(&l, "side", sides[i].side);
-        prom_sample(out, "admit_mock_kv_transfers_total", l.data,
-                    (double) c->transfers[sides[i].leg]);
-    }
-    prom_family(out, "admit_mock_kv_transfer_tokens_total", "counter",
-                "Prompt tokens of those legs: a prefill's prompt, the tokens a decode received");
-    for (size_t i = 0; i < sizeof sides / sizeof sides[0]; i++) {
-        buf_reset(&l);
-        prom_label(&l, "side", sides[i].side);
-        prom_sample(out, "admit_mock_kv_transfer_tokens_total", l.data,
-                    (double) c->tokens[sides[i].leg]);
-    }
     buf_free(&l);
+    prom_labelled(
+        out, "admit_mock_kv_transfers_total", "counter",
+        "Disaggregated legs: prefill answers with kv_transfer_params, decode legs started "
+        "with remote blocks",
+        "side", sides, &c->transfers[MOCK_KVX_PREFILL], 2);
+    prom_labelled(out, "admit_mock_kv_transfer_tokens_total", "counter",
+                  "Prompt tokens of those legs: a prefill's prompt, the tokens a decode received",
+                  "side", sides, &c->tokens[MOCK_KVX_PREFILL], 2);
     prom_family(out, "admit_mock_prompt_tokens_computed_total", "counter",
                 "Prompt tokens prefilled (their time spent): neither cached nor received");
     prom_sample(out, "admit_mock_prompt_tokens_computed_total", NULL, (double) c->computed);

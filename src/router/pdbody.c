@@ -14,7 +14,7 @@
 #include <string.h>
 
 /* Dumps root compactly into out, keys in their order; 0 or -1. */
-static int dump(json_t *root, struct buf *out)
+static int dump(const json_t *root, struct buf *out)
 {
     char *s = json_dumps(root, JSON_COMPACT | JSON_PRESERVE_ORDER);
 
@@ -148,16 +148,12 @@ fail:
  * prefill worker keeps no KV for a decoder that will not come (vLLM holds it 480 s). */
 static void prefill_members(struct buf *out, int has_mct, int one_token)
 {
-    if (one_token) {
-        buf_puts(out, "\"stream\":false,\"max_tokens\":1");
-        if (has_mct)
-            buf_puts(out, ",\"max_completion_tokens\":1");
-        buf_append(out, "}", 1);
-        return;
-    }
-    buf_puts(out, "\"kv_transfer_params\":{\"do_remote_decode\":true,\"do_remote_prefill\":false,"
-                  "\"remote_engine_id\":null,\"remote_block_ids\":null,\"remote_host\":null,"
-                  "\"remote_port\":null},\"stream\":false,\"max_tokens\":1");
+    if (!one_token)
+        buf_puts(out,
+                 "\"kv_transfer_params\":{\"do_remote_decode\":true,\"do_remote_prefill\":false,"
+                 "\"remote_engine_id\":null,\"remote_block_ids\":null,\"remote_host\":null,"
+                 "\"remote_port\":null},");
+    buf_puts(out, "\"stream\":false,\"max_tokens\":1");
     if (has_mct)
         buf_puts(out, ",\"max_completion_tokens\":1");
     buf_append(out, "}", 1);
@@ -264,10 +260,7 @@ enum pd_answer pd_answer_read(const char *ans, size_t len, const struct pd_facts
     if (f->one_token || (fr != NULL && strcmp(fr, "length") != 0)) {
         a = PD_DONE; /* the one token ended it: nothing is left to decode */
     } else if (json_is_object(kv)) {
-        json_t *copy = json_deep_copy(kv);
-
-        a = dump(copy, params) == 0 ? PD_HANDOFF : PD_INVALID;
-        json_decref(copy);
+        a = dump(kv, params) == 0 ? PD_HANDOFF : PD_INVALID;
     }
 out:
     json_decref(root);
